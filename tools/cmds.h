@@ -1,0 +1,9 @@
+/* The dspark program's subcommands; each lives in its own tools/cmd_*.c. */
+#ifndef DSP_TOOLS_CMDS_H
+#define DSP_TOOLS_CMDS_H
+
+int dsp_cmd_info(int argc, char **argv);
+int dsp_cmd_head(int argc, char **argv);
+int dsp_cmd_bench(int argc, char **argv);
+
+#endif

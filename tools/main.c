@@ -1,0 +1,26 @@
+/* dspark: the command-line program. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: dspark <command> [options]\n"
+          "  info          build, backends, MPI size, product kernel; measured copy bandwidth and product rate\n"
+          "  head          run the Markov head on safetensors inputs (see README)\n"
+          "  bench head    benchmark the head's paths on synthetic weights\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "info")) return dsp_cmd_info(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "head")) return dsp_cmd_head(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "bench")) return dsp_cmd_bench(argc - 1, argv + 1);
+  fprintf(stderr, "dspark: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
