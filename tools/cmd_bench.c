@@ -1,8 +1,307 @@
-/* placeholder replaced by the bench command's implementation */
+/* dspark bench head: the head's paths on synthetic weights, alone or under mpirun.
+ * Each path replays the same changing inputs; rounds alternate between paths;
+ * each figure is the median over rounds of the per-round median of the
+ * maximum-over-ranks time per proposal. Floors come from the copy bandwidth and
+ * product rate measured in the same run (as `dspark info` measures them), for
+ * the work the whole machine does (all ranks share its cores). Under the table:
+ * the parity count (tokens compared against the first path, mismatches). */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cmds.h"
+#include "comm/comm_auto.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "cpu/ceilings.h"
+#include "model/synth.h"
+#include "tool_common.h"
+
+#define NSETS 4 /* input sets rotated through the replays */
+#define MAXP 3
+
+typedef struct {
+  int64_t batch, gamma, vocab, rank, hidden, rounds, replays;
+  int json, broadcast, npaths;
+  dsp_path paths[MAXP];
+  dsp_contract contract;
+  dsp_tool_backend backend;
+} bench_args;
+
+static void bench_usage(FILE *f) {
+  fprintf(f, "usage: dspark bench head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256] [--hidden 7168]\n"
+             "                         [--rounds 5] [--replays 40] [--paths original,sharded,replicated]\n"
+             "                         [--broadcast on|off] [--contract bf16|fp32-add] [--backend cpu|cuda] [--json]\n");
+}
+
+static int parse_paths(const char *v, bench_args *a) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", v);
+  a->npaths = 0;
+  for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+    dsp_path p;
+    if (a->npaths == MAXP || dsp_tool_parse_path(t, &p) || p == DSP_PATH_AUTO) return -1;
+    a->paths[a->npaths++] = p;
+  }
+  return a->npaths ? 0 : -1;
+}
+
+static int parse_bench_args(int argc, char **argv, bench_args *a) {
+  *a = (bench_args){.batch = 32, .gamma = 7, .vocab = 163840, .rank = 256, .hidden = 7168, .rounds = 5,
+                    .replays = 40, .broadcast = 1, .npaths = 3,
+                    .paths = {DSP_PATH_ORIGINAL, DSP_PATH_SHARDED, DSP_PATH_REPLICATED}};
+  dsp_tool_backend_init(&a->backend);
+  struct { const char *name; int64_t *dst, lo, hi; } num[] = {
+      {"--batch", &a->batch, 1, 4096},        {"--gamma", &a->gamma, 1, 64},
+      {"--vocab", &a->vocab, 1, 1 << 24},     {"--rank", &a->rank, 1, 8192},
+      {"--hidden", &a->hidden, 1, 65536},     {"--rounds", &a->rounds, 1, 1000},
+      {"--replays", &a->replays, 1, 100000}};
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int used = 1, found = 0, br;
+    for (size_t j = 0; j < sizeof num / sizeof num[0] && !found; j++)
+      if (!strcmp(o, num[j].name)) {
+        found = 1;
+        if (!v || dsp_tool_parse_i64(o, v, num[j].lo, num[j].hi, num[j].dst)) return -1;
+      }
+    if (found) {}
+    else if (!strcmp(o, "--json")) { a->json = 1; used = 0; }
+    else if (!strcmp(o, "--paths") && v) { if (parse_paths(v, a)) return -1; }
+    else if (!strcmp(o, "--broadcast") && v) { if (dsp_tool_parse_onoff(o, v, &a->broadcast)) return -1; }
+    else if (!strcmp(o, "--contract") && v) { if (dsp_tool_parse_contract(v, &a->contract)) return -1; }
+    else if ((used = 0, br = dsp_tool_backend_option(&a->backend, o, v, &used)) != 1) { if (br < 0) return -1; }
+    else {
+      fprintf(stderr, "dspark bench head: unknown or incomplete option '%s'\n", o);
+      return -1;
+    }
+    i += used;
+  }
+  return 0;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+  dsp_bf16 *hidden[NSETS];
+  int64_t *anchor[NSETS];
+  dsp_tensor view[NSETS];
+} input_sets;
+
+static dsp_status make_inputs(const bench_args *a, input_sets *in) {
+  for (int s = 0; s < NSETS; s++) {
+    size_t n = (size_t)(a->batch * a->gamma * a->hidden);
+    in->hidden[s] = malloc(n * 2);
+    in->anchor[s] = malloc((size_t)a->batch * 8);
+    if (!in->hidden[s] || !in->anchor[s]) return dsp_fail(DSP_ERR_NOMEM, "bench: out of memory for inputs");
+    dsp_synth_fill(in->hidden[s], a->batch * a->gamma, a->hidden, 0, 1000 + (uint64_t)s, 1.0f);
+    for (int64_t b = 0; b < a->batch; b++) in->anchor[s][b] = (b * 7919 + s * 104729 + 17) % a->vocab;
+    int64_t sh[3] = {a->batch, a->gamma, a->hidden};
+    in->view[s] = dsp_tensor_view(in->hidden[s], DSP_BF16, 3, sh);
+  }
+  return DSP_OK;
+}
+
+static void free_inputs(input_sets *in) {
+  for (int s = 0; s < NSETS; s++) {
+    free(in->hidden[s]);
+    free(in->anchor[s]);
+  }
+}
+
+typedef struct {
+  double ms, lm_ms, tail_ms;
+} path_result;
+
+/* The bench proper, after weights exist. Returns per-path medians. */
+static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head *head, input_sets *in,
+                             path_result *res, long long *compared, long long *mismatched) {
+  size_t nt = (size_t)(a->batch * a->gamma);
+  int64_t *tokens = malloc(nt * 8), *ref = malloc(NSETS * nt * 8);
+  double *rt = malloc(sizeof(double) * (size_t)a->replays * 3);
+  double *per_round = malloc(sizeof(double) * (size_t)a->rounds * MAXP * 3);
+  if (!tokens || !ref || !rt || !per_round) return dsp_fail(DSP_ERR_NOMEM, "bench: out of memory");
+  int have_ref[NSETS] = {0};
+  dsp_status s = DSP_OK;
+  for (int64_t r = 0; r < a->rounds && s == DSP_OK; r++) {
+    for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
+      s = dsp_tool_head_set_path(head, a->paths[p]);
+      /* one untimed proposal so each round starts warm on this path */
+      dsp_head_inputs hin = {.batch = (int32_t)a->batch, .hidden = &in->view[0], .anchor = in->anchor[0]};
+      dsp_head_outputs hout = {.tokens = tokens};
+      if (s == DSP_OK) s = dsp_tool_head_propose(head, &hin, &hout);
+      for (int64_t i = 0; i < a->replays && s == DSP_OK; i++) {
+        int set = (int)(i % NSETS);
+        hin.hidden = &in->view[set];
+        hin.anchor = in->anchor[set];
+        s = dsp_comm_barrier(comm);
+        double t0 = now_ms();
+        if (s == DSP_OK) s = dsp_tool_head_propose(head, &hin, &hout);
+        double lm = 0, tail = 0;
+        float t[3] = {(float)(now_ms() - t0), 0, 0};
+        dsp_head *cpu = dsp_tool_head_cpu(head);
+        if (cpu) dsp_head_last_timing(cpu, &lm, &tail);
+        t[1] = (float)lm;
+        t[2] = (float)tail;
+        if (s == DSP_OK) s = dsp_comm_allreduce(comm, t, t, 3, DSP_F32, DSP_REDUCE_MAX);
+        rt[i] = t[0];
+        rt[a->replays + i] = t[1];
+        rt[2 * a->replays + i] = t[2];
+        if (!have_ref[set]) {
+          memcpy(ref + set * nt, tokens, nt * 8);
+          have_ref[set] = 1;
+        } else {
+          for (size_t j = 0; j < nt; j++) *mismatched += tokens[j] != ref[set * nt + j];
+          *compared += (long long)nt;
+        }
+      }
+      for (int c = 0; c < 3 && s == DSP_OK; c++)
+        per_round[(c * MAXP + p) * a->rounds + r] = median(rt + c * a->replays, (int)a->replays);
+    }
+  }
+  for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
+    res[p].ms = median(per_round + (0 * MAXP + p) * a->rounds, (int)a->rounds);
+    res[p].lm_ms = median(per_round + (1 * MAXP + p) * a->rounds, (int)a->rounds);
+    res[p].tail_ms = median(per_round + (2 * MAXP + p) * a->rounds, (int)a->rounds);
+  }
+  free(tokens);
+  free(ref);
+  free(rt);
+  free(per_round);
+  return s;
+}
+
+/* Bytes and flops of one proposal for the whole machine (every rank's work). */
+typedef struct {
+  double lm_bytes, lm_flops, step_bytes, step_flops;
+} work;
+
+static work path_work(const bench_args *a, int P, dsp_path path) {
+  double M = (double)(a->batch * a->gamma), V = (double)a->vocab, H = (double)a->hidden, R = (double)a->rank;
+  double B = (double)a->batch, full = path == DSP_PATH_SHARDED ? 1.0 : (double)P; /* full W2 on every rank */
+  work w;
+  w.lm_bytes = V * H * 2 + (double)P * M * H * 2 + M * V * 2 * (path == DSP_PATH_SHARDED ? 1.0 : (double)P + 1);
+  w.lm_flops = 2 * M * H * V;
+  w.step_bytes = full * (V * R * 2 + B * V * 2);
+  w.step_flops = full * 2 * B * R * V;
+  return w;
+}
+
+static double floor_ms(double bytes, double flops, double gbps, double gflops) {
+  double a = bytes / (gbps * 1e9), b = flops / (gflops * 1e9);
+  return (a > b ? a : b) * 1e3;
+}
+
+static void print_table(const bench_args *a, int P, const char *report, const path_result *res, double gbps,
+                        double gflops, long long compared, long long mismatched) {
+  double orig = 0;
+  for (int p = 0; p < a->npaths; p++)
+    if (a->paths[p] == DSP_PATH_ORIGINAL) orig = res[p].ms;
+  if (a->json) {
+    printf("{\"tp\": %d, \"batch\": %lld, \"gamma\": %lld, \"vocab\": %lld, \"rank\": %lld, \"hidden\": %lld, "
+           "\"broadcast\": %s, \"copy_gbps\": %.2f, \"product_gflops\": %.2f, \"paths\": {",
+           P, (long long)a->batch, (long long)a->gamma, (long long)a->vocab, (long long)a->rank,
+           (long long)a->hidden, a->broadcast ? "true" : "false", gbps, gflops);
+    for (int p = 0; p < a->npaths; p++) {
+      work w = path_work(a, P, a->paths[p]);
+      printf("%s\"%s\": {\"ms\": %.4f, \"lm_ms\": %.4f, \"tail_ms\": %.4f, \"floor_ms\": %.4f}", p ? ", " : "",
+             dsp_path_name(a->paths[p]), res[p].ms, res[p].lm_ms, res[p].tail_ms,
+             floor_ms(w.lm_bytes, w.lm_flops, gbps, gflops) +
+                 (double)a->gamma * floor_ms(w.step_bytes, w.step_flops, gbps, gflops));
+    }
+    printf("}, \"tokens_compared\": %lld, \"mismatches\": %lld}\n", compared, mismatched);
+    return;
+  }
+  printf("%s\n", report);
+  printf("bench head: TP%d, batch %lld, gamma %lld, vocab %lld, rank %lld, hidden %lld; %lld rounds x %lld replays; "
+         "per-step broadcast %s\n",
+         P, (long long)a->batch, (long long)a->gamma, (long long)a->vocab, (long long)a->rank, (long long)a->hidden,
+         (long long)a->rounds, (long long)a->replays, a->broadcast ? "on" : "off");
+  printf("ceilings measured now: copy %.1f GB/s, bf16 product %.1f GFLOP/s (whole machine)\n", gbps, gflops);
+  printf("%-11s %11s %8s %10s %10s %10s %10s %9s %9s\n", "path", "ms/propose", "vs orig", "LM ms", "LM floor",
+         "step ms", "step floor", "step/flr", "GFLOP/s");
+  for (int p = 0; p < a->npaths; p++) {
+    work w = path_work(a, P, a->paths[p]);
+    double lf = floor_ms(w.lm_bytes, w.lm_flops, gbps, gflops);
+    double sf = floor_ms(w.step_bytes, w.step_flops, gbps, gflops);
+    double step = res[p].tail_ms / (double)a->gamma;
+    printf("%-11s %11.3f %8.2f %10.3f %10.3f %10.3f %10.3f %9.2f %9.1f\n", dsp_path_name(a->paths[p]), res[p].ms,
+           orig > 0 ? res[p].ms / orig : 0.0, res[p].lm_ms, lf, step, sf, sf > 0 ? step / sf : 0.0,
+           step > 0 ? w.step_flops / (step * 1e6) : 0.0);
+  }
+  printf("parity: %lld tokens compared against the first path's, %lld mismatches\n", compared, mismatched);
+}
+
+static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
+  int rank = dsp_comm_rank(comm), P = dsp_comm_size(comm);
+  dsp_head_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab, .hidden = a->hidden, .rank = a->rank,
+                         .gamma = a->gamma, .max_batch = (int32_t)a->batch, .path = DSP_PATH_AUTO,
+                         .contract = a->contract, .broadcast = a->broadcast};
+  int full = 0;
+  for (int p = 0; p < a->npaths; p++) full |= a->paths[p] != DSP_PATH_SHARDED;
+  /* ceilings first, on rank 0 while the others wait, before weights fill memory */
+  float ceil[2] = {0, 0};
+  if (rank == 0) {
+    ceil[0] = (float)dsp_cpu_measure_copy_gbps();
+    ceil[1] = (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0);
+  }
+  DSP_TRY(dsp_comm_bcast(comm, ceil, sizeof ceil, 0));
+  dsp_synth_weights sw;
+  dsp_tool_head *head = NULL;
+  input_sets in = {0};
+  dsp_status s = dsp_comm_agree(comm, dsp_synth_weights_create(&cfg, P, rank, full, 42, &sw));
+  if (s == DSP_OK) s = dsp_comm_agree(comm, make_inputs(a, &in));
+  if (s == DSP_OK) s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, &head));
+  path_result res[MAXP] = {{0}};
+  long long compared = 0, mismatched = 0;
+  if (s == DSP_OK) s = dsp_comm_agree(comm, run_rounds(a, comm, head, &in, res, &compared, &mismatched));
+  if (s == DSP_OK) {
+    int64_t c[2] = {compared, mismatched};
+    s = dsp_comm_allreduce(comm, c, c, 2, DSP_I64, DSP_REDUCE_SUM);
+    if (s == DSP_OK && rank == 0)
+      print_table(a, P, dsp_tool_head_report(head), res, ceil[0], ceil[1], (long long)c[0], (long long)c[1]);
+    *mism = c[1] != 0;
+  }
+  dsp_tool_head_free(head);
+  free_inputs(&in);
+  dsp_synth_weights_free(&sw);
+  return s;
+}
+
 int dsp_cmd_bench(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "dspark: 'bench' is not built yet\n");
-  return 1;
+  if (argc < 2 || strcmp(argv[1], "head")) {
+    bench_usage(stderr);
+    return 2;
+  }
+  bench_args a;
+  if (parse_bench_args(argc - 1, argv + 1, &a)) {
+    bench_usage(stderr);
+    return 2;
+  }
+  dsp_comm *comm;
+  if (dsp_comm_create_auto(&comm) != DSP_OK) {
+    fprintf(stderr, "dspark bench: error: %s\n", dsp_error_message());
+    return 1;
+  }
+  dsp_tool_threads(comm);
+  int mism = 0;
+  dsp_status s = bench_main(&a, comm, &mism);
+  if (s != DSP_OK && dsp_comm_rank(comm) == 0) fprintf(stderr, "dspark bench: error: %s\n", dsp_error_message());
+  dsp_comm_free(comm);
+  return s != DSP_OK ? 1 : (mism ? 3 : 0);
 }

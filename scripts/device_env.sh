@@ -1,0 +1,14 @@
+# Sourced on the GPU machine (Ubuntu image without jansson/cmocka headers and
+# with NCCL only inside PyTorch's wheels): unpacks the Debian packages carried
+# in .devdeps/ into /tmp/devroot and points CMake and pkg-config at them and at
+# that NCCL. Here (Debian with the packages installed) it is not needed.
+mkdir -p /tmp/devroot
+for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/devroot; done
+export PKG_CONFIG_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR=/tmp/devroot
+export CMAKE_PREFIX_PATH=/tmp/devroot/usr
+export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+DSPARK_NCCL_ROOT=$(python3 -c "import importlib.util as u; s=u.find_spec('nvidia.nccl'); print(list(s.submodule_search_locations)[0])" 2>/dev/null)
+export DSPARK_NCCL_ROOT
+export LD_LIBRARY_PATH=$DSPARK_NCCL_ROOT/lib:$LD_LIBRARY_PATH
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -1,0 +1,115 @@
+/* Internals shared by the CPU product (matmul.c) and the fused Markov step
+ * (markov_step.c): the packed weight layout, the widened-A layout, the per-ISA
+ * tile kernels and their epilogues, run-time dispatch and per-thread scratch.
+ *
+ * THE ACCUMULATION ORDER (contract 2, normative). For output element (m, n):
+ *     acc = +0.0f;
+ *     for k = 0 .. K-1 in order:  acc = fmaf(a[m][k], w[n][k], acc);   (one fused
+ *                                 multiply-add in fp32, round to nearest even)
+ *     result = bf16_rne(acc)      (or acc itself where the caller asks for fp32)
+ * Every path (AVX-512F, AVX2+FMA, scalar with C99 fmaf) runs exactly this chain
+ * per output; vectors run across n (one output per lane), never across k, so
+ * results are bit-identical across paths, across any split of N (shards), any M
+ * (batch, bucket padding) and any thread count. Subnormals are kept (the
+ * default MXCSR: no FTZ/DAZ). Every NaN a kernel writes is the canonical quiet
+ * NaN (+, 0x7FC00000 / bf16 0x7FC0): which operand's payload an instruction
+ * propagates depends on how the compiler ordered the operands, so only the
+ * canonical form can be the same on every path.
+ *
+ * Why no AVX512-BF16 (vdpbf16ps) or AMX path: neither exists on the machines we
+ * run on (Ice Lake Xeons), and both add *pairs* of products before
+ * accumulating and flush subnormals, so they cannot reproduce the per-element
+ * chain above; an exact emulation could not be tested here. */
+#ifndef DSP_CPU_KERNEL_H
+#define DSP_CPU_KERNEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+/* Rows of A per tile; A is widened to fp32 tile by tile, laid out [K][mr] so
+ * the mr values a k step broadcasts are adjacent. */
+#define DSP_CPU_MR 12
+/* Columns (weight rows) per panel. A panel holds 32 weight rows as one 64-byte
+ * line per k: slot 2j = row j, slot 2j+1 = row 16+j (j < 16), so one 512-bit
+ * load gives rows 0..15 as (x << 16) and rows 16..31 as (x & 0xFFFF0000). */
+#define DSP_CPU_NR 32
+
+struct dsp_cpu_packed {
+  int64_t n, k;     /* the weight's [N, K] */
+  int64_t npanels;  /* ceil(N / 32); rows >= N are zero */
+  uint16_t *data;   /* [npanels][K][32] bf16, 64-byte aligned */
+  size_t bytes;
+};
+
+static inline const uint16_t *dsp_cpu_panel(const struct dsp_cpu_packed *p, int64_t j) {
+  return p->data + (size_t)j * (size_t)p->k * DSP_CPU_NR;
+}
+
+/* Panel slot of column c (0..31) in a k line. */
+static inline int dsp_cpu_slot(int c) { return c < 16 ? 2 * c : 2 * (c - 16) + 1; }
+
+typedef enum { DSP_CPU_ISA_SCALAR = 0, DSP_CPU_ISA_AVX2, DSP_CPU_ISA_AVX512 } dsp_cpu_isa;
+dsp_cpu_isa dsp_cpu_isa_current(void);
+int dsp_cpu_isa_supported(dsp_cpu_isa isa);
+
+/* The calling thread's scratch, grown to at least `bytes` (64-byte aligned);
+ * kept for the thread's lifetime so steady-state calls allocate nothing. */
+void *dsp_cpu_scratch(size_t bytes);
+/* nthreads <= 0: DSPARK_THREADS, and 0 there: omp_get_max_threads(). */
+int dsp_cpu_threads_resolve(int nthreads);
+
+/* Widened A: tiles [0, ceil(M/MR)), tile t at out + t*MR*K holding rows
+ * t*MR .. t*MR+mr-1 as [K][mr] fp32. */
+static inline int64_t dsp_cpu_mtiles(int64_t m) { return (m + DSP_CPU_MR - 1) / DSP_CPU_MR; }
+void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out);
+
+/* A tile kernel: tile[i*32 + c] = the chain above for A row i < mr of the tile
+ * `ap` ([K][mr]) and panel column c < 32 of `bp` ([K][32]). */
+typedef void (*dsp_cpu_tile_fn)(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
+void dsp_cpu_tile_scalar(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
+void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
+void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
+
+/* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
+ * address of element (m0, n0)) with strides rs, cs in elements; dt BF16
+ * (rounded) or F32 (acc as is). */
+typedef void (*dsp_cpu_store_fn)(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs,
+                                 int64_t cs);
+void dsp_cpu_store_scalar(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs);
+void dsp_cpu_store_avx512(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs);
+
+/* Markov epilogue for one tile (rows i < mr, columns c < nvalid of a panel at
+ * local column n0): bias = bf16(tile), logit = bf16(base + bias) or, with
+ * fp32_add, base + bias; logits optionally written; the running best per row
+ * and lane (lane = panel column) updated. A lane's best is the first of its
+ * columns under the selection order; an empty lane has id -1. */
+typedef struct {
+  const dsp_bf16 *base0; int64_t base_rs, base_cs; /* base at (m0, n0) */
+  void *logit0; int64_t logit_rs, logit_cs;          /* NULL: not written */
+  int fp32_add;
+  float *best_v;   /* [mr][32] at row m0 */
+  int32_t *best_i; /* [mr][32]: local column, -1 = empty */
+  int32_t n0;
+} dsp_cpu_markov_tile;
+typedef void (*dsp_cpu_markov_fn)(const float *tile, int mr, int nvalid, const dsp_cpu_markov_tile *t);
+void dsp_cpu_markov_scalar(const float *tile, int mr, int nvalid, const dsp_cpu_markov_tile *t);
+void dsp_cpu_markov_avx512(const float *tile, int mr, int nvalid, const dsp_cpu_markov_tile *t);
+
+/* fp32 -> bf16 for a kernel output: NaN canonical, else RNE (contract 1). */
+static inline uint16_t dsp_cpu_out_bf16(float f) {
+  if (f != f) return 0x7FC0u;
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float dsp_cpu_out_f32(float f) {
+  if (f != f) {
+    uint32_t u = 0x7FC00000u;
+    __builtin_memcpy(&f, &u, 4);
+  }
+  return f;
+}
+
+#endif

@@ -1,0 +1,463 @@
+/* The communicator (src/comm): self and MPI backends, the dispatch checks and
+ * dsp_comm_agree. Modes (first argument):
+ *   self            the one-rank backend (no MPI)
+ *   mpi NP          every MPI collective, run under mpirun -np NP
+ *   rank-exit       rank 1 exits(3) while the others wait in a barrier
+ *   abort           rank 1 calls dsp_comm_abort(c, 5) while the others wait
+ * The last two are driven by comm_rank_exit.sh, which checks that mpirun ends
+ * quickly with a non-zero code. Expected values follow from comm.h's contract
+ * (rank r's bytes at offset r * bytes, sums and maxima over the ranks' inputs,
+ * "rank R: <message>" from the lowest failing rank). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "comm/comm.h"
+#include "comm/comm_impl.h"
+#include "core/status.h"
+
+static dsp_comm *g_comm;
+static int g_expect_size;
+static int g_passed; /* set by each MPI test as its last statement */
+
+/* ---- patterns ------------------------------------------------------------ */
+
+static uint8_t pattern(int rank, size_t i) { return (uint8_t)(rank * 131 + i * 7 + (i >> 8) * 3 + 1); }
+
+static void fill(uint8_t *p, size_t n, int rank) {
+  for (size_t i = 0; i < n; i++) p[i] = pattern(rank, i);
+}
+
+/* recv must hold each rank's pattern at offset r * bytes. */
+static void check_gathered(const uint8_t *recv, size_t bytes, int size) {
+  for (int r = 0; r < size; r++)
+    for (size_t i = 0; i < bytes; i++)
+      if (recv[(size_t)r * bytes + i] != pattern(r, i))
+        fail_msg("allgather: rank %d byte %zu is %u, want %u", r, i, recv[(size_t)r * bytes + i], pattern(r, i));
+}
+
+static void gather_case(dsp_comm *c, size_t bytes) {
+  int rank = dsp_comm_rank(c), size = dsp_comm_size(c);
+  uint8_t *send = malloc(bytes + 1), *recv = malloc((size_t)size * bytes + 1);
+  assert_non_null(send);
+  assert_non_null(recv);
+  fill(send, bytes, rank);
+  memset(recv, 0xEE, (size_t)size * bytes);
+  assert_int_equal(dsp_comm_allgather(c, send, recv, bytes), DSP_OK);
+  check_gathered(recv, bytes, size);
+  for (size_t i = 0; i < bytes; i++) assert_int_equal(send[i], pattern(rank, i)); /* send untouched */
+
+  /* in place: own part already at rank * bytes */
+  memset(recv, 0xEE, (size_t)size * bytes);
+  fill(recv + (size_t)rank * bytes, bytes, rank);
+  assert_int_equal(dsp_comm_allgather(c, recv + (size_t)rank * bytes, recv, bytes), DSP_OK);
+  check_gathered(recv, bytes, size);
+  free(send);
+  free(recv);
+}
+
+static void bcast_case(dsp_comm *c, size_t bytes, int root) {
+  uint8_t *buf = malloc(bytes + 1);
+  assert_non_null(buf);
+  if (dsp_comm_rank(c) == root) fill(buf, bytes, root);
+  else memset(buf, 0xEE, bytes);
+  assert_int_equal(dsp_comm_bcast(c, buf, bytes, root), DSP_OK);
+  for (size_t i = 0; i < bytes; i++)
+    if (buf[i] != pattern(root, i)) fail_msg("bcast from %d: byte %zu is %u, want %u", root, i, buf[i], pattern(root, i));
+  free(buf);
+}
+
+/* ---- allreduce: each rank's inputs and the exact expected results -------- */
+
+enum { NRED = 100 };
+
+static float f32_sum_in(int r, int i) { return (float)(i % 17) * 0.25f + (float)r; }
+static float f32_max_in(int r, int i) {
+  if (i == 0) return -INFINITY;                       /* all -inf: max is -inf */
+  if (i == 1) return r == g_expect_size - 1 ? INFINITY : 1.0f; /* +inf on the last rank */
+  return (float)((i + 3 * r) % 5 - 2) * 1.5f;
+}
+static int32_t i32_sum_in(int r, int i) { return (i + 1) * (r % 2 ? -1 : 1) * (r + 1); }
+static int32_t i32_max_in(int r, int i) {
+  if (i == 0) return INT32_MIN;
+  if (i == 1) return r == 0 ? INT32_MAX : INT32_MIN;
+  return (int32_t)((i * 7 + r * 13) % 23) - 11;
+}
+static int64_t i64_sum_in(int r, int i) { return ((int64_t)(r + 1) << 33) + i - 5; }
+static int64_t i64_max_in(int r, int i) {
+  if (i == 0) return INT64_MIN;
+  if (i == 1) return r == g_expect_size - 1 ? INT64_MAX : INT64_MIN + r;
+  return ((int64_t)((i * 7 + r * 13) % 23) << 40) - r; /* needs all 64 bits */
+}
+
+static float f32_sum_want(int size, int i) {
+  /* size * (i % 17) / 4 + size * (size - 1) / 2: quarters of small integers, exact in f32 */
+  return (float)size * (float)(i % 17) * 0.25f + (float)(size * (size - 1) / 2);
+}
+static int64_t i64_sum_want(int size, int i) {
+  return ((int64_t)(size * (size + 1) / 2) << 33) + (int64_t)size * (i - 5);
+}
+
+static void reduce_case(dsp_comm *c, int in_place) {
+  int rank = dsp_comm_rank(c), size = dsp_comm_size(c);
+  float fs[NRED], fm[NRED], fr[NRED];
+  int32_t is[NRED], im[NRED], ir[NRED];
+  int64_t ls[NRED], lm[NRED], lr[NRED];
+  for (int i = 0; i < NRED; i++) {
+    fs[i] = f32_sum_in(rank, i), fm[i] = f32_max_in(rank, i);
+    is[i] = i32_sum_in(rank, i), im[i] = i32_max_in(rank, i);
+    ls[i] = i64_sum_in(rank, i), lm[i] = i64_max_in(rank, i);
+  }
+#define RUN(src, out, dt, op)                                                        \
+  do {                                                                               \
+    if (in_place) {                                                                  \
+      memcpy(out, src, sizeof out);                                                  \
+      assert_int_equal(dsp_comm_allreduce(c, out, out, NRED, dt, op), DSP_OK);       \
+    } else {                                                                         \
+      memset(out, 0x5A, sizeof out);                                                 \
+      assert_int_equal(dsp_comm_allreduce(c, src, out, NRED, dt, op), DSP_OK);       \
+    }                                                                                \
+  } while (0)
+
+  RUN(fs, fr, DSP_F32, DSP_REDUCE_SUM);
+  for (int i = 0; i < NRED; i++) assert_true(fr[i] == f32_sum_want(size, i));
+  RUN(fm, fr, DSP_F32, DSP_REDUCE_MAX);
+  for (int i = 0; i < NRED; i++) {
+    float want = -INFINITY;
+    for (int r = 0; r < size; r++) want = fmaxf(want, f32_max_in(r, i));
+    assert_true(fr[i] == want);
+  }
+  assert_true(isinf(fr[0]) && fr[0] < 0);
+  assert_true(fr[1] == INFINITY);
+
+  RUN(is, ir, DSP_I32, DSP_REDUCE_SUM);
+  for (int i = 0; i < NRED; i++) {
+    int32_t k = 0; /* sum over r of (+-1)(r+1): 1 - 2 + 3 - 4 ... */
+    for (int r = 0; r < size; r++) k += (r % 2 ? -1 : 1) * (r + 1);
+    assert_int_equal(ir[i], (i + 1) * k);
+  }
+  RUN(im, ir, DSP_I32, DSP_REDUCE_MAX);
+  assert_int_equal(ir[0], INT32_MIN);
+  assert_int_equal(ir[1], INT32_MAX);
+  for (int i = 2; i < NRED; i++) {
+    int32_t want = INT32_MIN;
+    for (int r = 0; r < size; r++) want = i32_max_in(r, i) > want ? i32_max_in(r, i) : want;
+    assert_int_equal(ir[i], want);
+  }
+
+  RUN(ls, lr, DSP_I64, DSP_REDUCE_SUM);
+  for (int i = 0; i < NRED; i++) assert_true(lr[i] == i64_sum_want(size, i));
+  RUN(lm, lr, DSP_I64, DSP_REDUCE_MAX);
+  assert_true(lr[0] == INT64_MIN);
+  assert_true(lr[1] == INT64_MAX);
+  for (int i = 2; i < NRED; i++) {
+    int64_t want = INT64_MIN;
+    for (int r = 0; r < size; r++) want = i64_max_in(r, i) > want ? i64_max_in(r, i) : want;
+    assert_true(lr[i] == want);
+  }
+#undef RUN
+  /* not in place: the inputs are untouched */
+  for (int i = 0; i < NRED; i++) {
+    assert_true(fs[i] == f32_sum_in(rank, i));
+    assert_true(ls[i] == i64_sum_in(rank, i));
+  }
+}
+
+/* ---- MPI tests ------------------------------------------------------------- */
+
+static void test_mpi_identity(void **st) {
+  (void)st;
+  assert_string_equal(dsp_comm_kind(g_comm), "mpi");
+  assert_int_equal(dsp_comm_size(g_comm), g_expect_size);
+  int rank = dsp_comm_rank(g_comm);
+  assert_true(rank >= 0 && rank < g_expect_size);
+  /* every rank has a distinct number: the sum of ranks is 0 + 1 + ... + size-1 */
+  int32_t s = rank;
+  assert_int_equal(dsp_comm_allreduce(g_comm, &s, &s, 1, DSP_I32, DSP_REDUCE_SUM), DSP_OK);
+  assert_int_equal(s, g_expect_size * (g_expect_size - 1) / 2);
+  g_passed = 1;
+}
+
+static void test_mpi_allgather(void **st) {
+  (void)st;
+  static const size_t sizes[] = {0, 1, 7, 4096, 1u << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) gather_case(g_comm, sizes[k]);
+  /* zero bytes with no buffers at all */
+  assert_int_equal(dsp_comm_allgather(g_comm, NULL, NULL, 0), DSP_OK);
+  g_passed = 1;
+}
+
+/* The > INT_MAX path (a derived datatype of max-byte blocks plus a remainder),
+ * exercised by lowering the per-call limit instead of moving gigabytes. */
+static void test_mpi_allgather_split(void **st) {
+  (void)st;
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 1000), DSP_OK);
+  gather_case(g_comm, 2500);       /* 2 blocks + 500 */
+  gather_case(g_comm, 1u << 20);   /* 1048 blocks + 576 */
+  gather_case(g_comm, 1000);       /* exactly the limit: one plain call */
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 4096), DSP_OK);
+  gather_case(g_comm, 1u << 20);   /* 256 blocks, no remainder */
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, INT32_MAX), DSP_OK);
+  g_passed = 1;
+}
+
+static void test_mpi_bcast(void **st) {
+  (void)st;
+  int last = dsp_comm_size(g_comm) - 1;
+  static const size_t sizes[] = {0, 1, 13, 1u << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    bcast_case(g_comm, sizes[k], 0);
+    bcast_case(g_comm, sizes[k], last);
+  }
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 1000), DSP_OK); /* chunked */
+  bcast_case(g_comm, 1u << 20, 0);
+  bcast_case(g_comm, 2500, last);
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, INT32_MAX), DSP_OK);
+  g_passed = 1;
+}
+
+static void test_mpi_allreduce(void **st) {
+  (void)st;
+  reduce_case(g_comm, 0);
+  reduce_case(g_comm, 1);
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 7), DSP_OK); /* 100 = 14 chunks of 7 + 2 */
+  reduce_case(g_comm, 0);
+  reduce_case(g_comm, 1);
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, INT32_MAX), DSP_OK);
+  assert_int_equal(dsp_comm_allreduce(g_comm, NULL, NULL, 0, DSP_I64, DSP_REDUCE_SUM), DSP_OK);
+  g_passed = 1;
+}
+
+static void test_mpi_barrier(void **st) {
+  (void)st;
+  for (int k = 0; k < 3; k++) assert_int_equal(dsp_comm_barrier(g_comm), DSP_OK);
+  g_passed = 1;
+}
+
+/* Checks that are refused before any rank communicates (so they are local). */
+static void test_mpi_bad_args(void **st) {
+  (void)st;
+  int size = dsp_comm_size(g_comm);
+  uint8_t b[8] = {0};
+  assert_int_equal(dsp_comm_bcast(g_comm, b, 8, size), DSP_ERR_ARG);
+  assert_non_null(strstr(dsp_error_message(), "root"));
+  assert_int_equal(dsp_comm_bcast(g_comm, b, 8, -1), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_allreduce(g_comm, b, b, 2, DSP_BF16, DSP_REDUCE_SUM), DSP_ERR_DTYPE);
+  assert_int_equal(dsp_comm_allreduce(g_comm, b, b, 2, DSP_I32, (dsp_reduce_op)7), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_allgather(g_comm, NULL, b, 1), DSP_ERR_ARG);
+  if (size >= 2) /* size * bytes would overflow size_t */
+    assert_int_equal(dsp_comm_allgather(g_comm, b, b, SIZE_MAX / (size_t)size + 1), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_set_stream(g_comm, b), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 0), DSP_ERR_ARG);
+  g_passed = 1;
+}
+
+/* An error MPI itself reports comes back as DSP_ERR_COMM with file:line and
+ * MPI's text. The dispatch refuses a bad root, so call the backend's op
+ * directly; MPI checks the root before communicating, on every rank. */
+static void test_mpi_error_text(void **st) {
+  (void)st;
+  uint8_t b[4] = {0};
+  assert_int_equal(g_comm->ops->bcast(g_comm, b, 4, dsp_comm_size(g_comm) + 5), DSP_ERR_COMM);
+  const char *m = dsp_error_message();
+  if (!strstr(m, "comm_mpi.c:") || !strstr(m, ": MPI_Bcast failed: ") || !strstr(m, "root"))
+    fail_msg("unexpected message: %s", m);
+  assert_int_equal(dsp_comm_barrier(g_comm), DSP_OK); /* still usable */
+  g_passed = 1;
+}
+
+static void test_mpi_agree_ok(void **st) {
+  (void)st;
+  dsp_fail(DSP_ERR_ARG, "untouched");
+  assert_int_equal(dsp_comm_agree(g_comm, DSP_OK), DSP_OK);
+  assert_string_equal(dsp_error_message(), "untouched");
+  g_passed = 1;
+}
+
+static void test_mpi_agree_last_fails(void **st) {
+  (void)st;
+  int rank = dsp_comm_rank(g_comm), last = dsp_comm_size(g_comm) - 1;
+  dsp_status local = DSP_OK;
+  dsp_error_clear();
+  if (rank == last) local = dsp_fail(DSP_ERR_IO, "boom");
+  assert_int_equal(dsp_comm_agree(g_comm, local), DSP_ERR_IO);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d: boom", last);
+  assert_string_equal(dsp_error_message(), want);
+  g_passed = 1;
+}
+
+/* Ranks 1 and 2 fail with different reasons: the lowest failing rank wins. */
+static void test_mpi_agree_lowest_wins(void **st) {
+  (void)st;
+  int rank = dsp_comm_rank(g_comm), size = dsp_comm_size(g_comm);
+  if (size < 2) {
+    g_passed = 1;
+    skip();
+  }
+  dsp_status local = DSP_OK;
+  dsp_error_clear();
+  if (rank == 1) local = dsp_fail(DSP_ERR_RANGE, "token id 99 >= vocab 50");
+  if (rank == 2) local = dsp_fail(DSP_ERR_IO, "cannot open w2.safetensors");
+  assert_int_equal(dsp_comm_agree(g_comm, local), DSP_ERR_RANGE);
+  assert_string_equal(dsp_error_message(), "rank 1: token id 99 >= vocab 50");
+  g_passed = 1;
+}
+
+/* Every rank fails: rank 0's reason; an empty reason is replaced by the status name. */
+static void test_mpi_agree_all_fail(void **st) {
+  (void)st;
+  int rank = dsp_comm_rank(g_comm);
+  dsp_error_clear();
+  dsp_status local = rank == 0 ? DSP_ERR_SHAPE : dsp_fail(DSP_ERR_NOMEM, "rank-local reason");
+  assert_int_equal(dsp_comm_agree(g_comm, local), DSP_ERR_SHAPE);
+  assert_string_equal(dsp_error_message(), "rank 0: bad shape");
+  /* and the communicator still works afterwards */
+  assert_int_equal(dsp_comm_agree(g_comm, DSP_OK), DSP_OK);
+  g_passed = 1;
+}
+
+static int mpi_test_setup(void **st) {
+  (void)st;
+  g_passed = 0;
+  return 0;
+}
+
+/* A rank whose test failed must not leave the others waiting in a collective:
+ * it ends the job (mpirun then exits non-zero). */
+static int mpi_test_teardown(void **st) {
+  (void)st;
+  if (!g_passed) {
+    fprintf(stderr, "test_comm: rank %d failed a test; aborting all ranks\n", dsp_comm_rank(g_comm));
+    fflush(stderr);
+    fflush(stdout);
+    dsp_comm_abort(g_comm, 1);
+  }
+  return 0;
+}
+
+#define MPI_TEST(f) cmocka_unit_test_setup_teardown(f, mpi_test_setup, mpi_test_teardown)
+
+static int run_mpi(int np) {
+  g_expect_size = np;
+  if (dsp_comm_mpi_create(&g_comm) != DSP_OK) {
+    fprintf(stderr, "test_comm: %s\n", dsp_error_message());
+    return 1;
+  }
+  /* one copy of cmocka's progress lines; failures still go to stderr from every rank */
+  if (dsp_comm_rank(g_comm) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+  const struct CMUnitTest tests[] = {
+      MPI_TEST(test_mpi_identity),       MPI_TEST(test_mpi_allgather),   MPI_TEST(test_mpi_allgather_split),
+      MPI_TEST(test_mpi_bcast),          MPI_TEST(test_mpi_allreduce),   MPI_TEST(test_mpi_barrier),
+      MPI_TEST(test_mpi_bad_args),       MPI_TEST(test_mpi_error_text),  MPI_TEST(test_mpi_agree_ok),    MPI_TEST(test_mpi_agree_last_fails),
+      MPI_TEST(test_mpi_agree_lowest_wins), MPI_TEST(test_mpi_agree_all_fail),
+  };
+  int failed = cmocka_run_group_tests_name("comm mpi", tests, NULL, NULL);
+  dsp_comm_free(g_comm);
+  return failed ? 1 : 0;
+}
+
+/* ---- self backend -------------------------------------------------------- */
+
+static void test_self_basics(void **st) {
+  (void)st;
+  dsp_comm *c;
+  assert_int_equal(dsp_comm_self_create(&c), DSP_OK);
+  assert_string_equal(dsp_comm_kind(c), "self");
+  assert_int_equal(dsp_comm_rank(c), 0);
+  assert_int_equal(dsp_comm_size(c), 1);
+  gather_case(c, 0);
+  gather_case(c, 13);
+  gather_case(c, 1u << 20);
+  bcast_case(c, 13, 0);
+  assert_int_equal(dsp_comm_barrier(c), DSP_OK);
+  g_expect_size = 1;
+  reduce_case(c, 0);
+  reduce_case(c, 1);
+  assert_int_equal(dsp_comm_allgather(c, NULL, NULL, 0), DSP_OK);
+  dsp_comm_free(c);
+  dsp_comm_free(NULL);
+}
+
+static void test_self_errors(void **st) {
+  (void)st;
+  dsp_comm *c;
+  assert_int_equal(dsp_comm_self_create(&c), DSP_OK);
+  uint8_t b[4] = {0};
+  assert_int_equal(dsp_comm_bcast(c, b, 4, 1), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_allreduce(c, b, b, 1, DSP_F16, DSP_REDUCE_MAX), DSP_ERR_DTYPE);
+  assert_int_equal(dsp_comm_allgather(c, b, NULL, 4), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_set_stream(c, b), DSP_ERR_UNSUPPORTED);
+  assert_non_null(strstr(dsp_error_message(), "self"));
+  assert_int_equal(dsp_comm_mpi_set_max_count(c, 10), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_self_create(NULL), DSP_ERR_ARG);
+  assert_int_equal(dsp_comm_barrier(NULL), DSP_ERR_ARG);
+
+  dsp_fail(DSP_ERR_ARG, "untouched");
+  assert_int_equal(dsp_comm_agree(c, DSP_OK), DSP_OK);
+  assert_string_equal(dsp_error_message(), "untouched");
+  assert_int_equal(dsp_comm_agree(c, dsp_fail(DSP_ERR_IO, "boom")), DSP_ERR_IO);
+  assert_string_equal(dsp_error_message(), "rank 0: boom");
+  dsp_comm_free(c);
+}
+
+static void test_self_abort_exits(void **st) {
+  (void)st;
+  dsp_comm *c;
+  assert_int_equal(dsp_comm_self_create(&c), DSP_OK);
+  fflush(stdout);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) dsp_comm_abort(c, 7);
+  int wst = 0;
+  assert_int_equal(waitpid(pid, &wst, 0), pid);
+  assert_true(WIFEXITED(wst));
+  assert_int_equal(WEXITSTATUS(wst), 7);
+  dsp_comm_free(c);
+}
+
+static int run_self(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_self_basics),
+      cmocka_unit_test(test_self_errors),
+      cmocka_unit_test(test_self_abort_exits),
+  };
+  return cmocka_run_group_tests_name("comm self", tests, NULL, NULL) ? 1 : 0;
+}
+
+/* ---- rank-exit driver modes ---------------------------------------------- */
+
+static int run_exit_mode(int use_abort) {
+  dsp_comm *c;
+  if (dsp_comm_mpi_create(&c) != DSP_OK) {
+    fprintf(stderr, "test_comm: %s\n", dsp_error_message());
+    return 1;
+  }
+  if (dsp_comm_rank(c) == 1) {
+    if (use_abort) dsp_comm_abort(c, 5);
+    exit(3);
+  }
+  dsp_status s = dsp_comm_barrier(c);
+  /* Reaching here means the barrier came back although rank 1 is gone. */
+  fprintf(stderr, "test_comm: rank %d left the barrier: %s\n", dsp_comm_rank(c),
+          s == DSP_OK ? "ok (unexpected)" : dsp_error_message());
+  return s == DSP_OK ? 0 : 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "self")) return run_self();
+  if (argc >= 3 && !strcmp(argv[1], "mpi")) return run_mpi(atoi(argv[2]));
+  if (argc >= 2 && !strcmp(argv[1], "rank-exit")) return run_exit_mode(0);
+  if (argc >= 2 && !strcmp(argv[1], "abort")) return run_exit_mode(1);
+  fprintf(stderr, "usage: test_comm self | mpi NP | rank-exit | abort\n");
+  return 2;
+}
