@@ -254,19 +254,20 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
                          .contract = a->contract, .broadcast = a->broadcast};
   int full = 0;
   for (int p = 0; p < a->npaths; p++) full |= a->paths[p] != DSP_PATH_SHARDED;
-  /* ceilings first, on rank 0 while the others wait, before weights fill memory */
-  float ceil[2] = {0, 0};
-  if (rank == 0) {
-    ceil[0] = (float)dsp_cpu_measure_copy_gbps();
-    ceil[1] = (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0);
-  }
-  DSP_TRY(dsp_comm_bcast(comm, ceil, sizeof ceil, 0));
+  /* Ceilings first, before the weights fill memory: every rank measures at once
+   * with its share of the threads, and the sum is what the machine gives this
+   * layout of ranks (a rank waiting in a collective would spin and skew a
+   * measurement made by rank 0 alone). */
+  float ceil[2] = {(float)dsp_cpu_measure_copy_gbps(), (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0)};
+  DSP_TRY(dsp_comm_allreduce(comm, ceil, ceil, 2, DSP_F32, DSP_REDUCE_SUM));
   dsp_synth_weights sw;
   dsp_tool_head *head = NULL;
   input_sets in = {0};
   dsp_status s = dsp_comm_agree(comm, dsp_synth_weights_create(&cfg, P, rank, full, 42, &sw));
   if (s == DSP_OK) s = dsp_comm_agree(comm, make_inputs(a, &in));
   if (s == DSP_OK) s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, &head));
+  char report[256] = "";
+  if (s == DSP_OK) snprintf(report, sizeof report, "%s", dsp_tool_head_report(head));
   path_result res[MAXP] = {{0}};
   long long compared = 0, mismatched = 0;
   if (s == DSP_OK) s = dsp_comm_agree(comm, run_rounds(a, comm, head, &in, res, &compared, &mismatched));
@@ -274,7 +275,7 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
     int64_t c[2] = {compared, mismatched};
     s = dsp_comm_allreduce(comm, c, c, 2, DSP_I64, DSP_REDUCE_SUM);
     if (s == DSP_OK && rank == 0)
-      print_table(a, P, dsp_tool_head_report(head), res, ceil[0], ceil[1], (long long)c[0], (long long)c[1]);
+      print_table(a, P, report, res, ceil[0], ceil[1], (long long)c[0], (long long)c[1]);
     *mism = c[1] != 0;
   }
   dsp_tool_head_free(head);

@@ -5,11 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
-#include <unistd.h>
-
 #include "comm/comm.h"
 #include "core/env.h"
+#include "core/threads.h"
 #include "core/status.h"
 #ifdef DSPARK_HAVE_CUDA
 #include "cuda/head_cuda.h"
@@ -144,15 +142,6 @@ void dsp_tool_head_free(dsp_tool_head *h) {
 }
 
 void dsp_tool_threads(dsp_comm *c) {
-  const dsp_env *e = dsp_env_get();
-  if (e->threads > 0) {
-    omp_set_num_threads(e->threads);
-    return;
-  }
-  /* ranks on one host share its cores: give each an equal part, at least one */
-  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int local = ls ? atoi(ls) : dsp_comm_size(c);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int n = local > 0 ? (int)(cores / local) : 1;
-  omp_set_num_threads(n > 0 ? n : 1);
+  (void)c;
+  dsp_threads_setup();
 }

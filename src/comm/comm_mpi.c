@@ -134,13 +134,18 @@ static void mpi_release(void) {
   int done = 0;
   if (MPI_Finalized(&done) == MPI_SUCCESS && !done) {
     int rc = MPI_Finalize();
-    if (rc != MPI_SUCCESS) fprintf(stderr, "dspark: %s:%d: MPI_Finalize failed (code %d)\n", __FILE__, __LINE__, rc);
+    if (rc != MPI_SUCCESS) {
+      mpi_fail(rc, "MPI_Finalize", __FILE__, __LINE__);
+      fprintf(stderr, "dspark: %s\n", dsp_error_message());
+    }
   }
 }
 
 static void mpi_free(dsp_comm *c) {
   mpi_impl *m = c->impl;
-  int rc = MPI_Comm_free(&m->comm);
+  int done = 0, rc = MPI_Finalized(&done);
+  /* After someone else's MPI_Finalize the communicator is already gone. */
+  if (rc == MPI_SUCCESS && !done) rc = MPI_Comm_free(&m->comm);
   /* free cannot return a status; say it rather than lose it */
   if (rc != MPI_SUCCESS) {
     mpi_fail(rc, "MPI_Comm_free", __FILE__, __LINE__);

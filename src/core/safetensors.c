@@ -45,7 +45,7 @@ struct dsp_st_file {
   json_t *meta; /* borrowed from root; NULL when absent */
   int n;
   st_tensor *t;    /* sorted by (begin, end, name) */
-  int *by_name;    /* indices into t, sorted by name */
+  const st_tensor **by_name; /* into t, sorted by name */
   int64_t *dims;   /* every tensor's shape, back to back */
 };
 
@@ -91,17 +91,8 @@ static int cmp_offset(const void *a, const void *b) {
   return strcmp(x->e.name, y->e.name);
 }
 
-/* qsort has no context argument: sort the index array through a file-scope
- * pointer, used only inside st_sort_names. */
-static _Thread_local const st_tensor *g_sort_t;
 static int cmp_name(const void *a, const void *b) {
-  return strcmp(g_sort_t[*(const int *)a].e.name, g_sort_t[*(const int *)b].e.name);
-}
-static void st_sort_names(dsp_st_file *f) {
-  for (int i = 0; i < f->n; i++) f->by_name[i] = i;
-  g_sort_t = f->t;
-  if (f->n > 1) qsort(f->by_name, (size_t)f->n, sizeof(int), cmp_name);
-  g_sort_t = NULL;
+  return strcmp((*(const st_tensor *const *)a)->e.name, (*(const st_tensor *const *)b)->e.name);
 }
 
 /* Reads a JSON integer >= 0 into *v. */
@@ -250,7 +241,8 @@ static dsp_status st_parse(dsp_st_file *f, const uint8_t *buf, size_t len) {
   DSP_ASSERT((size_t)f->n == n && di == ndims);
   if (f->n > 1) qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_offset);
   DSP_TRY(st_check_overlap(f));
-  st_sort_names(f);
+  for (int i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+  if (f->n > 1) qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
   return DSP_OK;
 }
 
@@ -359,7 +351,7 @@ static const st_tensor *st_find(const dsp_st_file *f, const char *name) {
   int lo = 0, hi = f->n;
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
-    const st_tensor *t = &f->t[f->by_name[mid]];
+    const st_tensor *t = f->by_name[mid];
     int c = strcmp(name, t->e.name);
     if (c == 0) return t;
     if (c < 0) hi = mid;

@@ -10,8 +10,9 @@
  * name the format defines (F64, U8, BOOL, F8_*, ...) and any number of dims;
  * the accessors that hand out data (info, view, read_rows) refuse a dtype
  * that has no dsp_dtype (DSP_ERR_DTYPE) and more than DSP_MAX_DIMS dims
- * (DSP_ERR_SHAPE). Data ranges may leave gaps but never share a byte. Tensors
- * are listed in the order of their data offsets (file order). */
+ * (DSP_ERR_SHAPE). Data ranges may leave gaps but never share a byte (empty
+ * ranges share none). Tensors are listed in the order of their data offsets
+ * (file order; equal offsets by end, then name). */
 #ifndef DSP_CORE_SAFETENSORS_H
 #define DSP_CORE_SAFETENSORS_H
 #include <stddef.h>

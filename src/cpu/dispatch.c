@@ -98,6 +98,7 @@ static void scratch_drop(void *v) {
 static void scratch_key(void) { DSP_ASSERT(pthread_key_create(&g_key, scratch_drop) == 0); }
 
 void *dsp_cpu_scratch(size_t bytes) {
+  if (bytes < 64) bytes = 64; /* never NULL for an empty request */
   pthread_once(&g_key_once, scratch_key);
   scratch *s = pthread_getspecific(g_key);
   if (!s) {

@@ -42,7 +42,6 @@ def make(rng, B, G, V, Vp, R, H, kind, grid):
     if Vp > V:
         # Padding rows that would win if they were ever selected.
         lm[V:] = ref.bf16(np.abs(ref.f32(lm[V:])) * 8 + 4)
-        hidden[..., :] = ref.bf16(np.abs(ref.f32(hidden))) if grid else hidden
     anchor = rng.integers(0, V, size=B)
     temp = rng.choice(np.array([0.5, 0.7, 1.0, 1.3], np.float32), size=B)
     if kind == "greedy":

@@ -1,0 +1,47 @@
+/* The LM-head product on the GPU (contract 2): out[m][n] = bf16(sum_k a[m][k] *
+ * w[n][k]) with bf16 operands, fp32 accumulation and one rounding.
+ *
+ * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm. It is
+ * chosen from the heuristic for a canonical shape that depends only on K
+ * (M = 256, N = 65536), with split-K = 1 and no workspace, so no reduction
+ * across CTAs exists; then it is checked against every shape it will run.
+ * Because every (M, N) uses the same kernel, an element's accumulation order
+ * (the kernel's fixed K loop) depends neither on the batch bucket (M) nor on
+ * the vocabulary split (N): batch- and shard-invariant. Against the CPU's
+ * sequential fmaf chain the tensor cores may differ in the last bit where a
+ * sum is inexact (bit-identical where every partial sum is exact).
+ *
+ * Strict mode (DSPARK_CUDA_STRICT=1): a CUDA-core kernel that runs the CPU's
+ * chain per element, acc = +0; for k = 0..K-1: acc = fmaf(a[m][k], w[n][k],
+ * acc); out = bf16_rne(acc): bitwise equal to the CPU on any input.
+ * NaN results are written as the canonical 0x7FC0 in strict mode (cuBLASLt
+ * writes its own NaN; the head never outputs base values directly). */
+#ifndef DSP_CUDA_LM_HEAD_H
+#define DSP_CUDA_LM_HEAD_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsp_cuda_lm dsp_cuda_lm;
+
+/* A product with N weight rows of K columns (K % 8 == 0, N % 8 == 0). */
+dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, dsp_cuda_lm **out);
+/* Checks that the pinned algorithm runs M rows (call once per M before capture). */
+dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m);
+/* a: [m][k] device, row stride k; w: [n][k] device, row stride k; out: [m][ldo]
+ * device (ldo >= n, ldo % 8 == 0). Enqueued on s (capturable). */
+dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m, int64_t ldo,
+                           cudaStream_t s);
+/* "cublasLt algo 23 tile 18 stages 9 (pinned)" or "strict fmaf chain". */
+const char *dsp_cuda_lm_describe(const dsp_cuda_lm *lm);
+void dsp_cuda_lm_free(dsp_cuda_lm *lm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,102 @@
+/* The fused Markov step on the GPU (contracts 3-5), CUDA C++ internal interface.
+ *
+ * Rows. The vocabulary rows a launch covers form `nseg` segments (one per TP
+ * rank whose rows are present: 1 for this rank's own rows, P after the base
+ * all-gather), each padded to seg_rows (a multiple of 16) rows. Local row l of
+ * segment s is global id (seg_rank0 + s) * vr + l, real when l < vr and
+ * id < vocab. W2 holds [nseg][seg_rows][DSP_MK_RP] bf16 (R zero-padded to 256:
+ * zero products leave a sum that started at +0 unchanged); base and the logits
+ * output hold [nseg] x [gamma][bq][ld] (element (s, k, b, l) at
+ * s * seg_stride + (k * bq + b) * ld + l).
+ *
+ * Work. A unit is 16 consecutive rows of one segment (8 KB of W2); warp w of W
+ * takes units w, w + W, ... (reversed on odd steps when serpentine: the units a
+ * step streamed last are the ones still in L2 when the next step starts).
+ * Per unit a warp loads its W2 rows straight into tensor-core fragments (16-byte
+ * loads, the next unit in flight while this one computes, and an L2 prefetch
+ * `prefetch` units ahead), multiplies them with E = W1[prev] (shared memory)
+ * for every batch tile, and the epilogue adds base, rounds, writes logits
+ * (sampling) and keeps each row's best 64-bit key (devmath.cuh) in registers.
+ * A step ends with a max over the warp, the block (shared atomics) and the grid
+ * (one global atomicMax per block and row into keys[k][b]).
+ *
+ * ACCUMULATION ORDER of bias[b][v] (fast mode): fp32 accumulator starting at
+ * +0; the 256 (padded) k are taken in 16 groups c = 0..15 in increasing order,
+ * group c = 2j + s holding k = 32j + 8q + 4s + i (q, i = 0..3); each group is
+ * one mma.sync m16n8k16 (bf16 products, fp32 accumulate; the tensor core's
+ * internal order within a group). The order is the same for every row, every
+ * segment and split, every batch size and bucket: shard- and batch-invariant.
+ * Strict mode: acc = +0; for k = 0..255: acc = fmaf(e[k], w[k], acc) (the CPU
+ * chain, bitwise equal to the CPU). Then bias = bf16_rne(acc).
+ *
+ * Persistent mode runs steps [k_begin, k_end) in one cooperative launch: after
+ * each step a grid barrier, then every block reads the winners, block 0 writes
+ * the tokens, and every block gathers the next E itself. Otherwise a launch runs
+ * one step and dsp_cuda_markov_select (after any all-gather of keys) picks the
+ * tokens. */
+#ifndef DSP_CUDA_MARKOV_H
+#define DSP_CUDA_MARKOV_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+#define DSP_MK_RP 256      /* padded Markov rank: R <= 256 */
+#define DSP_MK_THREADS 256 /* 8 warps per block */
+#define DSP_MK_MAXBQ 128   /* largest padded batch */
+
+typedef struct {
+  const uint16_t *w2;       /* [nseg][seg_rows][RP] */
+  const uint16_t *w1;       /* [Vp][RP] */
+  const uint16_t *base;     /* see above */
+  void *logits;             /* same layout as base, BF16 or F32 (fp32_add); sampling only */
+  int64_t seg_stride;       /* elements between segments of base / logits */
+  int64_t vr;               /* real rows per rank before padding */
+  int64_t vocab;
+  int32_t ld;               /* row stride of base / logits (= seg_rows) */
+  int32_t seg_rows;         /* multiple of 16 */
+  int32_t nseg;
+  int32_t seg_rank0;
+  int32_t bq;               /* padded batch, multiple of 16, <= DSP_MK_MAXBQ */
+  int32_t fp32_add;
+  const int32_t *anchor;    /* [bq] */
+  const float *temp;        /* [bq] */
+  const uint64_t *seed;     /* [bq] */
+  const int64_t *pos;       /* [bq] */
+  int32_t *tokens;          /* [gamma][bq] */
+  unsigned long long *keys; /* [gamma][bq], zero before the first step */
+  unsigned int *barrier;    /* zero before a persistent launch */
+  int32_t k_begin, k_end;
+  int32_t persistent;
+  int32_t serpentine;
+  int32_t prefetch;         /* L2 prefetch distance in units; 0 = off */
+} dsp_mk_args;
+
+typedef struct {
+  int sampling, strict;
+  int grid;        /* blocks */
+  int cooperative; /* launch with the cooperative attribute */
+} dsp_mk_launch;
+
+/* Shared-memory bytes and the most co-resident blocks per SM of the kernel
+ * instance for (bq, sampling, strict) on the current device; also raises its
+ * dynamic shared-memory limit. */
+dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, size_t *smem, int *blocks_per_sm);
+dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s);
+/* tokens[b] = id of max_r keys[r * bq + b] (0 when no candidate), b < bq. */
+dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
+                                  cudaStream_t s);
+/* 1 when a cooperative launch can be captured into a CUDA graph here. */
+int dsp_cuda_markov_coop_capturable(cudaStream_t s);
+
+/* One instance per (MT, sampling, strict) family; defined in markov_*.cu. */
+dsp_status dsp_mk_launch_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
+                           size_t *smem, int *occ);
+dsp_status dsp_mk_launch_s(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
+                           size_t *smem, int *occ);
+dsp_status dsp_mk_launch_gx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
+                            size_t *smem, int *occ);
+dsp_status dsp_mk_launch_sx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
+                            size_t *smem, int *occ);
+
+#endif
