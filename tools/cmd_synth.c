@@ -64,11 +64,13 @@ static dsp_status write_inputs(const synth_args *a) {
   }
   if (s == DSP_OK) {
     int64_t hs[3] = {a->batch, a->gamma, a->hidden}, bs[1] = {a->batch};
-    s = add(w, "hidden", hid, DSP_BF16, 3, hs);
-    if (s == DSP_OK) s = add(w, "anchor", anchor, DSP_I64, 1, bs);
-    if (s == DSP_OK && a->sampled_every) s = add(w, "temperature", temp, DSP_F32, 1, bs);
+    /* widest dtypes first: the writer packs tensors in order, so this keeps
+     * every tensor aligned to its element size */
+    s = add(w, "anchor", anchor, DSP_I64, 1, bs);
     if (s == DSP_OK && a->sampled_every) s = add(w, "seed", seed, DSP_I64, 1, bs);
     if (s == DSP_OK) s = add(w, "position", pos, DSP_I64, 1, bs);
+    if (s == DSP_OK && a->sampled_every) s = add(w, "temperature", temp, DSP_F32, 1, bs);
+    if (s == DSP_OK) s = add(w, "hidden", hid, DSP_BF16, 3, hs);
     if (s == DSP_OK) s = dsp_st_writer_finish(w);
     else dsp_st_writer_abort(w);
   }

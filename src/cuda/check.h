@@ -31,7 +31,7 @@ extern "C" {
     cublasStatus_t dsp_cb_e_ = (call);                                                          \
     if (dsp_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                     \
       return dsp_fail(DSP_ERR_DEVICE, "%s:%d: %s: cublas status %d (%s)", __FILE__, __LINE__,   \
-                      #call, (int)dsp_cb_e_, cublasGetStatusString(dsp_cb_e_));                 \
+                      #call, (int)dsp_cb_e_, cublasLtGetStatusString(dsp_cb_e_));                 \
   } while (0)
 
 #define DSP_NCCL_TRY(call)                                                                      \

@@ -174,15 +174,6 @@ def case_list():
         return wp, os.path.join(d, "no_such_inputs.safetensors"), []
     add("missing inputs file", ["no_such_inputs"], missing_i)
 
-    def tp_gt_v(d):
-        w, i = base()
-        wp, ip = os.path.join(d, "w.safetensors"), os.path.join(d, "i.safetensors")
-        write(wp, w, {"vocab_size": "2"})
-        i["anchor"] = np.array([0, 1], np.int64)
-        write(ip, i, None)
-        return wp, ip, []
-    add("TP size 3 > V = 2", ["vocab", "rank", "tp"], tp_gt_v, modes=("np3",))
-
     def bad_path(d):
         wp, ip, _ = files()(d)
         return wp, ip, ["--path", "diagonal"]
@@ -233,6 +224,36 @@ def run_case(tally, wd, name, keys, build, mode):
     return not problems
 
 
+def tp_above_vocab_case(tally, wd):
+    """TP size 3 > V = 2 is valid (DESIGN §3 eligibility): the sharded path is not
+    eligible, the head falls back to the original path, says so on start-up,
+    and gives the oracle's tokens and logits on every path."""
+    w, i = base()
+    d = os.path.join(wd.path, "tpv")
+    os.makedirs(d)
+    wp, ip = os.path.join(d, "w.safetensors"), os.path.join(d, "i.safetensors")
+    write(wp, w, {"vocab_size": "2"})
+    i["anchor"] = np.array([0, 1], np.int64)
+    write(ip, i, None)
+    want, want_lg = ref.head(w["lm_head.weight"], w["markov_w1.weight"], w["markov_w2.weight"],
+                             2, i["hidden"], i["anchor"], i["temperature"], i["seed"], i["position"])
+    for path in ("auto", "sharded", "original", "replicated"):
+        label = "TP 3 > V = 2, --path %s" % path
+        out = os.path.join(d, "o_%s.safetensors" % path)
+        rc, so, se, dt = harness.run_head(wp, ip, out, np_=3, path=path, timeout=TIMEOUT)
+        tally.runs += 1
+        if rc != 0:
+            tally.fail("%s: exit %s; stderr: %s" % (label, rc, se.strip()[-600:]))
+            continue
+        if path in ("auto", "sharded") and "not eligible" not in se:
+            tally.fail("%s: the start-up line does not say the sharded path is not eligible: %s"
+                       % (label, se.strip()[-300:]))
+        got, _ = st.load(out)
+        tally.tokens_eq(label, got["tokens"], want)
+        tally.logits_eq(label, got["corrected_logits"], want_lg)
+        print("ok   %s: tokens %s match the oracle" % (label, got["tokens"].tolist()))
+
+
 def accepted_case(tally, wd):
     """Temperature given, seed absent: seed defaults to 0; not an error."""
     w, i = base()
@@ -263,6 +284,7 @@ def main():
                 total += 1
                 passed += run_case(tally, wd, name, keys, build, mode)
         accepted_case(tally, wd)
+        tp_above_vocab_case(tally, wd)
     print("bad inputs: %d of %d handled cleanly" % (passed, total))
     return tally.finish("bad_inputs")
 

@@ -9,6 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import numpy as np  # noqa: E402
+
 import harness  # noqa: E402
 import ref  # noqa: E402
 import table  # noqa: E402
@@ -25,7 +27,7 @@ def main():
     names = [c[0] for c in cases]
     want = {}
     for contract, col in CONTRACTS:
-        expect = ref.np.array([[c[col]] for c in cases], ref.np.int64)
+        expect = np.array([[c[col]] for c in cases], np.int64)
         tokens, logits = ref.head(lm, w1, w2, table.V, hidden, anchor, contract=contract)
         if not tally.tokens_eq("oracle vs table (%s)" % contract, tokens, expect):
             for i in range(len(cases)):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Parity (DESIGN section 6): original, sharded and replicated paths, TP sizes
 1, 2, 3, 4, 5, 8, broadcast on and off, greedy and sampling batches: every run
-must give the same tokens (and the oracle's)."""
+must give the same tokens (and the oracle's); sampling runs also write the
+corrected logits, which must equal the oracle's."""
 import math
 import os
 import sys
@@ -40,7 +41,7 @@ def main():
             ipath = wd.file("i_%s.safetensors" % mode)
             t = temp if mode == "sampling" else None
             harness.save_inputs(ipath, hidden, anchor, t, seed, pos)
-            want, _ = ref.head(lm, w1, w2, V, hidden, anchor, t, seed, pos)
+            want, want_lg = ref.head(lm, w1, w2, V, hidden, anchor, t, seed, pos)
             first = None
             for tp in TP_SIZES:
                 for path in PATHS:
@@ -55,6 +56,8 @@ def main():
                         elif not tally.tokens_eq(label + " vs first run", got[0], first):
                             continue
                         tally.tokens_eq(label + " vs oracle", got[0], want)
+                        if mode == "sampling":
+                            tally.logits_eq(label + " logits vs oracle", got[1], want_lg)
     return tally.finish("parity_paths")
 
 

@@ -1,0 +1,31 @@
+/* Knobs of the CUDA head for tests and benchmarks (not part of the public
+ * API). Every field left at its default (-1 / NULL) takes the DSPARK_*
+ * environment setting or the built-in choice. */
+#ifndef DSP_CUDA_HEAD_CUDA_TUNE_H
+#define DSP_CUDA_HEAD_CUDA_TUNE_H
+#include "cuda/head_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int strict;            /* 1: fixed-order fmaf products (bitwise = CPU); -1: DSPARK_CUDA_STRICT */
+  int graphs;            /* 0: run eagerly; -1: DSPARK_GRAPHS */
+  const char *buckets;   /* "4,8"; NULL: DSPARK_BUCKETS */
+  int per_step;          /* 1: one launch per step even where one persistent launch could run all */
+  int force_collectives; /* 1: the multi-rank plan (NCCL calls in the graphs) even on one rank */
+  int prefetch;          /* L2 prefetch distance in 16-row units, 0 = off; -1: default */
+  int serpentine;        /* 1: odd steps walk their units backwards (L2 reuse); -1: default */
+} dsp_cuda_tuning;
+
+void dsp_cuda_tuning_default(dsp_cuda_tuning *t);
+dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp_comm *comm, const dsp_head_weights *w,
+                                      int device, const dsp_cuda_tuning *t, dsp_cuda_head **out);
+/* Bytes of device memory the head holds (weights, buffers), and the graphs' share. */
+void dsp_cuda_head_memory(const dsp_cuda_head *h, size_t *buffers, size_t *graphs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

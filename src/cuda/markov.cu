@@ -1,0 +1,85 @@
+/* Fused Markov step: instance dispatch, the token select, and the probe for
+ * cooperative launches inside CUDA graphs (see markov.h). */
+#include <string.h>
+
+#include "cuda/check.h"
+#include "cuda/devmath.cuh"
+#include "cuda/markov.h"
+
+typedef dsp_status (*mk_family_fn)(const dsp_mk_args *, const dsp_mk_launch *, cudaStream_t, int, size_t *, int *);
+
+static mk_family_fn mk_family(int sampling, int strict) {
+  if (strict) return sampling ? dsp_mk_launch_sx : dsp_mk_launch_gx;
+  return sampling ? dsp_mk_launch_s : dsp_mk_launch_g;
+}
+
+dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, size_t *smem, int *blocks_per_sm) {
+  dsp_mk_args a;
+  memset(&a, 0, sizeof a);
+  a.bq = bq;
+  return mk_family(sampling, strict)(&a, NULL, 0, 1, smem, blocks_per_sm);
+}
+
+dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s) {
+  size_t smem;
+  int occ;
+  return mk_family(l->sampling, l->strict)(a, l, s, 0, &smem, &occ);
+}
+
+__global__ void mk_select_kernel(const unsigned long long *keys, int nranks, int bq, int32_t *tokens) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= bq) return;
+  unsigned long long best = 0ull;
+  for (int r = 0; r < nranks; r++) {
+    const unsigned long long v = keys[(size_t)r * bq + b];
+    best = v > best ? v : best;
+  }
+  tokens[b] = best ? (int32_t)dsp_dev_key_id(best) : 0;
+}
+
+dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
+                                  cudaStream_t s) {
+  mk_select_kernel<<<(bq + 127) / 128, 128, 0, s>>>(keys, nranks, bq, tokens);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+__global__ void mk_probe_kernel(int *x) {
+  if (x) *x = 1;
+}
+
+int dsp_cuda_markov_coop_capturable(cudaStream_t s) {
+  int dev = 0, coop = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+      !coop) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaGraph_t g = NULL;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(32);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int *none = NULL;
+  const cudaError_t e1 = cudaLaunchKernelEx(&cfg, mk_probe_kernel, none);
+  const cudaError_t e2 = cudaStreamEndCapture(s, &g);
+  int ok = e1 == cudaSuccess && e2 == cudaSuccess && g != NULL;
+  if (ok) {
+    cudaGraphExec_t x = NULL;
+    ok = cudaGraphInstantiate(&x, g, 0) == cudaSuccess;
+    if (ok) ok = cudaGraphLaunch(x, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+    if (x) cudaGraphExecDestroy(x);
+  }
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError(); /* a refused capture leaves a non-sticky error behind */
+  return ok;
+}
