@@ -1,2 +1,4 @@
 # CPU bf16 product (contract 2) and the fused Markov step (contracts 3, 4).
 dsp_test(test_cpu_matmul SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul.c LABELS unit TIMEOUT 120)
+# `dspark info`: text and JSON forms with small measurements.
+dsp_cmd_test(cpu_info COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cpu_info_check.py LABELS unit TIMEOUT 300)

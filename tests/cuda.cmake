@@ -20,3 +20,13 @@ if(_dsp_lib_opts)
   endforeach()
   set_property(TARGET dspark PROPERTY COMPILE_OPTIONS "${_dsp_lib_fixed}")
 endif()
+
+dsp_test(test_cuda_head SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_head.c LABELS gpu TIMEOUT 600)
+dsp_test(test_cuda_nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c LABELS gpu TIMEOUT 600)
+
+# The benchmark program (not a test): bench/bench_cuda_head.c, run by
+# scripts/device_check.sh on the GPU machine.
+add_executable(bench_cuda_head ${PROJECT_SOURCE_DIR}/bench/bench_cuda_head.c)
+target_include_directories(bench_cuda_head PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(bench_cuda_head PRIVATE dspark)
+set_target_properties(bench_cuda_head PROPERTIES LINKER_LANGUAGE CUDA)

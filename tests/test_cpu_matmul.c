@@ -159,6 +159,22 @@ static void test_paths_agree_random(void **st) {
   check_against_chain(M, K, N, a, w);
 }
 
+/* K around the kernel's k blocks (256 steps): the spilled partial sums must
+ * continue the one chain exactly. */
+static void test_k_block_edges(void **st) {
+  (void)st;
+  const int ks[] = {1, 255, 256, 257, 512, 513, 1000};
+  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+    enum { M = 13, N = 33 };
+    uint16_t *a = malloc(sizeof *a * (size_t)(M * ks[i])), *w = malloc(sizeof *w * (size_t)(N * ks[i]));
+    fill_normal(a, (size_t)(M * ks[i]), -20, 20);
+    fill_normal(w, (size_t)(N * ks[i]), -20, 20);
+    check_against_chain(M, ks[i], N, a, w);
+    free(a);
+    free(w);
+  }
+}
+
 static void test_order_k7168_specials(void **st) {
   (void)st;
   enum { M = 4, K = 7168, N = 40 };
@@ -351,7 +367,7 @@ static int64_t ref_argmax(const float *v, int64_t n) {
   return best;
 }
 
-enum { MM = 6, MR_ = 48, MN = 200, MNV = 181, MID0 = 1000, LW = MNV + 7 };
+enum { MM = 6, MR_ = 300, MN = 200, MNV = 181, MID0 = 1000, LW = MNV + 7 }; /* R > 256: two k blocks */
 
 typedef struct {
   uint16_t e[MM * MR_], w2[MN * MR_], base[MM * MN];
@@ -362,10 +378,15 @@ static void markov_case_make(markov_case *c) {
   for (int i = 0; i < MM * MR_; i++) c->e[i] = bf16_bits((float)((int)(rnd() % 5) - 2) * 0.5f);
   for (int n = 0; n < MN; n++)
     for (int r = 0; r < MR_; r++)
-      c->w2[n * MR_ + r] = n % 5 == 0 || n >= MNV ? bf16_bits((float)((int)((n / 5 * 7 + r) % 5) - 2) * 0.5f)
+      c->w2[n * MR_ + r] = n % 5 == 0 || n >= MNV ? bf16_bits((float)((int)(rnd() % 5) - 2) * 0.5f)
                                                  : c->w2[(n - n % 5) * MR_ + r];
   for (int m = 0; m < MM; m++)
     for (int n = 0; n < MN; n++) c->base[m * MN + n] = bf16_bits((float)(int)(rnd() % 3) * 0.25f);
+  /* row 0: the second k block (r >= 256) lowers every logit by 44, so a winner
+   * taken from the first block's partial sums would show. */
+  for (int n = 0; n < MN; n++)
+    for (int r = 256; r < MR_; r++) c->w2[n * MR_ + r] = bf16_bits(-1.0f);
+  for (int r = 256; r < MR_; r++) c->e[0 * MR_ + r] = bf16_bits(1.0f);
   /* row 1: base all -inf, so every logit is -inf: id 0 wins. */
   for (int n = 0; n < MN; n++) c->base[1 * MN + n] = 0xFF80;
   /* row 2: NaNs at 120 and 37 (and one in padding): the first, 37, wins. */
@@ -589,6 +610,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exact_grid),
       cmocka_unit_test(test_paths_agree_random),
+      cmocka_unit_test(test_k_block_edges),
       cmocka_unit_test(test_order_k7168_specials),
       cmocka_unit_test(test_shard_invariance),
       cmocka_unit_test(test_batch_invariance),

@@ -85,7 +85,7 @@ int dsp_cmd_info(int argc, char **argv) {
   dsp_tool_threads(comm);
   const int rank = dsp_comm_rank(comm), size = dsp_comm_size(comm);
   const int threads = dsp_cpu_threads_resolve(0);
-  const info_shapes sh = quick ? (info_shapes){224, 7168, 163840, 256, 32, 256, 8192}
+  const info_shapes sh = quick ? (info_shapes){224, 7168, 163840, 64, 32, 256, 4096}
                                : (info_shapes){224, 7168, 163840, 16384, 32, 256, 163840};
 
   double copy = 0, lm = 0, mk = 0, mk_ms = 0;

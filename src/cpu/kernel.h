@@ -16,10 +16,12 @@
  * propagates depends on how the compiler ordered the operands, so only the
  * canonical form can be the same on every path.
  *
- * Why no AVX512-BF16 (vdpbf16ps) or AMX path: neither exists on the machines we
- * run on (Ice Lake Xeons), and both add *pairs* of products before
- * accumulating and flush subnormals, so they cannot reproduce the per-element
- * chain above; an exact emulation could not be tested here. */
+ * Why no AVX512-BF16 (vdpbf16ps) or AMX (tdpbf16ps) path: the Ice Lake Xeons
+ * we develop and run CI on have neither, and where they exist (Sapphire
+ * Rapids and later) both add *pairs* of products before accumulating and flush
+ * subnormal inputs and results, so they cannot reproduce the per-element chain
+ * above; an emulation of it could not be tested here. Such CPUs take the
+ * AVX-512F path, which is exact everywhere. */
 #ifndef DSP_CPU_KERNEL_H
 #define DSP_CPU_KERNEL_H
 #include <stddef.h>
@@ -64,12 +66,40 @@ int dsp_cpu_threads_resolve(int nthreads);
 static inline int64_t dsp_cpu_mtiles(int64_t m) { return (m + DSP_CPU_MR - 1) / DSP_CPU_MR; }
 void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out);
 
-/* A tile kernel: tile[i*32 + c] = the chain above for A row i < mr of the tile
- * `ap` ([K][mr]) and panel column c < 32 of `bp` ([K][32]). */
-typedef void (*dsp_cpu_tile_fn)(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
-void dsp_cpu_tile_scalar(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
-void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
-void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile);
+/* A tile kernel: the chain of the comment above over k steps [k0, k0 + kc) for
+ * A row i < mr of a tile and panel column c < 32. ap is the tile's [K][mr]
+ * block at k0, bp the panel's [K][32] block at k0. load == 0 starts from +0;
+ * load == 1 continues from the fp32 partial sums in tile (an exact spill: the
+ * chain is the same as one pass over all k). Results go to tile[i*32 + c].
+ * pf: one 64-byte line per k step to prefetch into L2 (the weight block the
+ * sweep reads next), or NULL. */
+typedef void (*dsp_cpu_tile_fn)(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
+                                const void *pf);
+void dsp_cpu_tile_scalar(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
+                         const void *pf);
+void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load, const void *pf);
+void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
+                         const void *pf);
+dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa);
+
+/* Cache blocking of one thread's panels [j0, j1): per panel, k blocks of
+ * DSP_CPU_KC steps, then all A tiles, so a tile's A block (12 x 256 fp32) and
+ * the panel's block (256 x 32 bf16) sit in L1 together; partial sums are
+ * spilled to cbuf between k blocks (exact: fp32 in, fp32 out, the chain goes
+ * on unchanged). While the first tile runs over a block, the kernel prefetches
+ * the next block the sweep will read (blocks are contiguous in the packing),
+ * which is what keeps the weight-streaming shapes (M = 1, the Markov step) fed.
+ * Measured here: 256 beat no blocking, 128 and 512; grouping several panels
+ * per A block and pre-widening panel blocks to fp32 did not pay. Each finished
+ * (tile, panel) goes to epi, the panels of a row in increasing order. cbuf
+ * holds dsp_cpu_sweep_floats(m) floats, 64-byte aligned. */
+#define DSP_CPU_KC 256
+typedef void (*dsp_cpu_epi_fn)(void *ctx, const float *tile, int64_t m0, int mr, int64_t j);
+static inline size_t dsp_cpu_sweep_floats(int64_t m) {
+  return (size_t)((m + DSP_CPU_MR - 1) / DSP_CPU_MR) * DSP_CPU_MR * DSP_CPU_NR;
+}
+void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
+                   dsp_cpu_tile_fn fn, float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
 
 /* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
  * address of element (m0, n0)) with strides rs, cs in elements; dt BF16

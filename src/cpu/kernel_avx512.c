@@ -1,7 +1,7 @@
 /* The AVX-512F path: a 12 x 32 register tile (24 zmm accumulators), one fused
  * multiply-add per output per k (the chain of kernel.h), vectors across the 32
  * panel columns. Compiled for AVX-512 by function attribute; dispatch
- * (matmul.c) calls it only where the CPU has the features. */
+ * (dispatch.c) selects it only where the CPU has the features. */
 #include <immintrin.h>
 #include <stddef.h>
 
@@ -12,16 +12,26 @@
 
 /* MR is a constant at every call site, so the loops unroll and acc stays in
  * registers. */
-DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp, int64_t k, float *tile) {
+DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp, int64_t kc, float *tile, int load,
+                               const char *pf) {
   __m512 acc[DSP_CPU_MR][2];
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+  if (load) {
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk++) {
+    for (int i = 0; i < MR; i++) {
+      acc[i][0] = _mm512_load_ps(tile + i * DSP_CPU_NR);
+      acc[i][1] = _mm512_load_ps(tile + i * DSP_CPU_NR + 16);
+    }
+  } else {
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kc; kk++) {
     __m512i x = _mm512_load_si512((const void *)(bp + kk * DSP_CPU_NR));
     __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
     __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
     const float *av = ap + kk * MR;
+    _mm_prefetch(pf + kk * 64, _MM_HINT_T1);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
       __m512 a = _mm512_set1_ps(av[i]);
@@ -36,25 +46,31 @@ DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp
   }
 }
 
-#define TILE_FN(n) \
-  DSP_AVX512 static void tile_##n(const float *ap, const uint16_t *bp, int64_t k, float *tile) { tile_mr(ap, n, bp, k, tile); }
+#define TILE_FN(n)                                                                                   \
+  DSP_AVX512 static void tile_##n(const float *ap, const uint16_t *bp, int64_t kc, float *tile, int load, \
+                                  const char *pf) {                                                    \
+    tile_mr(ap, n, bp, kc, tile, load, pf);                                                            \
+  }
 TILE_FN(1) TILE_FN(2) TILE_FN(3) TILE_FN(4) TILE_FN(5) TILE_FN(6)
 TILE_FN(7) TILE_FN(8) TILE_FN(9) TILE_FN(10) TILE_FN(11) TILE_FN(12)
 
-DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile) {
+DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
+                                    const void *pfv) {
+  /* No prefetch wanted: touch the block being read (already in L1). */
+  const char *pf = pfv ? (const char *)pfv : (const char *)bp;
   switch (mr) {
-    case 1: tile_1(ap, bp, k, tile); break;
-    case 2: tile_2(ap, bp, k, tile); break;
-    case 3: tile_3(ap, bp, k, tile); break;
-    case 4: tile_4(ap, bp, k, tile); break;
-    case 5: tile_5(ap, bp, k, tile); break;
-    case 6: tile_6(ap, bp, k, tile); break;
-    case 7: tile_7(ap, bp, k, tile); break;
-    case 8: tile_8(ap, bp, k, tile); break;
-    case 9: tile_9(ap, bp, k, tile); break;
-    case 10: tile_10(ap, bp, k, tile); break;
-    case 11: tile_11(ap, bp, k, tile); break;
-    default: tile_12(ap, bp, k, tile); break;
+    case 1: tile_1(ap, bp, kc, tile, load, pf); break;
+    case 2: tile_2(ap, bp, kc, tile, load, pf); break;
+    case 3: tile_3(ap, bp, kc, tile, load, pf); break;
+    case 4: tile_4(ap, bp, kc, tile, load, pf); break;
+    case 5: tile_5(ap, bp, kc, tile, load, pf); break;
+    case 6: tile_6(ap, bp, kc, tile, load, pf); break;
+    case 7: tile_7(ap, bp, kc, tile, load, pf); break;
+    case 8: tile_8(ap, bp, kc, tile, load, pf); break;
+    case 9: tile_9(ap, bp, kc, tile, load, pf); break;
+    case 10: tile_10(ap, bp, kc, tile, load, pf); break;
+    case 11: tile_11(ap, bp, kc, tile, load, pf); break;
+    default: tile_12(ap, bp, kc, tile, load, pf); break;
   }
 }
 

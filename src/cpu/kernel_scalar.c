@@ -6,11 +6,13 @@
 #include "core/bf16.h"
 #include "cpu/kernel.h"
 
-void dsp_cpu_tile_scalar(const float *ap, int mr, const uint16_t *bp, int64_t k, float *tile) {
+void dsp_cpu_tile_scalar(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
+                         const void *pf) {
+  (void)pf; /* this path is compute-bound */
   float acc[DSP_CPU_MR][DSP_CPU_NR];
   for (int i = 0; i < mr; i++)
-    for (int c = 0; c < DSP_CPU_NR; c++) acc[i][c] = 0.0f;
-  for (int64_t kk = 0; kk < k; kk++) {
+    for (int c = 0; c < DSP_CPU_NR; c++) acc[i][c] = load ? tile[i * DSP_CPU_NR + c] : 0.0f;
+  for (int64_t kk = 0; kk < kc; kk++) {
     const uint16_t *line = bp + kk * DSP_CPU_NR;
     const float *av = ap + kk * mr;
     for (int c = 0; c < DSP_CPU_NR; c++) {

@@ -23,10 +23,41 @@ static dsp_status check_view(const dsp_tensor *t, const char *what, dsp_dtype dt
   return DSP_OK;
 }
 
+typedef struct {
+  const dsp_cpu_markov_args *args;
+  dsp_cpu_markov_fn epi;
+  float *best_v;   /* this thread's [rows][32] */
+  int32_t *best_i;
+} step_ctx;
+
+static void step_epi(void *p, const float *tile, int64_t m0, int mr, int64_t j) {
+  const step_ctx *s = p;
+  const dsp_tensor *base = s->args->base, *lg = s->args->logits;
+  const int64_t n0 = j * DSP_CPU_NR, nv = s->args->n_valid;
+  const size_t lsz = lg ? dsp_dtype_size(lg->dtype) : 0;
+  dsp_cpu_markov_tile mt = {
+      .base0 = (const dsp_bf16 *)base->data + m0 * base->stride[0] + n0 * base->stride[1],
+      .base_rs = base->stride[0],
+      .base_cs = base->stride[1],
+      .logit0 = lg ? (char *)lg->data + (ptrdiff_t)(m0 * lg->stride[0] + n0 * lg->stride[1]) * (ptrdiff_t)lsz : NULL,
+      .logit_rs = lg ? lg->stride[0] : 0,
+      .logit_cs = lg ? lg->stride[1] : 0,
+      .fp32_add = s->args->fp32_add,
+      .best_v = s->best_v + m0 * DSP_CPU_NR,
+      .best_i = s->best_i + m0 * DSP_CPU_NR,
+      .n0 = (int32_t)n0,
+  };
+  s->epi(tile, mr, (int)(nv - n0 < DSP_CPU_NR ? nv - n0 : DSP_CPU_NR), &mt);
+}
+
 dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
   if (!a || !a->e || !a->w2 || !a->base) return dsp_fail(DSP_ERR_ARG, "markov step: NULL argument");
   const dsp_cpu_packed *w = a->w2;
-  if (a->e->ndim != 2) return check_view(a->e, "e", DSP_BF16, 0, w->k, 0);
+  if (a->e->ndim != 2) {
+    char sh[64];
+    return dsp_fail(DSP_ERR_SHAPE, "markov step: e is %s, expected [M, %lld]", dsp_shape_str(a->e, sh, sizeof sh),
+                    (long long)w->k);
+  }
   const int64_t m = a->e->shape[0], k = w->k;
   if (a->n_valid < 0 || a->n_valid > w->n)
     return dsp_fail(DSP_ERR_RANGE, "markov step: n_valid %lld outside [0, %lld] (the packed W2 rows)",
@@ -40,23 +71,19 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
 
   const int threads = dsp_cpu_threads_resolve(nthreads);
   const int64_t tiles = dsp_cpu_mtiles(m), rows = tiles * DSP_CPU_MR;
-  const size_t a_bytes = ((size_t)rows * (size_t)k * sizeof(float) + 63) & ~(size_t)63;
+  const size_t a_floats = ((size_t)rows * (size_t)k + 15) & ~(size_t)15;
+  const size_t c_floats = dsp_cpu_sweep_floats(m);
   const size_t best_n = (size_t)rows * DSP_CPU_NR; /* per thread, per array */
-  char *scr = dsp_cpu_scratch(a_bytes + (size_t)threads * best_n * (sizeof(float) + sizeof(int32_t)));
-  if (!scr) return dsp_fail(DSP_ERR_NOMEM, "markov step: cannot allocate scratch for %lld rows", (long long)m);
-  float *ap = (float *)scr;
-  float *best_v = (float *)(scr + a_bytes);
+  float *ap = dsp_cpu_scratch((a_floats + (size_t)threads * c_floats) * sizeof(float) +
+                              (size_t)threads * best_n * (sizeof(float) + sizeof(int32_t)));
+  if (!ap) return dsp_fail(DSP_ERR_NOMEM, "markov step: cannot allocate scratch for %lld rows", (long long)m);
+  float *cbuf = ap + a_floats;
+  float *best_v = cbuf + (size_t)threads * c_floats;
   int32_t *best_i = (int32_t *)(best_v + (size_t)threads * best_n);
 
-  dsp_cpu_isa isa = dsp_cpu_isa_current();
-  dsp_cpu_tile_fn tile_fn = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_tile_avx512
-                            : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_tile_avx2
-                                                      : dsp_cpu_tile_scalar;
-  dsp_cpu_markov_fn epi_fn = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_markov_avx512 : dsp_cpu_markov_scalar;
-  const dsp_tensor *base = a->base;
-  const dsp_tensor *lg = a->logits;
-  const size_t lsz = lg ? dsp_dtype_size(lg->dtype) : 0;
-  const int64_t npv = (a->n_valid + DSP_CPU_NR - 1) / DSP_CPU_NR, nv = a->n_valid;
+  const dsp_cpu_isa isa = dsp_cpu_isa_current();
+  const dsp_cpu_tile_fn tile_fn = dsp_cpu_tile_for(isa);
+  const int64_t npv = (a->n_valid + DSP_CPU_NR - 1) / DSP_CPU_NR;
   int team = 1;
 
 #pragma omp parallel num_threads(threads)
@@ -67,38 +94,14 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
     team = omp_get_num_threads();
 
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    float *bv = best_v + (size_t)id * best_n;
-    int32_t *bi = best_i + (size_t)id * best_n;
+    step_ctx ctx = {.args = a, .epi = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_markov_avx512 : dsp_cpu_markov_scalar,
+                    .best_v = best_v + (size_t)id * best_n, .best_i = best_i + (size_t)id * best_n};
     for (size_t i = 0; i < best_n; i++) {
-      bv[i] = -INFINITY;
-      bi[i] = -1;
+      ctx.best_v[i] = -INFINITY;
+      ctx.best_i[i] = -1;
     }
-    const int64_t j0 = npv * id / nt, j1 = npv * (id + 1) / nt;
-    _Alignas(64) float tile[DSP_CPU_MR * DSP_CPU_NR];
-    for (int64_t j = j0; j < j1; j++) {
-      const uint16_t *bp = dsp_cpu_panel(w, j);
-      const int64_t n0 = j * DSP_CPU_NR;
-      const int ncols = (int)(nv - n0 < DSP_CPU_NR ? nv - n0 : DSP_CPU_NR);
-      for (int64_t t = 0; t < tiles; t++) {
-        const int64_t m0 = t * DSP_CPU_MR;
-        const int mr = (int)(m - m0 < DSP_CPU_MR ? m - m0 : DSP_CPU_MR);
-        tile_fn(ap + t * DSP_CPU_MR * k, mr, bp, k, tile);
-        dsp_cpu_markov_tile mt = {
-            .base0 = (const dsp_bf16 *)base->data + m0 * base->stride[0] + n0 * base->stride[1],
-            .base_rs = base->stride[0],
-            .base_cs = base->stride[1],
-            .logit0 = lg ? (char *)lg->data + (ptrdiff_t)(m0 * lg->stride[0] + n0 * lg->stride[1]) * (ptrdiff_t)lsz
-                         : NULL,
-            .logit_rs = lg ? lg->stride[0] : 0,
-            .logit_cs = lg ? lg->stride[1] : 0,
-            .fp32_add = a->fp32_add,
-            .best_v = bv + m0 * DSP_CPU_NR,
-            .best_i = bi + m0 * DSP_CPU_NR,
-            .n0 = (int32_t)n0,
-        };
-        epi_fn(tile, mr, ncols, &mt);
-      }
-    }
+    dsp_cpu_sweep(ap, m, w, npv * id / nt, npv * (id + 1) / nt, tile_fn, cbuf + (size_t)id * c_floats, step_epi,
+                  &ctx);
   }
 
   /* Lane winners -> row winner; the order is total, so any merge order is exact. */

@@ -26,7 +26,9 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
   p->k = w->shape[1];
   p->npanels = (p->n + DSP_CPU_NR - 1) / DSP_CPU_NR;
   p->bytes = (size_t)p->npanels * (size_t)p->k * DSP_CPU_NR * sizeof(uint16_t);
-  p->data = aligned_alloc(64, p->bytes ? p->bytes : 64);
+  /* Slack of one k block after the panels: the sweep's prefetch of "the next
+   * block" may reach up to one block past the last one. */
+  p->data = aligned_alloc(64, p->bytes + (size_t)DSP_CPU_KC * DSP_CPU_NR * sizeof(uint16_t));
   if (!p->data) {
     size_t bytes = p->bytes;
     free(p);

@@ -39,6 +39,7 @@ typedef struct {
   uint16_t *hidden;      /* [gamma][bq][hp] */
   unsigned char *meta;   /* anchor i32[bq] | temperature f32[bq] | seed u64[bq] | position i64[bq] */
   int grid[2];           /* tail blocks: greedy, sampling */
+  int stages[2];         /* ring stages (ring kernel): greedy, sampling */
   cudaGraphExec_t full[2], tail[2];
 } cu_bucket;
 
@@ -59,7 +60,7 @@ struct dsp_cuda_head {
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
   dsp_path greedy_path;
-  int strict, coop, sms;
+  int strict, ring, coop, sms;
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -102,6 +103,8 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->force_collectives = 0;
   t->prefetch = -1;
   t->serpentine = -1;
+  t->kernel = -1;
+  t->lm_autotune = 0;
 }
 
 static dsp_status dev_alloc(dsp_cuda_head *h, void **p, size_t bytes) {
@@ -273,9 +276,10 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.barrier = h->d_barrier;
   a.serpentine = h->tune.serpentine;
   a.prefetch = h->tune.prefetch;
+  a.stages = bk->stages[sampling];
   if (sampling)
     a.logits = (p.full || !h->multi) ? h->d_logits : (char *)h->d_logits + (size_t)h->rank * (size_t)(M * h->vrp) * es;
-  dsp_mk_launch l = {sampling, h->strict, bk->grid[sampling], h->coop};
+  dsp_mk_launch l = {sampling, h->strict, h->ring, bk->grid[sampling], h->coop};
   if (!p.per_step) {
     a.k_begin = 0;
     a.k_end = (int32_t)G;
@@ -359,12 +363,14 @@ static void make_report(dsp_cuda_head *h) {
   if (cudaGetDeviceProperties(&prop, h->device) == cudaSuccess) snprintf(dev, sizeof dev, "%s", prop.name);
   cu_plan pg = plan_of(h, 0);
   snprintf(h->report, sizeof h->report,
-           "%s; cuda: %s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s (%d blocks x 8 "
-           "warps), products %s",
+           "%s; cuda: %s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s, %s (%d "
+           "blocks), products %s",
            path_text(h, path, sizeof path), dev, h->buckets_str, h->ngraphs, h->ngraphs ? "" : ": DSPARK_GRAPHS=0, eager",
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
+           h->ring ? "shared-memory ring (bulk async copies, 1 producer + 8 consumer warps)"
+                   : "register streaming (8 warps, L2 prefetch)",
            h->nb ? h->bk[h->nb - 1].grid[0] : 0,
            h->strict ? "strict fmaf chain (bitwise = CPU)" : "tensor cores (mma.sync bf16, fp32 accumulate)");
 }
@@ -462,6 +468,23 @@ static dsp_status alloc_buffers(dsp_cuda_head *h) {
   return DSP_OK;
 }
 
+/* Times the LM head's candidates on the largest bucket with random hidden rows
+ * (never zeros: they run faster than data), then clears the buffer again. */
+static dsp_status autotune_lm(dsp_cuda_head *h) {
+  cu_bucket *b = &h->bk[h->nb - 1];
+  const int64_t M = gamma_of(h) * b->bq;
+  uint64_t x = 0x2545F4914F6CDD1Dull;
+  for (int64_t i = 0; i < M * h->hp; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    h->h_hidden[i] = (uint16_t)(0x3C00u | (x & 0xFFu) | ((x >> 8) & 0x8000u));
+  }
+  DSP_CUDA_TRY(cudaMemcpy(b->hidden, h->h_hidden, (size_t)(M * h->hp) * 2, cudaMemcpyHostToDevice));
+  DSP_TRY(dsp_cuda_lm_autotune(h->lm, b->hidden, h->d_lm, h->d_base_local, M, h->vrp, h->stream));
+  DSP_CUDA_TRY(cudaMemset(b->hidden, 0, (size_t)(M * h->hp) * 2));
+  memset(h->h_hidden, 0, (size_t)(M * h->hp) * 2);
+  return DSP_OK;
+}
+
 /* Kernel instances, launch sizes and the LM-head algorithm for every bucket. */
 static dsp_status prepare_kernels(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, h->device));
@@ -472,7 +495,7 @@ static dsp_status prepare_kernels(dsp_cuda_head *h) {
     for (int v = 0; v < 2; v++) {
       size_t smem = 0;
       int occ = 0;
-      DSP_TRY(dsp_cuda_markov_prepare(b->bq, v, h->strict, &smem, &occ));
+      DSP_TRY(dsp_cuda_markov_prepare(b->bq, v, h->strict, h->ring, &smem, &occ, &b->stages[v]));
       if (occ < 1)
         return dsp_fail(DSP_ERR_DEVICE, "cuda markov head: the step kernel (batch %d, %zu bytes of shared memory) "
                                         "cannot run on this device", b->bq, smem);
@@ -544,6 +567,7 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
     DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
   }
   DSP_TRY(prepare_kernels(h));
+  if (h->tune.lm_autotune) DSP_TRY(autotune_lm(h));
   if (h->tune.graphs) {
     h->coop = dsp_cuda_markov_coop_capturable(h->stream);
   } else {
@@ -592,7 +616,9 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (!h->tune.buckets) h->tune.buckets = env->buckets;
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
+  if (h->tune.kernel < 0) h->tune.kernel = 2;
   h->strict = h->tune.strict;
+  h->ring = h->tune.kernel == 2 && !h->strict;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {

@@ -9,6 +9,8 @@
 #include "cuda/devmath.cuh"
 #include "cuda/lm_head.h"
 
+#define LM_MAXCAND 16
+
 struct dsp_cuda_lm {
   int64_t n, k;
   int strict;
@@ -16,7 +18,9 @@ struct dsp_cuda_lm {
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
   cublasLtMatmulAlgo_t algo;
-  char desc[192];
+  cublasLtMatmulAlgo_t cand[LM_MAXCAND]; /* every split-K-free candidate that runs this N, heuristic order */
+  int ncand, forced;
+  char desc[256];
 };
 
 /* ---- strict: the CPU's per-element chain on CUDA cores ------------------------
@@ -106,9 +110,10 @@ static dsp_status algo_check(dsp_cuda_lm *lm, const cublasLtMatmulAlgo_t *algo, 
   return s;
 }
 
-/* The heuristic's candidates for an (m x n) problem, best first; keeps the first
- * one with one K split, no workspace, that also passes the check on this head's
- * own N. */
+/* The heuristic's candidates for an (m x n) problem, best first. Each is made
+ * single-pass (split-K 1, no reduction: a config the heuristic chose with
+ * split-K is rewritten, and it counts in lm->forced) and kept when it needs no
+ * workspace and passes the check on this head's own N. */
 static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
   *found = 0;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -116,7 +121,7 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
   dsp_status s = make_layout(&la, (uint64_t)lm->k, (uint64_t)n, lm->k);
   if (s == DSP_OK) s = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
   if (s == DSP_OK) s = make_layout(&ld, (uint64_t)n, (uint64_t)m, n);
-  cublasLtMatmulHeuristicResult_t res[16];
+  cublasLtMatmulHeuristicResult_t res[LM_MAXCAND];
   int nres = 0;
   if (s == DSP_OK) {
     uint64_t ws = 0;
@@ -124,23 +129,38 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(lm->lt, lm->op, la, lb, ld, ld, pref, 16, res, &nres);
+      st = cublasLtMatmulAlgoGetHeuristic(lm->lt, lm->op, la, lb, ld, ld, pref, LM_MAXCAND, res, &nres);
     if (st != CUBLAS_STATUS_SUCCESS) nres = 0; /* "no algorithm" is an answer here, not a failure */
   }
-  for (int i = 0; i < nres && s == DSP_OK && !*found; i++) {
-    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize != 0) continue;
+  lm->ncand = 0;
+  lm->forced = 0;
+  for (int i = 0; i < nres && s == DSP_OK; i++) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    cublasLtMatmulAlgo_t algo = res[i].algo;
     int32_t splitk = 1;
     size_t got = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                             &got) != CUBLAS_STATUS_SUCCESS)
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got) !=
+        CUBLAS_STATUS_SUCCESS)
       continue;
-    if (splitk > 1) continue;
-    int ok = 0;
-    s = algo_check(lm, &res[i].algo, 256, lm->n, lm->n, &ok);
-    if (s == DSP_OK && ok) {
-      lm->algo = res[i].algo;
-      *found = 1;
+    if (splitk > 1) {
+      const int32_t one = 1;
+      const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) !=
+              CUBLAS_STATUS_SUCCESS)
+        continue;
     }
+    int ok = 0;
+    s = algo_check(lm, &algo, 256, lm->n, lm->n, &ok);
+    if (s == DSP_OK && ok && lm->ncand < LM_MAXCAND) {
+      lm->forced += splitk > 1;
+      lm->cand[lm->ncand++] = algo;
+    }
+  }
+  if (lm->ncand) {
+    lm->algo = lm->cand[0];
+    *found = 1;
   }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (la) cublasLtMatrixLayoutDestroy(la);
@@ -159,8 +179,10 @@ static void describe_algo(dsp_cuda_lm *lm, const char *how) {
   cublasLtMatmulAlgoConfigGetAttribute(&lm->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
   cublasLtMatmulAlgoConfigGetAttribute(&lm->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster,
                                        &got);
-  snprintf(lm->desc, sizeof lm->desc, "cublasLt algo %d tile %u stages %u cluster %u, split-K 1 (%s)", (int)id, tile,
-           stages, (unsigned)cluster, how);
+  snprintf(lm->desc, sizeof lm->desc,
+           "cublasLt algo %d tile %u stages %u cluster %u, split-K 1, no workspace (%s; %d candidates, %d with "
+           "split-K rewritten to 1)",
+           (int)id, tile, stages, (unsigned)cluster, how, lm->ncand, lm->forced);
 }
 
 extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, dsp_cuda_lm **out) {
@@ -249,6 +271,48 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
   }
   if (lb) cublasLtMatrixLayoutDestroy(lb);
   if (ld) cublasLtMatrixLayoutDestroy(ld);
+  return st;
+}
+
+extern "C" dsp_status dsp_cuda_lm_autotune(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m,
+                                           int64_t ldo, cudaStream_t s) {
+  if (lm->strict || lm->ncand < 2) return DSP_OK;
+  cudaEvent_t e0, e1;
+  DSP_CUDA_TRY(cudaEventCreate(&e0));
+  DSP_CUDA_TRY(cudaEventCreate(&e1));
+  float best = 1e30f;
+  int besti = 0;
+  dsp_status st = DSP_OK;
+  for (int i = 0; i < lm->ncand && st == DSP_OK; i++) {
+    lm->algo = lm->cand[i];
+    float t[5];
+    for (int r = 0; r < 7 && st == DSP_OK; r++) {
+      cudaEventRecord(e0, s);
+      st = dsp_cuda_lm_run(lm, a, w, out, m, ldo, s);
+      cudaEventRecord(e1, s);
+      if (cudaEventSynchronize(e1) != cudaSuccess)
+        st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm autotune: %s", __FILE__, __LINE__,
+                      cudaGetErrorString(cudaGetLastError()));
+      if (r >= 2) cudaEventElapsedTime(&t[r - 2], e0, e1);
+    }
+    for (int x = 1; x < 5; x++) /* median of 5 */
+      for (int y = x; y > 0 && t[y - 1] > t[y]; y--) {
+        float z = t[y];
+        t[y] = t[y - 1];
+        t[y - 1] = z;
+      }
+    if (st == DSP_OK && t[2] < best) {
+      best = t[2];
+      besti = i;
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  lm->algo = lm->cand[besti];
+  char how[64];
+  snprintf(how, sizeof how, "timed: candidate %d of %d, %.3f ms at M %lld", besti, lm->ncand, (double)best,
+           (long long)m);
+  describe_algo(lm, how);
   return st;
 }
 

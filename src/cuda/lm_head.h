@@ -2,9 +2,10 @@
  * w[n][k]) with bf16 operands, fp32 accumulation and one rounding.
  *
  * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm. It is
- * chosen from the heuristic for a canonical shape that depends only on K
- * (M = 256, N = 65536), with split-K = 1 and no workspace, so no reduction
- * across CTAs exists; then it is checked against every shape it will run.
+ * the heuristic's first candidate for a canonical shape that depends only on K
+ * (M = 256, N = 65536), made single-pass (split-K = 1, no reduction scheme,
+ * no workspace), so no reduction across CTAs exists; then it is checked
+ * against every shape it will run.
  * Because every (M, N) uses the same kernel, an element's accumulation order
  * (the kernel's fixed K loop) depends neither on the batch bucket (M) nor on
  * the vocabulary split (N): batch- and shard-invariant. Against the CPU's
@@ -37,6 +38,11 @@ dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m);
  * device (ldo >= n, ldo % 8 == 0). Enqueued on s (capturable). */
 dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m, int64_t ldo,
                            cudaStream_t s);
+/* Benchmarks: time every candidate algorithm on this problem and keep the
+ * fastest (a timed choice may differ between runs, so heads that must agree
+ * on shard invariance keep the default, the heuristic's first candidate). */
+dsp_status dsp_cuda_lm_autotune(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m, int64_t ldo,
+                                cudaStream_t s);
 /* "cublasLt algo 23 tile 18 stages 9 (pinned)" or "strict fmaf chain". */
 const char *dsp_cuda_lm_describe(const dsp_cuda_lm *lm);
 void dsp_cuda_lm_free(dsp_cuda_lm *lm);

@@ -8,22 +8,28 @@
 
 typedef dsp_status (*mk_family_fn)(const dsp_mk_args *, const dsp_mk_launch *, cudaStream_t, int, size_t *, int *);
 
-static mk_family_fn mk_family(int sampling, int strict) {
+static mk_family_fn mk_family(int sampling, int strict, int ring) {
   if (strict) return sampling ? dsp_mk_launch_sx : dsp_mk_launch_gx;
+  if (ring) return sampling ? dsp_mk_ring_s : dsp_mk_ring_g;
   return sampling ? dsp_mk_launch_s : dsp_mk_launch_g;
 }
 
-dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, size_t *smem, int *blocks_per_sm) {
+dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, int ring, size_t *smem, int *blocks_per_sm,
+                                   int *stages) {
   dsp_mk_args a;
   memset(&a, 0, sizeof a);
   a.bq = bq;
-  return mk_family(sampling, strict)(&a, NULL, 0, 1, smem, blocks_per_sm);
+  int occ[2] = {0, 0};
+  DSP_TRY(mk_family(sampling, strict, ring && !strict)(&a, NULL, 0, 1, smem, occ));
+  *blocks_per_sm = occ[0];
+  *stages = ring && !strict ? occ[1] : 0;
+  return DSP_OK;
 }
 
 dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s) {
   size_t smem;
-  int occ;
-  return mk_family(l->sampling, l->strict)(a, l, s, 0, &smem, &occ);
+  int occ[2];
+  return mk_family(l->sampling, l->strict, l->ring && !l->strict)(a, l, s, 0, &smem, occ);
 }
 
 __global__ void mk_select_kernel(const unsigned long long *keys, int nranks, int bq, int32_t *tokens) {

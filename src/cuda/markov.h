@@ -69,19 +69,33 @@ typedef struct {
   int32_t k_begin, k_end;
   int32_t persistent;
   int32_t serpentine;
-  int32_t prefetch;         /* L2 prefetch distance in units; 0 = off */
+  int32_t prefetch;         /* L2 prefetch distance in units; 0 = off (register kernel) */
+  int32_t stages;           /* shared-memory ring stages (ring kernel) */
 } dsp_mk_args;
 
 typedef struct {
   int sampling, strict;
+  int ring;        /* 1: the ring kernel (below); 0: the register kernel (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;
 
-/* Shared-memory bytes and the most co-resident blocks per SM of the kernel
- * instance for (bq, sampling, strict) on the current device; also raises its
- * dynamic shared-memory limit. */
-dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, size_t *smem, int *blocks_per_sm);
+/* Two kernels compute the same function with the same per-element order:
+ *   register kernel: every warp streams its units straight into registers
+ *     (the next unit in flight while one computes) plus L2 prefetches; E in
+ *     shared memory. Also runs strict mode.
+ *   ring kernel: one producer warp per block copies the block's contiguous
+ *     range of units (W2 rows and base rows, 4 units a chunk) into a ring of
+ *     shared-memory stages with bulk asynchronous copies (cp.async.bulk,
+ *     completing on mbarriers), running ahead across step boundaries; 8
+ *     consumer warps keep their E fragments in registers, read W2 fragments
+ *     from the ring and release each stage. The bytes in flight no longer
+ *     depend on the registers: ~200 KB per SM.
+ * Shared-memory bytes and the most co-resident blocks per SM of the instance
+ * for (bq, sampling, strict, ring) on the current device; also raises its
+ * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */
+dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, int ring, size_t *smem, int *blocks_per_sm,
+                                   int *stages);
 dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s);
 /* tokens[b] = id of max_r keys[r * bq + b] (0 when no candidate), b < bq. */
 dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
@@ -94,6 +108,10 @@ dsp_status dsp_mk_launch_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStr
                            size_t *smem, int *occ);
 dsp_status dsp_mk_launch_s(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
                            size_t *smem, int *occ);
+dsp_status dsp_mk_ring_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                         int *occ);
+dsp_status dsp_mk_ring_s(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                         int *occ);
 dsp_status dsp_mk_launch_gx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
                             size_t *smem, int *occ);
 dsp_status dsp_mk_launch_sx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,

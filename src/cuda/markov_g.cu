@@ -5,3 +5,10 @@ dsp_status dsp_mk_launch_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStr
                           int *occ) {
   return mk_launch_family<false, false>(a, l, s, query, smem, occ);
 }
+
+#include "cuda/markov_ring.cuh"
+
+dsp_status dsp_mk_ring_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                        int *occ) {
+  return rg_launch_family<false>(a, l, s, query, smem, occ);
+}

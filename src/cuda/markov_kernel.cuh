@@ -155,6 +155,101 @@ __device__ __forceinline__ void mk_grid_barrier(unsigned *ctr, unsigned target) 
   __syncthreads();
 }
 
+/* ---- the greedy bf16 fast path (generic contract, no logits written) -------
+ * Two columns at a time in packed bf16x2 registers:
+ *   bias2  = cvt.rn.bf16x2.f32(acc)              (RNE, as contract 3's bf16(sum))
+ *   logit2 = add.rn.bf16x2(base2, bias2)         (the exact sum rounded once to bf16.
+ *            For bf16 operands this equals bf16(fp32(base + bias)): their fp32 sum is
+ *            exact unless the exponents differ by 16 or more, and then both roundings
+ *            give the larger operand)
+ *   ord    = an order-preserving 16-bit image of each logit (negatives inverted,
+ *            positives with the top bit set; the hardware's only NaN, the canonical
+ *            +0x7FFF, lands on top, above +inf)
+ *   key32  = ord << 16 | (0xFFFF - s), s = the column's position in this thread's
+ *            sequence, which increases with the vocabulary id, so equal values keep
+ *            the lower id; one unsigned max per column.
+ * -0 never reaches a logit: every sum starts at +0 (the LM head, the mma
+ * accumulators) and +0 + -0 = +0, so +0 is the only zero to order.
+ * Keys are widened to the common 64-bit key (dsp_dev_key) before any merge
+ * across lanes, so every path compares the same way. */
+__device__ __forceinline__ uint32_t mk_pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t mk_add_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t mk_ord_bf16x2(uint32_t x) {
+  const uint32_t neg = (x >> 15) & 0x00010001u;
+  return x ^ ((neg * 0x7FFFu) | 0x80008000u);
+}
+
+/* One (mt, t) tile: acc as in the mma fragment (rows g, g + 8; columns c, c + 1),
+ * bb0 / bb1 the base pairs of rows g / g + 8, cst = 0xFFFF - s of column c. */
+__device__ __forceinline__ void mk_fast_tile(const float (&acc)[4], uint32_t bb0, uint32_t bb1, uint32_t cst,
+                                             bool full, bool ok0, bool ok1, uint32_t &best0, uint32_t &best1) {
+  const uint32_t o0 = mk_ord_bf16x2(mk_add_bf16x2(bb0, mk_pack_bf16x2(acc[0], acc[1])));
+  const uint32_t o1 = mk_ord_bf16x2(mk_add_bf16x2(bb1, mk_pack_bf16x2(acc[2], acc[3])));
+  uint32_t k00 = (o0 << 16) | cst, k01 = (o0 & 0xFFFF0000u) | (cst - 1u);
+  uint32_t k10 = (o1 << 16) | cst, k11 = (o1 & 0xFFFF0000u) | (cst - 1u);
+  if (!full) {
+    if (!ok0) k00 = k10 = 0u;
+    if (!ok1) k01 = k11 = 0u;
+  }
+  best0 = max(best0, max(k00, k01));
+  best1 = max(best1, max(k10, k11));
+}
+
+/* The bf16 value behind a 16-bit order image (inverse of mk_ord_bf16x2). */
+__device__ __forceinline__ float mk_unord(uint32_t o16) {
+  const uint32_t h = (o16 & 0x8000u) ? (o16 ^ 0x8000u) : (~o16 & 0xFFFFu);
+  return __uint_as_float(h << 16);
+}
+
+/* The epilogue for two adjacent vocabulary columns (id, id + 1) of batch row b:
+ * acc0/acc1 are the fp32 products, bb holds the two base values (bf16 pair).
+ *   bias = bf16(acc); logit = bf16(base + bias) (or fp32-add: base + bias);
+ *   sampling: logits written at element lo of the logits layout, and rows with
+ *   T > 0 score float(logit / T) + g (one IEEE division, one IEEE add);
+ *   best = max(best, key(score, id)) over the real columns. */
+template <bool SAMPLING>
+__device__ __forceinline__ void mk_epi_pair(const dsp_mk_args &a, int k, int b, int64_t id, bool ok0, bool ok1,
+                                            float acc0, float acc1, uint32_t bb, size_t lo,
+                                            unsigned long long &best, const float *st, const uint64_t *sseed,
+                                            const int64_t *spos) {
+  const float base0 = __uint_as_float(bb << 16), base1 = __uint_as_float(bb & 0xFFFF0000u);
+  const float bias0 = dsp_dev_round_bf16(acc0), bias1 = dsp_dev_round_bf16(acc1);
+  const float s0 = __fadd_rn(base0, bias0), s1 = __fadd_rn(base1, bias1);
+  float lg0, lg1;
+  if (a.fp32_add) {
+    lg0 = dsp_dev_canon_f32(s0);
+    lg1 = dsp_dev_canon_f32(s1);
+  } else {
+    lg0 = dsp_dev_round_bf16(s0);
+    lg1 = dsp_dev_round_bf16(s1);
+  }
+  float sc0 = lg0, sc1 = lg1;
+  if (SAMPLING) {
+    if (a.fp32_add)
+      *(float2 *)((float *)a.logits + lo) = make_float2(lg0, lg1);
+    else
+      *(uint32_t *)((uint16_t *)a.logits + lo) = (__float_as_uint(lg0) >> 16) | (__float_as_uint(lg1) & 0xFFFF0000u);
+    const float T = st[b];
+    if (T > 0.0f) {
+      const int64_t p = spos[b] + 1 + k;
+      if (ok0) sc0 = __fadd_rn(__fdiv_rn(lg0, T), dsp_gumbel(sseed[b], p, id));
+      if (ok1) sc1 = __fadd_rn(__fdiv_rn(lg1, T), dsp_gumbel(sseed[b], p, id + 1));
+    }
+  }
+  if (ok0) best = mk_max(best, dsp_dev_key(sc0, (uint32_t)id));
+  if (ok1) best = mk_max(best, dsp_dev_key(sc1, (uint32_t)(id + 1)));
+}
+
 template <int MT, bool SAMPLING, bool STRICT>
 __device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&cur)[16], int k, int u,
                                            unsigned long long (&best)[MT][2], const uint16_t *se, uint16_t *sw,
@@ -211,35 +306,8 @@ __device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&c
       for (int h = 0; h < 2; h++) {
         const int b = mt * 16 + g + 8 * h;
         const uint32_t bb = __ldg((const unsigned int *)(bp + (size_t)b * a.ld + c));
-        const float base0 = __uint_as_float(bb << 16), base1 = __uint_as_float(bb & 0xFFFF0000u);
-        const float bias0 = dsp_dev_round_bf16(acc[t][2 * h]), bias1 = dsp_dev_round_bf16(acc[t][2 * h + 1]);
-        const float s0 = __fadd_rn(base0, bias0), s1 = __fadd_rn(base1, bias1);
-        float lg0, lg1;
-        if (a.fp32_add) {
-          lg0 = dsp_dev_canon_f32(s0);
-          lg1 = dsp_dev_canon_f32(s1);
-        } else {
-          lg0 = dsp_dev_round_bf16(s0);
-          lg1 = dsp_dev_round_bf16(s1);
-        }
-        float sc0 = lg0, sc1 = lg1;
-        if (SAMPLING) {
-          const size_t lo = off + (size_t)b * a.ld + c;
-          if (a.fp32_add)
-            *(float2 *)((float *)a.logits + lo) = make_float2(lg0, lg1);
-          else
-            *(uint32_t *)((uint16_t *)a.logits + lo) =
-                (__float_as_uint(lg0) >> 16) | (__float_as_uint(lg1) & 0xFFFF0000u);
-          const float T = st[b];
-          if (T > 0.0f) {
-            const int64_t p = spos[b] + 1 + k;
-            /* one IEEE division, one IEEE add: never fused (contract 5) */
-            if (ok0) sc0 = __fadd_rn(__fdiv_rn(lg0, T), dsp_gumbel(sseed[b], p, id));
-            if (ok1) sc1 = __fadd_rn(__fdiv_rn(lg1, T), dsp_gumbel(sseed[b], p, id + 1));
-          }
-        }
-        if (ok0) best[mt][h] = mk_max(best[mt][h], dsp_dev_key(sc0, (uint32_t)id));
-        if (ok1) best[mt][h] = mk_max(best[mt][h], dsp_dev_key(sc1, (uint32_t)(id + 1)));
+        mk_epi_pair<SAMPLING>(a, k, b, id, ok0, ok1, acc[t][2 * h], acc[t][2 * h + 1], bb, off + (size_t)b * a.ld + c,
+                              best[mt][h], st, sseed, spos);
       }
     }
   }

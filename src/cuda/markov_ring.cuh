@@ -1,0 +1,332 @@
+/* The ring kernel of the fused Markov step (markov.h): a producer warp streams
+ * the block's W2 rows and base rows into a ring of shared-memory stages with
+ * bulk asynchronous copies; 8 consumer warps compute. Per element it runs the
+ * register kernel's exact sequence (same fragments, same 16 mma groups in the
+ * same order, same epilogue: mk_epi_pair), so the two kernels agree bit for
+ * bit. Included after markov_kernel.cuh. CUDA C++ only. */
+#ifndef DSP_CUDA_MARKOV_RING_CUH
+#define DSP_CUDA_MARKOV_RING_CUH
+
+#include "cuda/markov_kernel.cuh"
+
+namespace {
+
+constexpr int RG_C = 4;                 /* units per chunk (64 W2 rows, 32 KB) */
+constexpr int RG_WROW = RP + 32;        /* W2 row in shared memory: +64 bytes, so the 16-byte
+                                           fragment reads of rows g and g+1 fall in different banks */
+constexpr int RG_NC = 8;                /* consumer warps */
+constexpr int RG_THREADS = (RG_NC + 1) * 32;
+constexpr int RG_MAXS = 8;              /* most ring stages */
+
+__host__ __device__ inline size_t rg_w_bytes() { return (size_t)RG_C * UNIT * RG_WROW * 2; }
+__host__ __device__ inline size_t rg_stage_bytes(int bq) { return rg_w_bytes() + (size_t)RG_C * bq * UNIT * 2; }
+
+struct rg_smem_t {
+  size_t bars, prev, best, temp, seed, pos, total;
+};
+
+/* Stages at offset 0; then 2 * RG_MAXS mbarriers (full, empty) and per-row data. */
+__host__ __device__ inline rg_smem_t rg_smem(int bq, bool sampling, int stages) {
+  rg_smem_t L{};
+  L.bars = (size_t)stages * rg_stage_bytes(bq);
+  L.prev = L.bars + 2 * RG_MAXS * 8;
+  L.best = mk_align(L.prev + (size_t)bq * 4);
+  L.temp = mk_align(L.best + (size_t)bq * 8);
+  L.seed = mk_align(L.temp + (sampling ? (size_t)bq * 4 : 0));
+  L.pos = mk_align(L.seed + (sampling ? (size_t)bq * 8 : 0));
+  L.total = mk_align(L.pos + (sampling ? (size_t)bq * 8 : 0));
+  return L;
+}
+
+__device__ __forceinline__ uint32_t rg_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void rg_bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void rg_bar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void rg_bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ bool rg_bar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+/* Waits for the phase of `parity` to complete; traps after 5 s (a broken
+ * pipeline fails loudly instead of hanging the device). */
+__device__ __forceinline__ void rg_bar_wait(uint32_t bar, uint32_t parity) {
+  if (rg_bar_test(bar, parity)) return;
+  const unsigned long long t0 = mk_now_ns();
+  while (!rg_bar_test(bar, parity))
+    if (mk_now_ns() - t0 > 5000000000ull) __trap();
+}
+
+/* Global -> shared bulk copy completing `bytes` of transaction on `bar`. */
+__device__ __forceinline__ void rg_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+/* Barrier among the 256 consumer threads only (the producer warp may have left). */
+__device__ __forceinline__ void rg_consumers_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+/* Chunk n of a block's sequence: step k, first unit u0, nu units (1..RG_C).
+ * Steps walk the block's chunks forwards, odd steps backwards when serpentine. */
+__device__ __forceinline__ void rg_chunk(const dsp_mk_args &a, int n, int nch, int ub, int ue, int *k, int *u0,
+                                         int *nu) {
+  const int ks = n / nch, i = n - ks * nch;
+  *k = a.k_begin + ks;
+  const int c = (a.serpentine && (*k & 1)) ? nch - 1 - i : i;
+  *u0 = ub + c * RG_C;
+  const int e = *u0 + RG_C < ue ? *u0 + RG_C : ue;
+  *nu = e - *u0;
+}
+
+template <int MT>
+__device__ __forceinline__ void rg_load_e(const dsp_mk_args &a, const int32_t *sprev, int mt, int g, int q,
+                                          uint4 (&ea)[KB], uint4 (&eb)[KB]) {
+  const uint16_t *r0 = a.w1 + (size_t)sprev[mt * 16 + g] * RP + q * 8;
+  const uint16_t *r1 = a.w1 + (size_t)sprev[mt * 16 + g + 8] * RP + q * 8;
+#pragma unroll
+  for (int j = 0; j < KB; j++) {
+    ea[j] = __ldg((const uint4 *)(r0 + j * 32));
+    eb[j] = __ldg((const uint4 *)(r1 + j * 32));
+  }
+}
+
+template <int MT, bool SAMPLING>
+__global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int bq = a.bq, S = a.stages;
+  const rg_smem_t L = rg_smem(bq, SAMPLING, S);
+  const size_t SB = rg_stage_bytes(bq);
+  uint64_t *bars = (uint64_t *)(smem + L.bars); /* full[s] = bars[s], empty[s] = bars[RG_MAXS + s] */
+  int32_t *sprev = (int32_t *)(smem + L.prev);
+  unsigned long long *sbest = (unsigned long long *)(smem + L.best);
+  float *st = (float *)(smem + L.temp);
+  uint64_t *sseed = (uint64_t *)(smem + L.seed);
+  int64_t *spos = (int64_t *)(smem + L.pos);
+  __shared__ int slast;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int upr = a.seg_rows >> 4, U = a.nseg * upr;
+  const int ub = (int)((long long)U * blockIdx.x / gridDim.x);
+  const int ue = (int)((long long)U * (blockIdx.x + 1) / gridDim.x);
+  const int nch = (ue - ub + RG_C - 1) / RG_C, nsteps = a.k_end - a.k_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < S; s++) {
+      rg_bar_init(rg_saddr(&bars[s]), 1);              /* the producer's arrive + the bytes */
+      rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC); /* one arrive per consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if (tid < bq) {
+    sbest[tid] = 0ull;
+    sprev[tid] = a.k_begin == 0 ? a.anchor[tid] : __ldcg(a.tokens + (size_t)(a.k_begin - 1) * bq + tid);
+    if (SAMPLING) {
+      st[tid] = a.temp[tid];
+      sseed[tid] = a.seed[tid];
+      spos[tid] = a.pos[tid];
+    }
+  }
+  __syncthreads();
+
+  if (warp == RG_NC) {
+    /* producer: every chunk of every step, as far ahead as the ring allows */
+    const int total = nch * nsteps;
+    for (int n = 0; n < total; n++) {
+      const int s = n % S, r = n / S;
+      if (r > 0) rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
+      int k, u0, nu;
+      rg_chunk(a, n, nch, ub, ue, &k, &u0, &nu);
+      const uint32_t full = rg_saddr(&bars[s]);
+      if (lane == 0) rg_bar_expect(full, (uint32_t)(nu * UNIT * RP * 2 + nu * bq * UNIT * 2));
+      __syncwarp();
+      const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
+      for (int row = lane; row < nu * UNIT; row += 32)
+        rg_copy(dst + (uint32_t)(row * RG_WROW * 2), a.w2 + ((size_t)u0 * UNIT + row) * RP, RP * 2, full);
+      for (int j = lane; j < nu * bq; j += 32) {
+        const int ui = j / bq, b = j - ui * bq, u = u0 + ui, seg = u / upr, l0 = (u - seg * upr) * UNIT;
+        const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0;
+        rg_copy(dst + (uint32_t)(rg_w_bytes() + (size_t)(ui * bq + b) * UNIT * 2), src, UNIT * 2, full);
+      }
+    }
+    return;
+  }
+
+  /* consumers: warp w owns batch tile mt = w % MT and every (MT/8)-th (unit, n8 tile) pair of a chunk */
+  const int mt = warp % MT, nsub = RG_NC / MT, sub = warp / MT;
+  const bool active = mt * 16 < bq;
+  uint4 ea[KB], eb[KB];
+  if (active) rg_load_e<MT>(a, sprev, mt, g, q, ea, eb);
+  for (int ks = 0; ks < nsteps; ks++) {
+    const int k = a.k_begin + ks;
+    unsigned long long best0 = 0ull, best1 = 0ull;
+    for (int i = 0; i < nch; i++) {
+      const int n = ks * nch + i, s = n % S;
+      int kk, u0, nu;
+      rg_chunk(a, n, nch, ub, ue, &kk, &u0, &nu);
+      rg_bar_wait(rg_saddr(&bars[s]), (uint32_t)(n / S) & 1u);
+      if (active) {
+        const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB);
+        const uint16_t *bs = (const uint16_t *)(smem + (size_t)s * SB + rg_w_bytes());
+        for (int p = sub; p < nu * 2; p += nsub) {
+          const int ui = p >> 1, t = p & 1, u = u0 + ui;
+          float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          const uint16_t *wr = ws + (size_t)(ui * UNIT + t * 8 + g) * RG_WROW + q * 8;
+#pragma unroll
+          for (int j = 0; j < KB; j++) {
+            const uint4 w = *(const uint4 *)(wr + j * 32);
+            mk_mma(acc, ea[j].x, eb[j].x, ea[j].y, eb[j].y, w.x, w.y); /* group 2j   */
+            mk_mma(acc, ea[j].z, eb[j].z, ea[j].w, eb[j].w, w.z, w.w); /* group 2j+1 */
+          }
+          const int seg = u / upr, l0 = (u - seg * upr) * UNIT;
+          const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + t * 8 + 2 * q;
+          const int lc = l0 + t * 8 + 2 * q;
+          const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
+          const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
+          const size_t off = (size_t)seg * a.seg_stride + (size_t)k * bq * a.ld + lc;
+          const int b0 = mt * 16 + g, b1 = b0 + 8;
+          const uint32_t bb0 = *(const uint32_t *)(bs + (size_t)(ui * bq + b0) * UNIT + t * 8 + 2 * q);
+          const uint32_t bb1 = *(const uint32_t *)(bs + (size_t)(ui * bq + b1) * UNIT + t * 8 + 2 * q);
+          mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[0], acc[1], bb0, off + (size_t)b0 * a.ld, best0, st,
+                                sseed, spos);
+          mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[2], acc[3], bb1, off + (size_t)b1 * a.ld, best1, st,
+                                sseed, spos);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
+    }
+    /* the step's best per row: lanes (q) -> block (shared) -> grid (global) */
+    best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 1));
+    best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 2));
+    best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 1));
+    best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 2));
+    if (active && q == 0) {
+      if (best0) atomicMax(sbest + mt * 16 + g, best0);
+      if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
+    }
+    rg_consumers_sync();
+    if (tid < bq) {
+      const unsigned long long v = sbest[tid];
+      sbest[tid] = 0ull;
+      if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
+      __threadfence();
+    }
+    if (!a.persistent) continue;
+    const unsigned target = (unsigned)(ks + 1) * gridDim.x;
+    rg_consumers_sync();
+    if (ks + 1 < nsteps) {
+      if (tid == 0) {
+        __threadfence();
+        atomicAdd(a.barrier, 1u);
+        const unsigned long long t0 = mk_now_ns();
+        while (mk_ld_acquire(a.barrier) < target) {
+          __nanosleep(32);
+          if (mk_now_ns() - t0 > 5000000000ull) __trap();
+        }
+      }
+      rg_consumers_sync();
+      if (tid < bq) {
+        const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+        const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
+        sprev[tid] = id;
+        if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
+      }
+      rg_consumers_sync();
+      if (active) rg_load_e<MT>(a, sprev, mt, g, q, ea, eb);
+    } else {
+      /* the last step: the block that arrives last writes the tokens */
+      if (tid == 0) {
+        __threadfence();
+        slast = atomicAdd(a.barrier, 1u) == target - 1u;
+      }
+      rg_consumers_sync();
+      if (slast && tid < bq) {
+        __threadfence();
+        const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+        a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
+      }
+    }
+  }
+}
+
+/* Stages that fit the device's shared memory for this padded batch. */
+inline int rg_stages_for(int bq, bool sampling) {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  const size_t extra = rg_smem(bq, sampling, 0).total + 1024; /* + static shared memory, with margin */
+  if ((size_t)optin <= extra) return 0;
+  int s = (int)(((size_t)optin - extra) / rg_stage_bytes(bq));
+  return s > RG_MAXS ? RG_MAXS : s;
+}
+
+template <int MT, bool SAMPLING>
+dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                        int *occ) {
+  void (*kern)(const dsp_mk_args) = rg_kernel<MT, SAMPLING>;
+  if (query) {
+    const int st = rg_stages_for(a->bq, SAMPLING);
+    if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
+    const size_t bytes = rg_smem(a->bq, SAMPLING, st).total;
+    /* the instance serves several buckets (different bq, stages): allow the most */
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa;
+    DSP_CUDA_TRY(cudaGetDevice(&dev));
+    DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kern));
+    DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      optin - (int)fa.sharedSizeBytes));
+    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
+    *smem = bytes;
+    occ[1] = st; /* the caller passes int occ[2] */
+    return DSP_OK;
+  }
+  if (a->stages < 2 || a->stages > RG_MAXS)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)l->grid);
+  cfg.blockDim = dim3(RG_THREADS);
+  cfg.dynamicSmemBytes = rg_smem(a->bq, SAMPLING, a->stages).total;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  if (l->cooperative) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a));
+  return DSP_OK;
+}
+
+template <bool SAMPLING>
+dsp_status rg_launch_family(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                            int *occ) {
+  const int tiles = a->bq / 16;
+  if (a->bq < 16 || a->bq % 16 || a->bq > DSP_MK_MAXBQ)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: padded batch %d is not a multiple of 16 in [16, %d]",
+                    a->bq, DSP_MK_MAXBQ);
+  if (tiles <= 1) return rg_launch_mt<1, SAMPLING>(a, l, s, query, smem, occ);
+  if (tiles <= 2) return rg_launch_mt<2, SAMPLING>(a, l, s, query, smem, occ);
+  if (tiles <= 4) return rg_launch_mt<4, SAMPLING>(a, l, s, query, smem, occ);
+  return rg_launch_mt<8, SAMPLING>(a, l, s, query, smem, occ);
+}
+
+}  // namespace
+
+#endif

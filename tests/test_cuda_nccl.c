@@ -1,0 +1,145 @@
+/* Multi-GPU parity of the CUDA head over NCCL: one process drives P GPUs (a
+ * thread per rank, dsp_comm_nccl_create_group) for P = 2, 3, 4 (3 forces
+ * padded shards); every path (original, sharded with and without the full W2,
+ * replicated) and broadcast setting must give the single-GPU tokens and
+ * logits bit for bit, greedy and sampling. Exits 77 (skipped) with fewer than
+ * two CUDA devices. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "cuda/head_cuda.h"
+#include "test_cuda_ref.h"
+
+#define MAXP 8
+
+typedef struct {
+  tr_model *m;
+  dsp_comm *comm;
+  int rank, P, full;
+  tr_inputs *in;
+  int64_t *tok[2];
+  void *lg;
+  dsp_status s;
+  char err[512];
+} rank_job;
+
+static void *rank_main(void *arg) {
+  rank_job *j = arg;
+  const dsp_head_config *c = &j->m->cfg;
+  int64_t r0, vr, real;
+  dsp_head_rows(c->vocab_padded, j->P, j->rank, &r0, &vr, &real);
+  dsp_head_weights w = tr_weights(j->m);
+  w.lm_local = tr_view2(j->m->lm + r0 * c->hidden, real, c->hidden);
+  w.w2_local = tr_view2(j->m->w2 + r0 * c->rank, real, c->rank);
+  w.has_w2_full = j->full;
+  dsp_cuda_head *h = NULL;
+  j->s = dsp_cuda_head_create(c, j->comm, &w, j->rank, &h);
+  for (int smp = 0; smp < 2 && j->s == DSP_OK; smp++) {
+    dsp_head_inputs hi = tr_head_inputs(j->in, smp);
+    dsp_tensor lv = tr_logits_view(j->lg, j->in->B, c);
+    dsp_head_outputs out = {.tokens = j->tok[smp], .logits = smp ? &lv : NULL};
+    j->s = dsp_cuda_head_propose(h, &hi, &out);
+  }
+  if (j->s != DSP_OK) snprintf(j->err, sizeof j->err, "%s", dsp_error_message());
+  if (h && j->rank == 0) printf("  %s\n", dsp_cuda_head_report(h));
+  dsp_cuda_head_free(h);
+  return NULL;
+}
+
+static void t_parity(void **st) {
+  (void)st;
+  const int n = dsp_cuda_device_count();
+  dsp_head_config c;
+  memset(&c, 0, sizeof c);
+  c.vocab = 40000;
+  c.vocab_padded = 40064;
+  c.hidden = 64;
+  c.rank = 64;
+  c.gamma = 4;
+  c.max_batch = 8;
+  tr_model m;
+  tr_model_make(&m, &c, 0, 7);
+  tr_inputs in;
+  tr_inputs_make(&in, &c, 5, 0, 8);
+  for (int b = 0; b < 5; b++) in.temp[b] = b % 2 ? 0.8f : 0.0f;
+  const size_t nt = (size_t)(5 * c.gamma), nl = nt * (size_t)c.vocab;
+
+  /* the single-GPU answer */
+  int64_t *ref_tok[2] = {calloc(nt, 8), calloc(nt, 8)};
+  uint16_t *ref_lg = calloc(nl, 2);
+  {
+    dsp_head_weights w = tr_weights(&m);
+    dsp_cuda_head *h = NULL;
+    assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, &h), DSP_OK);
+    for (int smp = 0; smp < 2; smp++) {
+      dsp_head_inputs hi = tr_head_inputs(&in, smp);
+      dsp_tensor lv = tr_logits_view(ref_lg, 5, &c);
+      dsp_head_outputs out = {.tokens = ref_tok[smp], .logits = smp ? &lv : NULL};
+      assert_int_equal(dsp_cuda_head_propose(h, &hi, &out), DSP_OK);
+    }
+    dsp_cuda_head_free(h);
+  }
+  long long compared = 0, mismatched = 0;
+  for (int P = 2; P <= (n < 4 ? n : 4); P++) {
+    int devs[MAXP];
+    for (int r = 0; r < P; r++) devs[r] = r;
+    const dsp_path paths[] = {DSP_PATH_ORIGINAL, DSP_PATH_SHARDED, DSP_PATH_REPLICATED};
+    for (int p = 0; p < 3; p++)
+      for (int bc = 0; bc < 2; bc++)
+        for (int full = 1; full >= 0; full--) {
+          if (!full && paths[p] != DSP_PATH_SHARDED) continue;
+          dsp_comm *comms[MAXP];
+          assert_int_equal(dsp_comm_nccl_create_group(P, devs, comms), DSP_OK);
+          tr_model mm = m;
+          mm.cfg.path = paths[p];
+          mm.cfg.broadcast = bc;
+          rank_job jobs[MAXP];
+          pthread_t th[MAXP];
+          printf("TP%d path %d broadcast %d full W2 %d\n", P, p, bc, full);
+          for (int r = 0; r < P; r++) {
+            memset(&jobs[r], 0, sizeof jobs[r]);
+            jobs[r] = (rank_job){.m = &mm, .comm = comms[r], .rank = r, .P = P, .full = full, .in = &in};
+            jobs[r].tok[0] = calloc(nt, 8);
+            jobs[r].tok[1] = calloc(nt, 8);
+            jobs[r].lg = calloc(nl, 2);
+            pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+          }
+          for (int r = 0; r < P; r++) pthread_join(th[r], NULL);
+          for (int r = 0; r < P; r++) {
+            if (jobs[r].s != DSP_OK) print_error("rank %d: %s\n", r, jobs[r].err);
+            assert_int_equal(jobs[r].s, DSP_OK);
+            for (int smp = 0; smp < 2; smp++)
+              for (size_t i = 0; i < nt; i++) mismatched += jobs[r].tok[smp][i] != ref_tok[smp][i];
+            mismatched += tr_logits_diff(jobs[r].lg, ref_lg, nl, 0);
+            compared += (long long)(2 * nt + nl);
+            free(jobs[r].tok[0]);
+            free(jobs[r].tok[1]);
+            free(jobs[r].lg);
+            dsp_comm_free(comms[r]);
+          }
+        }
+  }
+  printf("NCCL parity: %lld values compared against one GPU, %lld mismatches\n", compared, mismatched);
+  assert_int_equal(mismatched, 0);
+  free(ref_tok[0]);
+  free(ref_tok[1]);
+  free(ref_lg);
+  tr_inputs_free(&in);
+  tr_model_free(&m);
+}
+
+int main(void) {
+  int n = dsp_cuda_device_count();
+  if (n < 2) {
+    printf("%d CUDA device(s): multi-GPU NCCL parity needs 2 or more: skipped\n", n);
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_parity)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
