@@ -247,6 +247,28 @@ static void print_table(const bench_args *a, int P, const char *report, const pa
   printf("parity: %lld tokens compared against the first path's, %lld mismatches\n", compared, mismatched);
 }
 
+/* --tp N: every rank's synthetic weights, made on demand and kept until the end. */
+typedef struct {
+  dsp_head_config cfg;
+  int full, n;
+  dsp_synth_weights *sets;
+} synth_ctx;
+
+static dsp_status synth_rank(void *ctx, int size, int rank, dsp_head_weights *w) {
+  synth_ctx *c = ctx;
+  if (!c->sets && !(c->sets = calloc((size_t)size, sizeof *c->sets)))
+    return dsp_fail(DSP_ERR_NOMEM, "bench: out of memory");
+  c->n = size;
+  DSP_TRY(dsp_synth_weights_create(&c->cfg, size, rank, c->full, 42, &c->sets[rank]));
+  *w = c->sets[rank].w;
+  return DSP_OK;
+}
+
+static void synth_ctx_free(synth_ctx *c) {
+  for (int i = 0; c->sets && i < c->n; i++) dsp_synth_weights_free(&c->sets[i]);
+  free(c->sets);
+}
+
 static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
   int rank = dsp_comm_rank(comm), P = dsp_comm_size(comm);
   dsp_head_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab, .hidden = a->hidden, .rank = a->rank,
@@ -265,7 +287,9 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
   input_sets in = {0};
   dsp_status s = dsp_comm_agree(comm, dsp_synth_weights_create(&cfg, P, rank, full, 42, &sw));
   if (s == DSP_OK) s = dsp_comm_agree(comm, make_inputs(a, &in));
-  if (s == DSP_OK) s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, &head));
+  synth_ctx sc = {.cfg = cfg, .full = full};
+  if (s == DSP_OK)
+    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, synth_rank, &sc, &head));
   char report[256] = "";
   if (s == DSP_OK) snprintf(report, sizeof report, "%s", dsp_tool_head_report(head));
   path_result res[MAXP] = {{0}};
@@ -279,6 +303,7 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
     *mism = c[1] != 0;
   }
   dsp_tool_head_free(head);
+  synth_ctx_free(&sc);
   free_inputs(&in);
   dsp_synth_weights_free(&sw);
   return s;

@@ -84,6 +84,20 @@ static dsp_status write_output(const head_args *a, const dsp_head_input_file *in
   return dsp_st_writer_finish(w);
 }
 
+typedef struct {
+  dsp_st_file *f;
+  dsp_head_config cfg;
+  int need_full;
+} file_ctx;
+
+/* --tp N: rank i's views into the one mapped file. */
+static dsp_status file_weights(void *ctx, int size, int rank, dsp_head_weights *w) {
+  file_ctx *c = ctx;
+  DSP_TRY(dsp_head_weights_from_file(c->f, size, rank, 1, &c->cfg, w));
+  w->has_w2_full = c->need_full;
+  return DSP_OK;
+}
+
 /* Everything after the communicator exists; each stage is agreed on by all ranks. */
 static dsp_status run_head(const head_args *a, dsp_comm *comm) {
   int rank = dsp_comm_rank(comm), size = dsp_comm_size(comm);
@@ -103,8 +117,10 @@ static dsp_status run_head(const head_args *a, dsp_comm *comm) {
     cfg.max_batch = in.batch;
     /* Only the original and replicated paths (or a fallback to original) need all of W2. */
     int sharded = a->path == DSP_PATH_AUTO || a->path == DSP_PATH_SHARDED;
-    w.has_w2_full = !sharded || size > cfg.vocab;
-    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &w, &head));
+    int tp = size * a->backend.tp;
+    w.has_w2_full = !sharded || tp > cfg.vocab;
+    file_ctx fc = {.f = wf, .cfg = cfg, .need_full = w.has_w2_full};
+    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &w, file_weights, &fc, &head));
   }
   if (s == DSP_OK && rank == 0) fprintf(stderr, "%s\n", dsp_tool_head_report(head));
   int want_logits = s == DSP_OK && (a->dump || any_sampled(&in));

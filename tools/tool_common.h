@@ -18,8 +18,13 @@ int dsp_tool_parse_onoff(const char *opt, const char *v, int *out);
 int dsp_tool_parse_i64(const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out);
 
 typedef struct dsp_tool_head dsp_tool_head;
+/* Weights of TP rank `rank` of `size` (for --tp N, where one process holds every rank's). */
+typedef dsp_status (*dsp_tool_weights_fn)(void *ctx, int size, int rank, dsp_head_weights *w);
+/* w: this process's rank's weights. With --backend cuda --tp N (N > 1, no mpirun)
+ * the head drives N GPUs from N threads and asks `more` for each rank's weights. */
 dsp_status dsp_tool_head_create(const dsp_tool_backend *b, const dsp_head_config *cfg, dsp_comm *comm,
-                                const dsp_head_weights *w, dsp_tool_head **out);
+                                const dsp_head_weights *w, dsp_tool_weights_fn more, void *ctx,
+                                dsp_tool_head **out);
 dsp_status dsp_tool_head_propose(dsp_tool_head *h, const dsp_head_inputs *in, dsp_head_outputs *out);
 dsp_status dsp_tool_head_set_path(dsp_tool_head *h, dsp_path p);
 const char *dsp_tool_head_report(const dsp_tool_head *h);

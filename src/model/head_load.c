@@ -41,8 +41,8 @@ static dsp_status parse_vocab(dsp_st_file *f, int64_t vp, int64_t *v) {
   return DSP_OK;
 }
 
-static dsp_status load_weights(dsp_st_file *f, int size, int rank, int need_full, dsp_head_config *cfg,
-                               dsp_head_weights *w) {
+dsp_status dsp_head_weights_from_file(dsp_st_file *f, int size, int rank, int need_full, dsp_head_config *cfg,
+                                      dsp_head_weights *w) {
   dsp_tensor lm, w1, w2;
   DSP_TRY(weight_view(f, "lm_head.weight", &lm));
   DSP_TRY(weight_view(f, "markov_w1.weight", &w1));
@@ -76,7 +76,7 @@ dsp_status dsp_head_load_weights(const char *path, int size, int rank, int need_
                                  dsp_head_weights *w, dsp_st_file **file) {
   *file = NULL;
   DSP_TRY(dsp_st_open(path, file));
-  dsp_status s = load_weights(*file, size, rank, need_full, cfg, w);
+  dsp_status s = dsp_head_weights_from_file(*file, size, rank, need_full, cfg, w);
   if (s != DSP_OK) {
     dsp_st_close(*file);
     *file = NULL;

@@ -13,6 +13,10 @@
 dsp_status dsp_head_load_weights(const char *path, int size, int rank, int need_full, dsp_head_config *cfg,
                                  dsp_head_weights *w, dsp_st_file **file);
 
+/* The views of rank `rank` of `size` into an already open weights file. */
+dsp_status dsp_head_weights_from_file(dsp_st_file *f, int size, int rank, int need_full, dsp_head_config *cfg,
+                                      dsp_head_weights *w);
+
 typedef struct {
   dsp_st_file *file;
   dsp_tensor hidden;       /* [B, gamma, H] BF16 view into the file */
