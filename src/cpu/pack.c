@@ -2,11 +2,29 @@
  * cpu/kernel.h). Done once at load time; bits are copied, never converted. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/status.h"
 #include "core/tensor.h"
 #include "cpu/kernel.h"
 #include "cpu/matmul.h"
+
+/* Panels are streamed from memory once per product: large ones go on 2 MiB
+ * pages (transparent huge pages, where the kernel offers them) so the stream
+ * does not miss the TLB every 4 KiB. A slack of one k block follows the
+ * panels: the sweep's prefetch of "the next block" may reach one block past
+ * the last. */
+static uint16_t *panels_alloc(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  size_t n = bytes + (size_t)DSP_CPU_KC * DSP_CPU_NR * sizeof(uint16_t);
+  if (n < huge) return aligned_alloc(64, (n + 63) & ~(size_t)63);
+  n = (n + huge - 1) & ~(huge - 1);
+  void *p = aligned_alloc(huge, n);
+#ifdef MADV_HUGEPAGE
+  if (p) (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: fine when refused */
+#endif
+  return p;
+}
 
 dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
   if (!w || !out) return dsp_fail(DSP_ERR_ARG, "cpu pack: NULL argument");
@@ -26,9 +44,7 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
   p->k = w->shape[1];
   p->npanels = (p->n + DSP_CPU_NR - 1) / DSP_CPU_NR;
   p->bytes = (size_t)p->npanels * (size_t)p->k * DSP_CPU_NR * sizeof(uint16_t);
-  /* Slack of one k block after the panels: the sweep's prefetch of "the next
-   * block" may reach up to one block past the last one. */
-  p->data = aligned_alloc(64, p->bytes + (size_t)DSP_CPU_KC * DSP_CPU_NR * sizeof(uint16_t));
+  p->data = panels_alloc(p->bytes);
   if (!p->data) {
     size_t bytes = p->bytes;
     free(p);
