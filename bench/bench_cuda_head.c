@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
   w.w2_local = w.w2_full;
   w.has_w2_full = 1;
 
-  variant vs[12];
+  variant vs[16];
   int nv = 0;
 #define ADD(nm, pth, bc, ...)                    \
   do {                                           \
@@ -237,12 +237,14 @@ int main(int argc, char **argv) {
     dsp_cuda_tuning_default(&v_->t);             \
     __VA_ARGS__;                                 \
   } while (0)
-  ADD("original (TP1, ring)", DSP_PATH_ORIGINAL, 1, (void)0);
-  ADD("sharded (TP1, ring)", DSP_PATH_SHARDED, 1, v_->t.buckets = "32");
-  ADD("replicated (TP1, ring)", DSP_PATH_REPLICATED, 1, v_->t.buckets = "32");
-  ADD("ring, no serpentine", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.serpentine = 0);
-  ADD("ring, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.per_step = 1);
+  ADD("original (TP1, default)", DSP_PATH_ORIGINAL, 1, (void)0);
+  ADD("sharded (TP1)", DSP_PATH_SHARDED, 1, v_->t.buckets = "32");
+  ADD("replicated (TP1)", DSP_PATH_REPLICATED, 1, v_->t.buckets = "32");
+  ADD("ring kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 2);
+  ADD("ring, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 2; v_->t.per_step = 1);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
+  ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
+      v_->t.per_step = 1);
   ADD("register, no prefetch/serp.", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.prefetch = 0; v_->t.serpentine = 0);
   ADD("original + NCCL bcast (TP1)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.force_collectives = 1);

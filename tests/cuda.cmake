@@ -4,23 +4,6 @@ if(NOT DSPARK_HAVE_CUDA)
   return()
 endif()
 
-# The top-level add_compile_options(-Wall -Wextra -Werror ...) also reaches
-# nvcc, which rejects them ("Unknown option '-Wall'"). Until CMakeLists.txt
-# scopes them to C ($<$<COMPILE_LANGUAGE:C>:...>), keep them for C sources of
-# the library only. A no-op once the top level is fixed.
-get_target_property(_dsp_lib_opts dspark COMPILE_OPTIONS)
-if(_dsp_lib_opts)
-  set(_dsp_lib_fixed "")
-  foreach(_o IN LISTS _dsp_lib_opts)
-    if(_o MATCHES "^-W")
-      list(APPEND _dsp_lib_fixed "$<$<COMPILE_LANGUAGE:C>:${_o}>")
-    else()
-      list(APPEND _dsp_lib_fixed "${_o}")
-    endif()
-  endforeach()
-  set_property(TARGET dspark PROPERTY COMPILE_OPTIONS "${_dsp_lib_fixed}")
-endif()
-
 dsp_test(test_cuda_head SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_head.c LABELS gpu TIMEOUT 600)
 dsp_test(test_cuda_nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c LABELS gpu TIMEOUT 600)
 

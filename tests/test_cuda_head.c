@@ -262,7 +262,10 @@ static void t_rounding_ties(void **st) {
   dsp_cuda_head *h = make_head(&m, NULL);
   tr_inputs in;
   ties_inputs(&in, &m.cfg);
-  run_out r = run(h, &m.cfg, &in, 0, 1);
+  run_out r = run(h, &m.cfg, &in, 0, 0);
+  assert_int_equal(r.tok[0], 8); /* the fast path sees the same ties */
+  run_free(&r);
+  r = run(h, &m.cfg, &in, 0, 1);
   const uint16_t *l = r.lg;
   const uint16_t want[10] = {0, 0x3F80, 0x3F82, 0x3F80, 0xBF82, 0x3F80, 0x3F82, 0x4040, 0x4042, 0x3F81};
   for (int v = 0; v < 10; v++) {
@@ -303,6 +306,7 @@ static void t_vocab_padding(void **st) {
   dsp_cuda_head *h = make_head(&m, NULL);
   tr_inputs in;
   tr_inputs_make(&in, &c, 6, 1, 52);
+  expect_reference(h, &m, &in, 0, 0, "padding rows are never selected (fast path)");
   expect_reference(h, &m, &in, 0, 1, "padding rows are never selected");
   set_temps(&in);
   expect_reference(h, &m, &in, 1, 1, "padding rows, sampling");
@@ -315,6 +319,7 @@ static void t_vocab_padding(void **st) {
   tr_model_make(&m, &c, 1, 53);
   h = make_head(&m, NULL);
   tr_inputs_make(&in, &c, 2, 1, 54);
+  expect_reference(h, &m, &in, 0, 0, "V = 1 (fast path)");
   expect_reference(h, &m, &in, 0, 1, "V = 1");
   tr_inputs_free(&in);
   dsp_cuda_head_free(h);
@@ -342,6 +347,15 @@ static void special_case(const float *vals, int nan_w2_id, int64_t want, const c
     for (int k = 0; k < 2; k++) in.hidden[(b * 2 + k) * 64] = tr_bits(1.0f);
   in.temp[0] = 0.0f;
   in.temp[1] = 0.5f;
+  { /* greedy without logits: the fast bf16x2 epilogue */
+    run_out r = run(h, &c, &in, 0, 0);
+    for (int i = 0; i < 4; i++) {
+      if (r.tok[i] != want) print_message("%s (greedy, fast path): token %lld, want %lld\n", what,
+                                          (long long)r.tok[i], (long long)want);
+      assert_int_equal(r.tok[i], want);
+    }
+    run_free(&r);
+  }
   for (int smp = 0; smp < 2; smp++) {
     run_out r = run(h, &c, &in, smp, 1);
     /* greedy: both rows; sampling: row 0 (T = 0) - row 1's draw is checked against the reference below */
@@ -512,6 +526,10 @@ static void t_random_rate(void **st) {
     }
   long tokd = 0;
   for (int b = 0; b < 8; b++) tokd += r.tok[b * c.gamma] != rt[b * c.gamma];
+  /* the greedy graph's fast epilogue against the sampling graph's exact one: same tokens */
+  run_out rf = run(h, &c, &in, 0, 0);
+  assert_int_equal(tokens_diff(rf.tok, r.tok, (size_t)(8 * c.gamma), "fast vs exact epilogue"), 0);
+  run_free(&rf);
   print_message("tensor cores vs CPU order (random inputs, step 0): %ld of %ld logits differ (%.4f%%), %ld of them "
                 "by one bf16 ulp; %ld of 8 first tokens differ\n",
                 diff, cmp, 100.0 * (double)diff / (double)cmp, ulp1, tokd);

@@ -18,6 +18,10 @@
 #include "cpu/ceilings.h"
 #include "model/synth.h"
 #include "tool_common.h"
+#ifdef DSPARK_HAVE_CUDA
+#include "cuda/collectives_time.h"
+#include "cuda/head_cuda.h"
+#endif
 
 #define NSETS 4 /* input sets rotated through the replays */
 #define MAXP 3
@@ -129,7 +133,12 @@ typedef struct {
 } path_result;
 
 /* The bench proper, after weights exist. Returns per-path medians. */
-static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head *head, input_sets *in,
+/* heads[p] runs paths[p]: one CPU head switched between paths, or one CUDA
+ * head per path (a CUDA head's path is captured in its graphs). CPU figures are
+ * wall-clock per proposal; CUDA figures are CUDA-event medians over graph
+ * replays of the proposal and of the Markov tail alone, after one proposal
+ * that loads the round's input set (and gives the parity check its tokens). */
+static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head **heads, input_sets *in,
                              path_result *res, long long *compared, long long *mismatched) {
   size_t nt = (size_t)(a->batch * a->gamma);
   int64_t *tokens = malloc(nt * 8), *ref = malloc(NSETS * nt * 8);
@@ -140,11 +149,30 @@ static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head 
   dsp_status s = DSP_OK;
   for (int64_t r = 0; r < a->rounds && s == DSP_OK; r++) {
     for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
-      s = dsp_tool_head_set_path(head, a->paths[p]);
+      dsp_tool_head *head = heads[p];
+      int cuda = dsp_tool_head_is_cuda(head);
+      s = cuda ? DSP_OK : dsp_tool_head_set_path(head, a->paths[p]);
       /* one untimed proposal so each round starts warm on this path */
-      dsp_head_inputs hin = {.batch = (int32_t)a->batch, .hidden = &in->view[0], .anchor = in->anchor[0]};
+      int set0 = cuda ? (int)(r % NSETS) : 0;
+      dsp_head_inputs hin = {.batch = (int32_t)a->batch, .hidden = &in->view[set0], .anchor = in->anchor[set0]};
       dsp_head_outputs hout = {.tokens = tokens};
       if (s == DSP_OK) s = dsp_tool_head_propose(head, &hin, &hout);
+      if (s == DSP_OK && cuda) {
+        if (!have_ref[set0]) {
+          memcpy(ref + set0 * nt, tokens, nt * 8);
+          have_ref[set0] = 1;
+        } else {
+          for (size_t j = 0; j < nt; j++) *mismatched += tokens[j] != ref[set0 * nt + j];
+          *compared += (long long)nt;
+        }
+        float t[2];
+        s = dsp_tool_head_time(head, (int32_t)a->batch, 0, (int)a->replays, &t[0], &t[1]);
+        if (s == DSP_OK) s = dsp_comm_allreduce(comm, t, t, 2, DSP_F32, DSP_REDUCE_MAX);
+        per_round[(0 * MAXP + p) * a->rounds + r] = t[0];
+        per_round[(1 * MAXP + p) * a->rounds + r] = t[0] - t[1];
+        per_round[(2 * MAXP + p) * a->rounds + r] = t[1];
+        continue;
+      }
       for (int64_t i = 0; i < a->replays && s == DSP_OK; i++) {
         int set = (int)(i % NSETS);
         hin.hidden = &in->view[set];
@@ -247,6 +275,66 @@ static void print_table(const bench_args *a, int P, const char *report, const pa
   printf("parity: %lld tokens compared against the first path's, %lld mismatches\n", compared, mismatched);
 }
 
+/* The CUDA table: CUDA-event medians; the floors and the PyTorch peer are
+ * bench_cuda_head's and bench/torch_peer.py's (scripts/device_check.sh). */
+static void print_table_cuda(const bench_args *a, int P, const char *report, const path_result *res,
+                             long long compared, long long mismatched) {
+  double orig = 0;
+  for (int p = 0; p < a->npaths; p++)
+    if (a->paths[p] == DSP_PATH_ORIGINAL) orig = res[p].ms;
+  int tp = P * a->backend.tp;
+  if (a->json) {
+    printf("{\"backend\": \"cuda\", \"tp\": %d, \"processes\": %d, \"broadcast\": %s, \"paths\": {", tp, P,
+           a->broadcast ? "true" : "false");
+    for (int p = 0; p < a->npaths; p++)
+      printf("%s\"%s\": {\"ms\": %.4f, \"lm_ms\": %.4f, \"tail_ms\": %.4f}", p ? ", " : "",
+             dsp_path_name(a->paths[p]), res[p].ms, res[p].lm_ms, res[p].tail_ms);
+    printf("}, \"tokens_compared\": %lld, \"mismatches\": %lld}\n", compared, mismatched);
+    return;
+  }
+  printf("%s\n", report);
+  printf("bench head (cuda): TP%d (%d process%s), batch %lld, gamma %lld, vocab %lld, rank %lld, hidden %lld; "
+         "%lld rounds x %lld graph replays; per-step broadcast %s; max over ranks of CUDA-event medians\n",
+         tp, P, P > 1 ? "es" : "", (long long)a->batch, (long long)a->gamma, (long long)a->vocab,
+         (long long)a->rank, (long long)a->hidden, (long long)a->rounds, (long long)a->replays,
+         a->broadcast ? "on" : "off");
+  printf("%-11s %11s %8s %12s %10s %10s\n", "path", "ms/propose", "vs orig", "LM+gather ms", "tail ms", "step ms");
+  for (int p = 0; p < a->npaths; p++)
+    printf("%-11s %11.4f %8.2f %12.4f %10.4f %10.4f\n", dsp_path_name(a->paths[p]), res[p].ms,
+           orig > 0 ? res[p].ms / orig : 0.0, res[p].lm_ms, res[p].tail_ms, res[p].tail_ms / (double)a->gamma);
+  printf("parity: %lld tokens compared against the first path's (a proposal per round and path), %lld mismatches\n",
+         compared, mismatched);
+}
+
+/* CUDA extras: the sampling variant's times, and under mpirun one small
+ * all-gather (a (value, id) key per batch row) and one token broadcast alone. */
+static dsp_status cuda_extras(const bench_args *a, dsp_comm *comm, dsp_tool_head *h, const char *report) {
+  (void)report;
+  float t[2];
+  DSP_TRY(dsp_tool_head_time(h, (int32_t)a->batch, 1, (int)a->replays, &t[0], &t[1]));
+  DSP_TRY(dsp_comm_allreduce(comm, t, t, 2, DSP_F32, DSP_REDUCE_MAX));
+  if (dsp_comm_rank(comm) == 0 && !a->json)
+    printf("sampling variant (%s head): %.4f ms per proposal, tail %.4f ms\n", dsp_path_name(a->paths[0]), t[0],
+           t[1]);
+#ifdef DSPARK_HAVE_CUDA
+  if (dsp_comm_size(comm) > 1) {
+    dsp_comm *nc;
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int dev = lr ? atoi(lr) % dsp_cuda_device_count() : 0;
+    DSP_TRY(dsp_comm_nccl_create_mpi(comm, dev, &nc));
+    float us[2];
+    dsp_status s = dsp_cuda_time_collectives(nc, (size_t)a->batch * 8, (size_t)a->batch * 8, 200, &us[0], &us[1]);
+    dsp_comm_free(nc);
+    DSP_TRY(s);
+    DSP_TRY(dsp_comm_allreduce(comm, us, us, 2, DSP_F32, DSP_REDUCE_MAX));
+    if (dsp_comm_rank(comm) == 0 && !a->json)
+      printf("collectives alone (NCCL, TP%d): all-gather of %lld B per rank %.1f us, broadcast of %lld B %.1f us\n",
+             dsp_comm_size(comm), (long long)a->batch * 8, us[0], (long long)a->batch * 8, us[1]);
+  }
+#endif
+  return DSP_OK;
+}
+
 /* --tp N: every rank's synthetic weights, made on demand and kept until the end. */
 typedef struct {
   dsp_head_config cfg;
@@ -259,7 +347,8 @@ static dsp_status synth_rank(void *ctx, int size, int rank, dsp_head_weights *w)
   if (!c->sets && !(c->sets = calloc((size_t)size, sizeof *c->sets)))
     return dsp_fail(DSP_ERR_NOMEM, "bench: out of memory");
   c->n = size;
-  DSP_TRY(dsp_synth_weights_create(&c->cfg, size, rank, c->full, 42, &c->sets[rank]));
+  /* heads for several paths ask again: reuse the rank's set */
+  if (!c->sets[rank].w1) DSP_TRY(dsp_synth_weights_create(&c->cfg, size, rank, c->full, 42, &c->sets[rank]));
   *w = c->sets[rank].w;
   return DSP_OK;
 }
@@ -280,28 +369,47 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
    * with its share of the threads, and the sum is what the machine gives this
    * layout of ranks (a rank waiting in a collective would spin and skew a
    * measurement made by rank 0 alone). */
-  float ceil[2] = {(float)dsp_cpu_measure_copy_gbps(), (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0)};
-  DSP_TRY(dsp_comm_allreduce(comm, ceil, ceil, 2, DSP_F32, DSP_REDUCE_SUM));
+  float ceil[2] = {0, 0};
+  if (a->backend.cuda) {
+    cfg.path = a->paths[0]; /* one CUDA head per path; the first is paths[0] */
+  } else {
+    ceil[0] = (float)dsp_cpu_measure_copy_gbps();
+    ceil[1] = (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0);
+    DSP_TRY(dsp_comm_allreduce(comm, ceil, ceil, 2, DSP_F32, DSP_REDUCE_SUM));
+  }
   dsp_synth_weights sw;
   dsp_tool_head *head = NULL;
   input_sets in = {0};
   dsp_status s = dsp_comm_agree(comm, dsp_synth_weights_create(&cfg, P, rank, full, 42, &sw));
   if (s == DSP_OK) s = dsp_comm_agree(comm, make_inputs(a, &in));
   synth_ctx sc = {.cfg = cfg, .full = full};
+  dsp_tool_head *heads[MAXP] = {NULL};
   if (s == DSP_OK)
     s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, synth_rank, &sc, &head));
-  char report[256] = "";
+  for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
+    heads[p] = head;
+    if (!a->backend.cuda || p == 0) continue;
+    dsp_head_config c = cfg;
+    c.path = a->paths[p];
+    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &c, comm, &sw.w, synth_rank, &sc, &heads[p]));
+  }
+  char report[1024] = "";
   if (s == DSP_OK) snprintf(report, sizeof report, "%s", dsp_tool_head_report(head));
   path_result res[MAXP] = {{0}};
   long long compared = 0, mismatched = 0;
-  if (s == DSP_OK) s = dsp_comm_agree(comm, run_rounds(a, comm, head, &in, res, &compared, &mismatched));
+  if (s == DSP_OK) s = dsp_comm_agree(comm, run_rounds(a, comm, heads, &in, res, &compared, &mismatched));
   if (s == DSP_OK) {
     int64_t c[2] = {compared, mismatched};
     s = dsp_comm_allreduce(comm, c, c, 2, DSP_I64, DSP_REDUCE_SUM);
-    if (s == DSP_OK && rank == 0)
+    if (s == DSP_OK && a->backend.cuda) s = cuda_extras(a, comm, heads[0], report);
+    if (s == DSP_OK && rank == 0 && a->backend.cuda)
+      print_table_cuda(a, P, report, res, (long long)c[0], (long long)c[1]);
+    else if (s == DSP_OK && rank == 0)
       print_table(a, P, report, res, ceil[0], ceil[1], (long long)c[0], (long long)c[1]);
     *mism = c[1] != 0;
   }
+  for (int p = 1; p < a->npaths; p++)
+    if (heads[p] != head) dsp_tool_head_free(heads[p]);
   dsp_tool_head_free(head);
   synth_ctx_free(&sc);
   free_inputs(&in);

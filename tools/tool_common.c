@@ -99,9 +99,19 @@ typedef struct {
   dsp_head_weights w;
   const dsp_head_inputs *in;
   dsp_head_outputs out;
+  int32_t batch;
+  int sampling, replays;
+  float full, tail;
   dsp_status s;
   char msg[512];
 } gpu_job;
+
+static void *gpu_time(void *p) {
+  gpu_job *j = p;
+  j->s = dsp_cuda_head_time(j->h->cuda[j->i], j->batch, j->sampling, j->replays, &j->full, &j->tail);
+  if (j->s != DSP_OK) snprintf(j->msg, sizeof j->msg, "%s", dsp_error_message());
+  return NULL;
+}
 
 static void *gpu_create(void *p) {
   gpu_job *j = p;
@@ -227,6 +237,37 @@ dsp_status dsp_tool_head_propose(dsp_tool_head *h, const dsp_head_inputs *in, ds
   if (h->cuda) return cuda_propose(h, in, out);
 #endif
   return dsp_head_propose(h->cpu, in, out);
+}
+
+dsp_status dsp_tool_head_time(dsp_tool_head *h, int32_t batch, int sampling, int replays, float *full_ms,
+                              float *tail_ms) {
+#ifdef DSPARK_HAVE_CUDA
+  if (h->cuda) {
+    gpu_job jobs[64];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < h->n; i++)
+      jobs[i] = (gpu_job){.h = h, .i = i, .batch = batch, .sampling = sampling, .replays = replays};
+    DSP_TRY(h->n == 1 ? (gpu_time(&jobs[0]), jobs[0].s == DSP_OK ? DSP_OK : dsp_fail(jobs[0].s, "%s", jobs[0].msg))
+                      : run_gpu_jobs(jobs, h->n, gpu_time));
+    *full_ms = *tail_ms = 0;
+    for (int i = 0; i < h->n; i++) {
+      if (jobs[i].full > *full_ms) *full_ms = jobs[i].full;
+      if (jobs[i].tail > *tail_ms) *tail_ms = jobs[i].tail;
+    }
+    return DSP_OK;
+  }
+#endif
+  (void)h; (void)batch; (void)sampling; (void)replays; (void)full_ms; (void)tail_ms;
+  return dsp_fail(DSP_ERR_UNSUPPORTED, "graph-replay timing is for the CUDA head");
+}
+
+int dsp_tool_head_is_cuda(const dsp_tool_head *h) {
+#ifdef DSPARK_HAVE_CUDA
+  return h->cuda != NULL;
+#else
+  (void)h;
+  return 0;
+#endif
 }
 
 dsp_status dsp_tool_head_set_path(dsp_tool_head *h, dsp_path p) {

@@ -29,6 +29,11 @@ dsp_status dsp_tool_head_propose(dsp_tool_head *h, const dsp_head_inputs *in, ds
 dsp_status dsp_tool_head_set_path(dsp_tool_head *h, dsp_path p);
 const char *dsp_tool_head_report(const dsp_tool_head *h);
 void dsp_tool_head_free(dsp_tool_head *h);
+/* CUDA heads: median ms of the full proposal and of the Markov tail over
+ * `replays` graph replays (CUDA events); with --tp N the slowest GPU's. */
+dsp_status dsp_tool_head_time(dsp_tool_head *h, int32_t batch, int sampling, int replays, float *full_ms,
+                              float *tail_ms);
+int dsp_tool_head_is_cuda(const dsp_tool_head *h);
 /* The CPU head inside (NULL for other backends). */
 dsp_head *dsp_tool_head_cpu(dsp_tool_head *h);
 /* OpenMP threads for this process: DSPARK_THREADS, else the host's cores

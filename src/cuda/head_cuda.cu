@@ -61,6 +61,7 @@ struct dsp_cuda_head {
   int has_full;
   dsp_path greedy_path;
   int strict, ring, coop, sms;
+  float t_kernel[2];     /* tail ms of the register and the ring kernel when chosen by timing (0: not timed) */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -369,10 +370,15 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring ? "shared-memory ring (bulk async copies, 1 producer + 8 consumer warps)"
-                   : "register streaming (8 warps, L2 prefetch)",
+           h->ring ? "shared-memory ring kernel (bulk async copies, 1 producer + 8 consumer warps)"
+                   : "register-streaming kernel (8 warps, L2 prefetch)",
            h->nb ? h->bk[h->nb - 1].grid[0] : 0,
            h->strict ? "strict fmaf chain (bitwise = CPU)" : "tensor cores (mma.sync bf16, fp32 accumulate)");
+  if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
+    size_t n = strlen(h->report);
+    snprintf(h->report + n, sizeof h->report - n, "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms",
+             (double)h->t_kernel[0], (double)h->t_kernel[1]);
+  }
 }
 
 extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
@@ -493,16 +499,52 @@ static dsp_status prepare_kernels(dsp_cuda_head *h) {
     cu_bucket *b = &h->bk[i];
     DSP_TRY(dsp_cuda_lm_prepare(h->lm, gamma_of(h) * b->bq));
     for (int v = 0; v < 2; v++) {
-      size_t smem = 0;
-      int occ = 0;
-      DSP_TRY(dsp_cuda_markov_prepare(b->bq, v, h->strict, h->ring, &smem, &occ, &b->stages[v]));
-      if (occ < 1)
-        return dsp_fail(DSP_ERR_DEVICE, "cuda markov head: the step kernel (batch %d, %zu bytes of shared memory) "
-                                        "cannot run on this device", b->bq, smem);
-      /* one block per SM: every block resident at once, as the grid barrier needs */
+      /* both kernels when the choice is left to timing (register first, so the ring's
+       * stage count stays); one block per SM: every block resident at once, as the grid
+       * barrier needs */
+      for (int ring = 0; ring < 2; ring++) {
+        if (ring ? !(h->ring || h->tune.kernel == 0) : h->ring) continue;
+        size_t smem = 0;
+        int occ = 0, stages = 0;
+        DSP_TRY(dsp_cuda_markov_prepare(b->bq, v, h->strict, ring, &smem, &occ, &stages));
+        if (occ < 1)
+          return dsp_fail(DSP_ERR_DEVICE, "cuda markov head: the step kernel (batch %d, %zu bytes of shared memory) "
+                                          "cannot run on this device", b->bq, smem);
+        if (ring) b->stages[v] = stages;
+      }
       b->grid[v] = h->sms;
     }
   }
+  return DSP_OK;
+}
+
+/* DSPARK default: time the Markov tail of the largest bucket with each kernel
+ * (they compute the same bits, cuda/markov.h) and keep the faster. Every rank
+ * runs the same sequence and the times are summed over the communicator, so
+ * all ranks pick the same kernel. */
+static dsp_status choose_kernel(dsp_cuda_head *h) {
+  if (h->strict || h->tune.kernel != 0) return DSP_OK;
+  cu_bucket *bk = &h->bk[h->nb - 1];
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  DSP_CUDA_TRY(cudaEventCreate(&e0));
+  DSP_CUDA_TRY(cudaEventCreate(&e1));
+  dsp_status s = DSP_OK;
+  for (int r = 0; r < 2 && s == DSP_OK; r++) {
+    h->ring = r;
+    s = enqueue(h, bk, 0, 1); /* warm-up */
+    if (s == DSP_OK && cudaEventRecord(e0, h->stream) != cudaSuccess) s = DSP_ERR_DEVICE;
+    for (int i = 0; i < 3 && s == DSP_OK; i++) s = enqueue(h, bk, 0, 1);
+    if (s == DSP_OK && (cudaEventRecord(e1, h->stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+                        cudaEventElapsedTime(&h->t_kernel[r], e0, e1) != cudaSuccess))
+      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels: %s", __FILE__, __LINE__,
+                   cudaGetErrorString(cudaGetLastError()));
+    h->t_kernel[r] /= 3.0f;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  DSP_TRY(s);
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 2, DSP_F32, DSP_REDUCE_SUM));
+  h->ring = h->t_kernel[1] < h->t_kernel[0];
   return DSP_OK;
 }
 
@@ -573,6 +615,7 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
   } else {
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->coop, cudaDevAttrCooperativeLaunch, h->device));
   }
+  DSP_TRY(choose_kernel(h));
   if (h->tune.graphs) DSP_TRY(capture_all(h));
   DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
   make_report(h);
@@ -616,7 +659,7 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (!h->tune.buckets) h->tune.buckets = env->buckets;
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
-  if (h->tune.kernel < 0) h->tune.kernel = 2;
+  if (h->tune.kernel < 0) h->tune.kernel = 0;
   h->strict = h->tune.strict;
   h->ring = h->tune.kernel == 2 && !h->strict;
   dsp_status s = create_body(h, comm, w);

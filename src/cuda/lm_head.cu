@@ -19,7 +19,11 @@ struct dsp_cuda_lm {
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
   cublasLtMatmulAlgo_t algo;
   cublasLtMatmulAlgo_t cand[LM_MAXCAND]; /* every split-K-free candidate that runs this N, heuristic order */
+  size_t cand_ws[LM_MAXCAND];
   int ncand, forced;
+  size_t ws_limit;  /* workspace the candidates may ask for (0 on the first try) */
+  void *ws;         /* the chosen algorithm's workspace, ws_bytes (NULL when 0) */
+  size_t ws_bytes;
   char desc[256];
 };
 
@@ -92,7 +96,7 @@ static dsp_status make_layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t
 
 /* Runs the check for the pinned algorithm on an (m x n) problem. */
 static dsp_status algo_check(dsp_cuda_lm *lm, const cublasLtMatmulAlgo_t *algo, int64_t m, int64_t n, int64_t ldo,
-                             int *ok) {
+                             int *ok, size_t *ws) {
   cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
   dsp_status s = make_layout(&la, (uint64_t)lm->k, (uint64_t)n, lm->k);
   if (s == DSP_OK) s = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
@@ -102,7 +106,8 @@ static dsp_status algo_check(dsp_cuda_lm *lm, const cublasLtMatmulAlgo_t *algo, 
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     cublasStatus_t st = cublasLtMatmulAlgoCheck(lm->lt, lm->op, la, lb, ld, ld, algo, &r);
-    *ok = st == CUBLAS_STATUS_SUCCESS && r.workspaceSize == 0;
+    *ok = st == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= lm->ws_limit;
+    if (ws) *ws = r.workspaceSize;
   }
   if (la) cublasLtMatrixLayoutDestroy(la);
   if (lb) cublasLtMatrixLayoutDestroy(lb);
@@ -124,7 +129,7 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
   cublasLtMatmulHeuristicResult_t res[LM_MAXCAND];
   int nres = 0;
   if (s == DSP_OK) {
-    uint64_t ws = 0;
+    uint64_t ws = lm->ws_limit;
     cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -152,14 +157,17 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
         continue;
     }
     int ok = 0;
-    s = algo_check(lm, &algo, 256, lm->n, lm->n, &ok);
+    size_t need = 0;
+    s = algo_check(lm, &algo, 256, lm->n, lm->n, &ok, &need);
     if (s == DSP_OK && ok && lm->ncand < LM_MAXCAND) {
       lm->forced += splitk > 1;
+      lm->cand_ws[lm->ncand] = need;
       lm->cand[lm->ncand++] = algo;
     }
   }
   if (lm->ncand) {
     lm->algo = lm->cand[0];
+    lm->ws_bytes = lm->cand_ws[0];
     *found = 1;
   }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -180,9 +188,9 @@ static void describe_algo(dsp_cuda_lm *lm, const char *how) {
   cublasLtMatmulAlgoConfigGetAttribute(&lm->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster,
                                        &got);
   snprintf(lm->desc, sizeof lm->desc,
-           "cublasLt algo %d tile %u stages %u cluster %u, split-K 1, no workspace (%s; %d candidates, %d with "
+           "cublasLt algo %d tile %u stages %u cluster %u, split-K 1, workspace %zu B (%s; %d candidates, %d with "
            "split-K rewritten to 1)",
-           (int)id, tile, stages, (unsigned)cluster, how, lm->ncand, lm->forced);
+           (int)id, tile, stages, (unsigned)cluster, lm->ws_bytes, how, lm->ncand, lm->forced);
 }
 
 extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, dsp_cuda_lm **out) {
@@ -227,6 +235,29 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, dsp_c
     if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N: not shard-invariant across TP sizes");
   }
   if (s == DSP_OK && !found) {
+    /* some shapes (large K) get no workspace-free kernel: allow a bounded workspace,
+     * still single-pass (split-K 1); the tests check batch and shard invariance */
+    lm->ws_limit = (size_t)64 << 20;
+    s = pick_algo(lm, 256, 65536, &found);
+    if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for K alone, with workspace");
+    if (s == DSP_OK && !found) {
+      s = pick_algo(lm, 256, n, &found);
+      if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N, with workspace");
+    }
+  }
+  if (s == DSP_OK && found && lm->ws_limit) {
+    size_t most = 0;
+    for (int i = 0; i < lm->ncand; i++) most = lm->cand_ws[i] > most ? lm->cand_ws[i] : most;
+    if (most) {
+      cudaError_t e = cudaMalloc(&lm->ws, most);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        s = dsp_fail(DSP_ERR_NOMEM, "cuda lm head: %zu bytes of cuBLASLt workspace: %s", most, cudaGetErrorString(e));
+      }
+      lm->ws_bytes = most;
+    }
+  }
+  if (s == DSP_OK && !found) {
     /* no single-pass tensor-core algorithm: the strict kernel is always valid */
     lm->strict = 1;
     snprintf(lm->desc, sizeof lm->desc, "strict fmaf chain (cuBLASLt offered no split-K-free algorithm)");
@@ -241,7 +272,9 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, dsp_c
 extern "C" dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m) {
   if (lm->strict) return DSP_OK;
   int ok = 0;
-  DSP_TRY(algo_check(lm, &lm->algo, m, lm->n, lm->n, &ok));
+  size_t need = 0;
+  DSP_TRY(algo_check(lm, &lm->algo, m, lm->n, lm->n, &ok, &need));
+  if (need > lm->ws_bytes) ok = 0;
   if (!ok)
     return dsp_fail(DSP_ERR_DEVICE, "cuda lm head: the pinned %s does not run M = %lld rows", lm->desc,
                     (long long)m);
@@ -264,7 +297,7 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
   if (st == DSP_OK) {
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t e = cublasLtMatmul(lm->lt, lm->op, &alpha, w, lm->la, a, lb, &beta, out, ld, out, ld, &lm->algo,
-                                      NULL, 0, s);
+                                      lm->ws, lm->ws_bytes, s);
     if (e != CUBLAS_STATUS_SUCCESS)
       st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cublasLtMatmul (M %lld, N %lld, K %lld): %s", __FILE__, __LINE__,
                     (long long)m, (long long)lm->n, (long long)lm->k, cublasLtGetStatusString(e));
@@ -320,6 +353,7 @@ extern "C" const char *dsp_cuda_lm_describe(const dsp_cuda_lm *lm) { return lm->
 
 extern "C" void dsp_cuda_lm_free(dsp_cuda_lm *lm) {
   if (!lm) return;
+  if (lm->ws) cudaFree(lm->ws);
   if (lm->la) cublasLtMatrixLayoutDestroy(lm->la);
   if (lm->op) cublasLtMatmulDescDestroy(lm->op);
   if (lm->lt) cublasLtDestroy(lm->lt);

@@ -3,9 +3,12 @@
  *
  * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm. It is
  * the heuristic's first candidate for a canonical shape that depends only on K
- * (M = 256, N = 65536), made single-pass (split-K = 1, no reduction scheme,
- * no workspace), so no reduction across CTAs exists; then it is checked
- * against every shape it will run.
+ * (M = 256, N = 65536), made single-pass (split-K = 1, no reduction scheme),
+ * so no reduction across CTAs exists; workspace-free candidates first, else a
+ * bounded workspace (H = 7168 on an H200 gets one of 4 bytes); then it is
+ * checked against every shape it will run. When the canonical choice does not
+ * run this N the heuristic's choice for this N is used and the description
+ * says it is not shard-invariant across TP sizes.
  * Because every (M, N) uses the same kernel, an element's accumulation order
  * (the kernel's fixed K loop) depends neither on the batch bucket (M) nor on
  * the vocabulary split (N): batch- and shard-invariant. Against the CPU's

@@ -14,9 +14,12 @@
  * step streamed last are the ones still in L2 when the next step starts).
  * Per unit a warp loads its W2 rows straight into tensor-core fragments (16-byte
  * loads, the next unit in flight while this one computes, and an L2 prefetch
- * `prefetch` units ahead), multiplies them with E = W1[prev] (shared memory)
- * for every batch tile, and the epilogue adds base, rounds, writes logits
- * (sampling) and keeps each row's best 64-bit key (devmath.cuh) in registers.
+ * `prefetch` units ahead), multiplies them with E = W1[prev] (shared memory,
+ * stored in mma fragment order) for every batch tile, and the epilogue adds
+ * base, rounds, writes logits (sampling) and keeps each row's best key in
+ * registers: the greedy bf16 path in packed bf16x2 arithmetic with 32-bit keys
+ * (markov_kernel.cuh, mk_fast_tile), every other path with the 64-bit key of
+ * devmath.cuh; all keys are 64-bit before any merge across lanes.
  * A step ends with a max over the warp, the block (shared atomics) and the grid
  * (one global atomicMax per block and row into keys[k][b]).
  *

@@ -101,14 +101,13 @@ __device__ __forceinline__ void mk_load_unit(uint4 (&r)[16], const uint16_t *w2,
     for (int j = 0; j < KB; j++) r[t * KB + j] = mk_ld_stream(p + (size_t)t * 8 * RP + j * 32);
 }
 
-/* L2 prefetch of the item `d` places after (k, 0) in this warp's sequence:
- * its 8 KB of W2 and its base rows. */
-__device__ __forceinline__ void mk_prefetch(const dsp_mk_args &a, int k, int d, int gw, int W, int nmine, int lane) {
-  const int kk = k + d / nmine, ii = d % nmine;
+/* L2 prefetch of item (kk, ii) of this warp's sequence: its 8 KB of W2 and its
+ * base rows. */
+__device__ __forceinline__ void mk_prefetch(const dsp_mk_args &a, int kk, int ii, int gw, int W, int nmine, int lane) {
   if (kk >= a.k_end) return;
   const int u = mk_unit(a, kk, ii, gw, W, nmine);
   if (lane == 0) mk_prefetch_bulk(a.w2 + (size_t)u * UNIT * RP, UNIT * RP * 2);
-  const int upr = a.seg_rows >> 4, seg = u / upr, l0 = (u - seg * upr) * UNIT;
+  const int upr = a.seg_rows >> 4, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
   const uint16_t *bp = a.base + (size_t)seg * a.seg_stride + (size_t)kk * a.bq * a.ld + l0;
   for (int b = lane; b < a.bq; b += 32) mk_prefetch_line(bp + (size_t)b * a.ld);
 }
@@ -119,6 +118,24 @@ __device__ __forceinline__ void mk_gather_e(const uint16_t *w1, const int32_t *s
     const int b = i / (RP / 8), c = i % (RP / 8);
     const uint4 v = __ldg((const uint4 *)(w1 + (size_t)sprev[b] * RP) + c);
     *(uint4 *)(se + b * ES + c * 8) = v;
+  }
+}
+
+/* E = W1[prev] in mma A-fragment order, for the tensor-core path: entry
+ * ((mt * KB + j) * 2 + s) * 32 + lane holds lane (g, q)'s four A registers of
+ * group 2j + s for batch tile mt: {E[r][p], E[r+8][p], E[r][p+2], E[r+8][p+2]}
+ * as bf16 pairs, r = 16 mt + g, p = 32 j + 8 q + 4 s (the k mapping of
+ * markov.h). One 16-byte shared load is then one A operand, with no register
+ * shuffling, and a warp's load reads 512 contiguous bytes. */
+__device__ __forceinline__ void mk_gather_frag(const uint16_t *w1, const int32_t *sprev, uint16_t *se, int bq,
+                                               int tid) {
+  const int n = (bq / 16) * KB * 2 * 32;
+  for (int e = tid; e < n; e += DSP_MK_THREADS) {
+    const int ln = e & 31, sg = (e >> 5) & 1, j = (e >> 6) % KB, mt = (e >> 6) / KB;
+    const int g = ln >> 2, q = ln & 3, p = j * 32 + q * 8 + 4 * sg;
+    const uint2 x0 = __ldg((const uint2 *)(w1 + (size_t)sprev[mt * 16 + g] * RP + p));
+    const uint2 x1 = __ldg((const uint2 *)(w1 + (size_t)sprev[mt * 16 + g + 8] * RP + p));
+    *(uint4 *)(se + (size_t)e * 8) = make_uint4(x0.x, x1.x, x0.y, x1.y);
   }
 }
 
@@ -251,11 +268,11 @@ __device__ __forceinline__ void mk_epi_pair(const dsp_mk_args &a, int k, int b, 
 }
 
 template <int MT, bool SAMPLING, bool STRICT>
-__device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&cur)[16], int k, int u,
-                                           unsigned long long (&best)[MT][2], const uint16_t *se, uint16_t *sw,
-                                           const float *st, const uint64_t *sseed, const int64_t *spos, int g,
-                                           int q) {
-  const int upr = a.seg_rows >> 4, seg = u / upr, l0 = (u - seg * upr) * UNIT;
+__device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&cur)[16], int k, int u, int idx,
+                                           bool fast, unsigned long long (&best)[MT][2], uint32_t (&best32)[MT][2],
+                                           const uint16_t *se, uint16_t *sw, const float *st,
+                                           const uint64_t *sseed, const int64_t *spos, int g, int q) {
+  const int upr = a.seg_rows >> 4, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
   const int64_t id0 = (int64_t)(a.seg_rank0 + seg) * a.vr + l0;
   const size_t off = (size_t)seg * a.seg_stride + (size_t)k * a.bq * a.ld + l0;
   const uint16_t *bp = a.base + off;
@@ -275,15 +292,15 @@ __device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&c
       for (int t = 0; t < 2; t++)
 #pragma unroll
         for (int x = 0; x < 4; x++) acc[t][x] = 0.0f;
-      const uint16_t *e0 = se + (mt * 16 + g) * ES + q * 8, *e1 = e0 + 8 * ES;
+      const uint4 *ef = (const uint4 *)se + (size_t)mt * KB * 2 * 32 + (g * 4 + q);
 #pragma unroll
       for (int j = 0; j < KB; j++) {
-        const uint4 ea = *(const uint4 *)(e0 + j * 32), eb = *(const uint4 *)(e1 + j * 32);
+        const uint4 a0 = ef[(j * 2) * 32], a1 = ef[(j * 2 + 1) * 32];
 #pragma unroll
         for (int t = 0; t < 2; t++) {
           const uint4 w = cur[t * KB + j];
-          mk_mma(acc[t], ea.x, eb.x, ea.y, eb.y, w.x, w.y); /* group 2j   */
-          mk_mma(acc[t], ea.z, eb.z, ea.w, eb.w, w.z, w.w); /* group 2j+1 */
+          mk_mma(acc[t], a0.x, a0.y, a0.z, a0.w, w.x, w.y); /* group 2j   */
+          mk_mma(acc[t], a1.x, a1.y, a1.z, a1.w, w.z, w.w); /* group 2j+1 */
         }
       }
     } else {
@@ -296,6 +313,20 @@ __device__ __forceinline__ void mk_compute(const dsp_mk_args &a, const uint4 (&c
         }
     }
     /* epilogue: accumulator x of tile t is (row g + 8*(x>>1), column 2q + (x&1)) */
+    if (!SAMPLING && !STRICT && fast) {
+      const bool full = (int64_t)(l0 + UNIT) <= a.vr && id0 + UNIT <= a.vocab;
+#pragma unroll
+      for (int t = 0; t < 2; t++) {
+        const int c = t * 8 + 2 * q;
+        const bool ok0 = (int64_t)(l0 + c) < a.vr && id0 + c < a.vocab;
+        const bool ok1 = (int64_t)(l0 + c + 1) < a.vr && id0 + c + 1 < a.vocab;
+        const uint32_t bb0 = __ldg((const unsigned int *)(bp + (size_t)(mt * 16 + g) * a.ld + c));
+        const uint32_t bb1 = __ldg((const unsigned int *)(bp + (size_t)(mt * 16 + g + 8) * a.ld + c));
+        const uint32_t cst = 0xFFFFu - (((uint32_t)idx << 2) | ((uint32_t)t << 1));
+        mk_fast_tile(acc[t], bb0, bb1, cst, full, ok0, ok1, best32[mt][0], best32[mt][1]);
+      }
+      continue;
+    }
 #pragma unroll
     for (int t = 0; t < 2; t++) {
       const int c = t * 8 + 2 * q;
@@ -343,36 +374,64 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
     }
   }
   __syncthreads();
-  mk_gather_e(a.w1, sprev, se, bq, tid);
+  if (STRICT)
+    mk_gather_e(a.w1, sprev, se, bq, tid);
+  else
+    mk_gather_frag(a.w1, sprev, se, bq, tid);
   __syncthreads();
 
-  uint4 cur[2 * KB];
+  /* two unit buffers used in turn (no register copies): A holds the item being
+   * computed while B's loads fly, then the other way round */
+  uint4 ba[2 * KB], bb[2 * KB];
+  int pk = a.k_begin, pi = 0; /* the last item handed to the L2 prefetcher */
   if (nmine > 0) {
-    mk_load_unit(cur, a.w2, mk_unit(a, a.k_begin, 0, gw, W, nmine), g, q);
-    for (int d = 1; d <= a.prefetch; d++) mk_prefetch(a, a.k_begin, d, gw, W, nmine, lane);
+    mk_load_unit(ba, a.w2, mk_unit(a, a.k_begin, 0, gw, W, nmine), g, q);
+    for (int d = 0; d < a.prefetch; d++) {
+      if (++pi == nmine) pi = 0, pk++;
+      mk_prefetch(a, pk, pi, gw, W, nmine, lane);
+    }
   }
+  /* the fast epilogue's 16-bit positions: idx << 2 | t << 1 | e must fit */
+  const bool fast = !a.fp32_add && nmine <= 16384;
+  const int upr = a.seg_rows >> 4;
   for (int k = a.k_begin; k < a.k_end; k++) {
     unsigned long long best[MT][2];
+    uint32_t best32[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) best[mt][0] = best[mt][1] = 0ull;
-    for (int i = 0; i < nmine; i++) {
-      const int u = mk_unit(a, k, i, gw, W, nmine);
-      int nk = k, ni = i + 1;
-      if (ni == nmine) {
-        nk++;
-        ni = 0;
-      }
-      const bool more = nk < a.k_end;
-      uint4 nxt[2 * KB];
+    for (int mt = 0; mt < MT; mt++) best[mt][0] = best[mt][1] = 0ull, best32[mt][0] = best32[mt][1] = 0u;
+    const bool rev = a.serpentine && (k & 1);
+    for (int i = 0; i < nmine; i += 2) {
       /* the next unit (possibly the next step's: W2 does not depend on E) goes
        * in flight before this one computes */
-      if (more) mk_load_unit(nxt, a.w2, mk_unit(a, nk, ni, gw, W, nmine), g, q);
-      if (a.prefetch > 0) mk_prefetch(a, k, i + a.prefetch, gw, W, nmine, lane);
-      mk_compute<MT, SAMPLING, STRICT>(a, cur, k, u, best, se, sw, st, sseed, spos, g, q);
-      if (more) {
-#pragma unroll
-        for (int x = 0; x < 2 * KB; x++) cur[x] = nxt[x];
+      const bool has1 = i + 1 < nmine;
+      if (has1)
+        mk_load_unit(bb, a.w2, mk_unit(a, k, i + 1, gw, W, nmine), g, q);
+      else if (k + 1 < a.k_end)
+        mk_load_unit(bb, a.w2, mk_unit(a, k + 1, 0, gw, W, nmine), g, q);
+      if (a.prefetch > 0) {
+        if (++pi == nmine) pi = 0, pk++;
+        mk_prefetch(a, pk, pi, gw, W, nmine, lane);
       }
+      int idx = rev ? nmine - 1 - i : i;
+      mk_compute<MT, SAMPLING, STRICT>(a, ba, k, gw + idx * W, idx, fast, best, best32, se, sw, st, sseed, spos, g,
+                                       q);
+      if (!has1) break;
+      if (i + 2 < nmine)
+        mk_load_unit(ba, a.w2, mk_unit(a, k, i + 2, gw, W, nmine), g, q);
+      else if (k + 1 < a.k_end)
+        mk_load_unit(ba, a.w2, mk_unit(a, k + 1, 0, gw, W, nmine), g, q);
+      if (a.prefetch > 0) {
+        if (++pi == nmine) pi = 0, pk++;
+        mk_prefetch(a, pk, pi, gw, W, nmine, lane);
+      }
+      idx = rev ? nmine - 2 - i : i + 1;
+      mk_compute<MT, SAMPLING, STRICT>(a, bb, k, gw + idx * W, idx, fast, best, best32, se, sw, st, sseed, spos, g,
+                                       q);
+    }
+    /* an odd count left the next step's first unit in B */
+    if ((nmine & 1) && k + 1 < a.k_end) {
+#pragma unroll
+      for (int x = 0; x < 2 * KB; x++) ba[x] = bb[x];
     }
     /* the step's best per row: lanes of a row (q) -> block (shared) -> grid (global) */
 #pragma unroll
@@ -381,6 +440,14 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         unsigned long long v = best[mt][h];
+        const uint32_t k32 = best32[mt][h];
+        if (!SAMPLING && !STRICT && k32) { /* back to the global id and the common 64-bit key */
+          const uint32_t sq = 0xFFFFu - (k32 & 0xFFFFu);
+          const int uu = gw + (int)(sq >> 2) * W, seg = uu / upr;
+          const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + ((sq >> 1) & 1u) * 8 +
+                             2 * q + (sq & 1u);
+          v = mk_max(v, dsp_dev_key(mk_unord(k32 >> 16), (uint32_t)id));
+        }
         v = mk_max(v, __shfl_xor_sync(0xffffffffu, v, 1));
         v = mk_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
         if (q == 0 && v) atomicMax(sbest + mt * 16 + g + 8 * h, v);
@@ -403,7 +470,10 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
         if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
       }
       __syncthreads();
-      mk_gather_e(a.w1, sprev, se, bq, tid);
+      if (STRICT)
+        mk_gather_e(a.w1, sprev, se, bq, tid);
+      else
+        mk_gather_frag(a.w1, sprev, se, bq, tid);
       __syncthreads();
     } else {
       /* the last step: the block that arrives last writes the tokens */

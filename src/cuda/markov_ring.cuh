@@ -12,8 +12,9 @@
 namespace {
 
 constexpr int RG_C = 4;                 /* units per chunk (64 W2 rows, 32 KB) */
-constexpr int RG_WROW = RP + 32;        /* W2 row in shared memory: +64 bytes, so the 16-byte
-                                           fragment reads of rows g and g+1 fall in different banks */
+constexpr int RG_WROW = RP;             /* W2 rows as in global memory: one 8 KB copy per unit (each copy
+                                           costs the copy engine a fixed overhead, so few and large); the
+                                           fragment reads of rows g and g+1 then share banks (2-way) */
 constexpr int RG_NC = 8;                /* consumer warps */
 constexpr int RG_THREADS = (RG_NC + 1) * 32;
 constexpr int RG_MAXS = 8;              /* most ring stages */
@@ -93,15 +94,19 @@ __device__ __forceinline__ void rg_chunk(const dsp_mk_args &a, int n, int nch, i
   *nu = e - *u0;
 }
 
+/* This lane's A fragments for batch tile mt, in mma register order (see
+ * mk_gather_frag): af[2j + s] = {E[r][p], E[r+8][p], E[r][p+2], E[r+8][p+2]},
+ * p = 32 j + 8 q + 4 s. Built once per step, so the mma loop needs no moves. */
 template <int MT>
 __device__ __forceinline__ void rg_load_e(const dsp_mk_args &a, const int32_t *sprev, int mt, int g, int q,
-                                          uint4 (&ea)[KB], uint4 (&eb)[KB]) {
+                                          uint4 (&af)[2 * KB]) {
   const uint16_t *r0 = a.w1 + (size_t)sprev[mt * 16 + g] * RP + q * 8;
   const uint16_t *r1 = a.w1 + (size_t)sprev[mt * 16 + g + 8] * RP + q * 8;
 #pragma unroll
   for (int j = 0; j < KB; j++) {
-    ea[j] = __ldg((const uint4 *)(r0 + j * 32));
-    eb[j] = __ldg((const uint4 *)(r1 + j * 32));
+    const uint4 ea = __ldg((const uint4 *)(r0 + j * 32)), eb = __ldg((const uint4 *)(r1 + j * 32));
+    af[2 * j] = make_uint4(ea.x, eb.x, ea.y, eb.y);
+    af[2 * j + 1] = make_uint4(ea.z, eb.z, ea.w, eb.w);
   }
 }
 
@@ -155,12 +160,24 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
       if (lane == 0) rg_bar_expect(full, (uint32_t)(nu * UNIT * RP * 2 + nu * bq * UNIT * 2));
       __syncwarp();
       const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
-      for (int row = lane; row < nu * UNIT; row += 32)
-        rg_copy(dst + (uint32_t)(row * RG_WROW * 2), a.w2 + ((size_t)u0 * UNIT + row) * RP, RP * 2, full);
-      for (int j = lane; j < nu * bq; j += 32) {
-        const int ui = j / bq, b = j - ui * bq, u = u0 + ui, seg = u / upr, l0 = (u - seg * upr) * UNIT;
-        const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0;
-        rg_copy(dst + (uint32_t)(rg_w_bytes() + (size_t)(ui * bq + b) * UNIT * 2), src, UNIT * 2, full);
+      if (lane < nu) /* units are contiguous in W2: one copy each */
+        rg_copy(dst + (uint32_t)(lane * UNIT * RP * 2), a.w2 + ((size_t)(u0 + lane) * UNIT) * RP, UNIT * RP * 2,
+                full);
+      /* base: [unit][bq][16] in the stage; one copy per batch row covers all the
+       * chunk's units when they lie in one segment (contiguous columns) */
+      const int seg0 = u0 / upr;
+      if ((u0 + nu - 1) / upr == seg0) {
+        const int l00 = (u0 - seg0 * upr) * UNIT;
+        for (int b = lane; b < bq; b += 32) {
+          const uint16_t *src = a.base + (size_t)seg0 * a.seg_stride + ((size_t)k * bq + b) * a.ld + l00;
+          rg_copy(dst + (uint32_t)(rg_w_bytes() + (size_t)b * RG_C * UNIT * 2), src, (uint32_t)(nu * UNIT * 2), full);
+        }
+      } else {
+        for (int j = lane; j < nu * bq; j += 32) {
+          const int ui = j / bq, b = j - ui * bq, u = u0 + ui, seg = u / upr, l0 = (u - seg * upr) * UNIT;
+          const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0;
+          rg_copy(dst + (uint32_t)(rg_w_bytes() + ((size_t)b * RG_C + ui) * UNIT * 2), src, UNIT * 2, full);
+        }
       }
     }
     return;
@@ -169,11 +186,13 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
   /* consumers: warp w owns batch tile mt = w % MT and every (MT/8)-th (unit, n8 tile) pair of a chunk */
   const int mt = warp % MT, nsub = RG_NC / MT, sub = warp / MT;
   const bool active = mt * 16 < bq;
-  uint4 ea[KB], eb[KB];
-  if (active) rg_load_e<MT>(a, sprev, mt, g, q, ea, eb);
+  uint4 af[2 * KB];
+  if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  const bool fast = !SAMPLING && !a.fp32_add && ue - ub <= 16384; /* see mk_fast_tile */
   for (int ks = 0; ks < nsteps; ks++) {
     const int k = a.k_begin + ks;
     unsigned long long best0 = 0ull, best1 = 0ull;
+    uint32_t fb0 = 0u, fb1 = 0u;
     for (int i = 0; i < nch; i++) {
       const int n = ks * nch + i, s = n % S;
       int kk, u0, nu;
@@ -189,18 +208,24 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
 #pragma unroll
           for (int j = 0; j < KB; j++) {
             const uint4 w = *(const uint4 *)(wr + j * 32);
-            mk_mma(acc, ea[j].x, eb[j].x, ea[j].y, eb[j].y, w.x, w.y); /* group 2j   */
-            mk_mma(acc, ea[j].z, eb[j].z, ea[j].w, eb[j].w, w.z, w.w); /* group 2j+1 */
+            mk_mma(acc, af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w.x, w.y);             /* group 2j */
+            mk_mma(acc, af[2 * j + 1].x, af[2 * j + 1].y, af[2 * j + 1].z, af[2 * j + 1].w, w.z, w.w); /* 2j+1 */
           }
-          const int seg = u / upr, l0 = (u - seg * upr) * UNIT;
+          const int seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
           const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + t * 8 + 2 * q;
           const int lc = l0 + t * 8 + 2 * q;
           const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
           const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
-          const size_t off = (size_t)seg * a.seg_stride + (size_t)k * bq * a.ld + lc;
           const int b0 = mt * 16 + g, b1 = b0 + 8;
-          const uint32_t bb0 = *(const uint32_t *)(bs + (size_t)(ui * bq + b0) * UNIT + t * 8 + 2 * q);
-          const uint32_t bb1 = *(const uint32_t *)(bs + (size_t)(ui * bq + b1) * UNIT + t * 8 + 2 * q);
+          const uint32_t bb0 = *(const uint32_t *)(bs + ((size_t)b0 * RG_C + ui) * UNIT + t * 8 + 2 * q);
+          const uint32_t bb1 = *(const uint32_t *)(bs + ((size_t)b1 * RG_C + ui) * UNIT + t * 8 + 2 * q);
+          if (fast) {
+            const bool full = (int64_t)(l0 + UNIT) <= a.vr && id - t * 8 - 2 * q + UNIT <= a.vocab;
+            const uint32_t cst = 0xFFFFu - (((uint32_t)(u - ub) << 2) | ((uint32_t)t << 1));
+            mk_fast_tile(acc, bb0, bb1, cst, full, ok0, ok1, fb0, fb1);
+            continue;
+          }
+          const size_t off = (size_t)seg * a.seg_stride + (size_t)k * bq * a.ld + lc;
           mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[0], acc[1], bb0, off + (size_t)b0 * a.ld, best0, st,
                                 sseed, spos);
           mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[2], acc[3], bb1, off + (size_t)b1 * a.ld, best1, st,
@@ -210,7 +235,20 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
       __syncwarp();
       if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
     }
-    /* the step's best per row: lanes (q) -> block (shared) -> grid (global) */
+    /* the step's best per row: fast keys widened, then lanes (q) -> block (shared) -> grid (global) */
+    if (fast) {
+      const uint32_t f[2] = {fb0, fb1};
+      unsigned long long *dst[2] = {&best0, &best1};
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        if (!f[h]) continue;
+        const uint32_t sq = 0xFFFFu - (f[h] & 0xFFFFu);
+        const int uu = ub + (int)(sq >> 2), seg = uu / upr;
+        const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + ((sq >> 1) & 1u) * 8 +
+                           2 * q + (sq & 1u);
+        *dst[h] = mk_max(*dst[h], dsp_dev_key(mk_unord(f[h] >> 16), (uint32_t)id));
+      }
+    }
     best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 1));
     best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 2));
     best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 1));
@@ -247,7 +285,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
         if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
       }
       rg_consumers_sync();
-      if (active) rg_load_e<MT>(a, sprev, mt, g, q, ea, eb);
+      if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
     } else {
       /* the last step: the block that arrives last writes the tokens */
       if (tid == 0) {
