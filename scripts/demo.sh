@@ -8,7 +8,8 @@ D="$BUILD/dspark"
 OUT="$BUILD/demo"
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1
+       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 \
+       OMPI_MCA_hwloc_base_binding_policy=none
 MPIRUN="mpirun -np 4"
 
 echo "== dspark info"

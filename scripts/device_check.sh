@@ -4,6 +4,7 @@
 # a SASS summary of the step kernel, the benchmark and the PyTorch peer.
 # Logs go to $OUT (at most 8 files); the last lines printed are the summary.
 # usage: scripts/device_check.sh [all|test|bench]
+# env: NCU=0 skips ncu, SAN=0 skips compute-sanitizer, TORCH=0 skips the PyTorch peer
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/dspark_out}
@@ -37,17 +38,21 @@ if [ "$MODE" != bench ]; then
   rc=$?; SUMMARY+="test_cuda_nccl rc=$rc (77 = skipped); "
   grep -E "^\[ *(OK|FAILED|PASSED|ERROR) *\]|tensor cores vs|LM head|dspark: markov|differ|mismatch|skipped" "$OUT/tests.log" | head -60
 
+  if [ "${SAN:-1}" = 1 ]; then
   stamp "compute-sanitizer"
   {
     for t in t_specials t_vocab_padding t_inputs_change; do
-      echo "== memcheck $t"; timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t 2>&1 | tail -6
+      echo "== memcheck $t"; timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      grep -m1 -B2 -A14 "^========= [A-Z]" /tmp/san.txt | grep -v "ERROR SUMMARY" | head -16; tail -6 /tmp/san.txt
     done
     for t in t_rounding_ties t_vocab_padding; do
-      echo "== racecheck $t"; timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t 2>&1 | tail -6
+      echo "== racecheck $t"; timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      grep -m1 -B2 -A14 "^========= [A-Z]" /tmp/san.txt | grep -v "SUMMARY" | head -16; tail -6 /tmp/san.txt
     done
   } > "$OUT/sanitizer.log" 2>&1
   grep -E "==|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
   SUMMARY+="sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer.log") clean of 5; "
+  fi
 
   OBJ=$(find build-gpu -name 'markov_g.cu.o' | head -1)
   if [ -n "$OBJ" ]; then
@@ -74,9 +79,11 @@ if [ "$MODE" != test ]; then
   timeout 240 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench.log" 2>&1
   SUMMARY+="bench rc=$?; "
   cat "$OUT/bench.log"
+  if [ "${TORCH:-1}" = 1 ]; then
   stamp "torch peer"
   PYTHONUNBUFFERED=1 timeout 180 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
   SUMMARY+="torch peer rc=$?; "
   sed -n '/one table/,$p' "$OUT/torch.log"
+  fi
 fi
 stamp "done: $SUMMARY"

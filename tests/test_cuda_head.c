@@ -579,6 +579,11 @@ static void t_plans(void **st) {
       {"register kernel, per-step", 1, 1, -1, -1, -1},
       {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0},
       {"register kernel, deep prefetch", 1, 0, -1, 12, 1},
+      {"ring 2", 3, 0, -1, -1, -1},
+      {"ring 2, per-step kernels", 3, 1, -1, -1, -1},
+      {"ring 2, no serpentine", 3, 0, -1, -1, 0},
+      {"ring 3", 4, 0, -1, -1, -1},
+      {"ring 3, per-step kernels", 4, 1, -1, -1, -1},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     dsp_cuda_tuning t;

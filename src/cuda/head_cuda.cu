@@ -60,8 +60,8 @@ struct dsp_cuda_head {
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
   dsp_path greedy_path;
-  int strict, ring, coop, sms;
-  float t_kernel[2];     /* tail ms of the register and the ring kernel when chosen by timing (0: not timed) */
+  int strict, ring, coop, sms; /* ring: 0 register kernel, 1 ring kernel, 2 ring kernel 2, 3 ring kernel 3 (markov_ring.cuh) */
+  float t_kernel[4];     /* tail ms of the register and ring 1-3 kernels when chosen by timing (0: not timed) */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -370,14 +370,21 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring ? "shared-memory ring kernel (bulk async copies, 1 producer + 8 consumer warps)"
-                   : "register-streaming kernel (8 warps, L2 prefetch)",
+           h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
+                          "rows, 1 producer + 8 consumer warps)"
+           : h->ring == 2 ? "shared-memory ring kernel 2 (one bulk async copy per 32 KB chunk + cp.async base rows, "
+                          "1 producer + 8 consumer warps)"
+           : h->ring    ? "shared-memory ring kernel (bulk async copies, 1 producer + 8 consumer warps)"
+                        : "register-streaming kernel (8 warps, L2 prefetch)",
            h->nb ? h->bk[h->nb - 1].grid[0] : 0,
            h->strict ? "strict fmaf chain (bitwise = CPU)" : "tensor cores (mma.sync bf16, fp32 accumulate)");
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
-    snprintf(h->report + n, sizeof h->report - n, "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms",
-             (double)h->t_kernel[0], (double)h->t_kernel[1]);
+    snprintf(h->report + n, sizeof h->report - n,
+             "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms, ring 2 %.3f ms, ring 3 %.3f ms (%d tensor "
+             "copies per chunk)",
+             (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2], (double)h->t_kernel[3],
+             dsp_mk_ring3_boxes);
   }
 }
 
@@ -529,22 +536,30 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));
   dsp_status s = DSP_OK;
-  for (int r = 0; r < 2 && s == DSP_OK; r++) {
+  for (int r = 0; r < 4 && s == DSP_OK; r++) {
     h->ring = r;
     s = enqueue(h, bk, 0, 1); /* warm-up */
+    if (s != DSP_OK && r == 3) { /* ring 3 needs the driver's tensor-map encoder: without it, not a candidate */
+      cudaGetLastError();
+      h->t_kernel[3] = 1e30f;
+      s = DSP_OK;
+      break;
+    }
     if (s == DSP_OK && cudaEventRecord(e0, h->stream) != cudaSuccess) s = DSP_ERR_DEVICE;
     for (int i = 0; i < 3 && s == DSP_OK; i++) s = enqueue(h, bk, 0, 1);
     if (s == DSP_OK && (cudaEventRecord(e1, h->stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
                         cudaEventElapsedTime(&h->t_kernel[r], e0, e1) != cudaSuccess))
-      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels: %s", __FILE__, __LINE__,
+      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels (candidate %d): %s", __FILE__, __LINE__, r,
                    cudaGetErrorString(cudaGetLastError()));
     h->t_kernel[r] /= 3.0f;
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   DSP_TRY(s);
-  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 2, DSP_F32, DSP_REDUCE_SUM));
-  h->ring = h->t_kernel[1] < h->t_kernel[0];
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 4, DSP_F32, DSP_REDUCE_SUM));
+  h->ring = 0;
+  for (int r = 1; r < 4; r++)
+    if (h->t_kernel[r] < h->t_kernel[h->ring]) h->ring = r;
   return DSP_OK;
 }
 
@@ -661,7 +676,7 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.kernel < 0) h->tune.kernel = 0;
   h->strict = h->tune.strict;
-  h->ring = h->tune.kernel == 2 && !h->strict;
+  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 4 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {

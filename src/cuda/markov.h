@@ -78,7 +78,9 @@ typedef struct {
 
 typedef struct {
   int sampling, strict;
-  int ring;        /* 1: the ring kernel (below); 0: the register kernel (always for strict) */
+  int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
+                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 0: the register kernel
+                      (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;
@@ -103,6 +105,8 @@ dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, 
 /* tokens[b] = id of max_r keys[r * bq + b] (0 when no candidate), b < bq. */
 dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
                                   cudaStream_t s);
+/* Tensor copies per chunk the last ring-3 launch used (1: the 3-D view, 8: the 2-D fallback; 0: none yet). */
+extern int dsp_mk_ring3_boxes;
 /* 1 when a cooperative launch can be captured into a CUDA graph here. */
 int dsp_cuda_markov_coop_capturable(cudaStream_t s);
 

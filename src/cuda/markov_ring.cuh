@@ -7,6 +7,9 @@
 #ifndef DSP_CUDA_MARKOV_RING_CUH
 #define DSP_CUDA_MARKOV_RING_CUH
 
+#include <cuda.h> /* CUtensorMap (the type only; the encoder comes through the runtime) */
+#include <cudaTypedefs.h>
+
 #include "cuda/markov_kernel.cuh"
 
 namespace {
@@ -18,6 +21,7 @@ constexpr int RG_WROW = RP;             /* W2 rows as in global memory: one 8 KB
 constexpr int RG_NC = 8;                /* consumer warps */
 constexpr int RG_THREADS = (RG_NC + 1) * 32;
 constexpr int RG_MAXS = 8;              /* most ring stages */
+static_assert(RG_C == 4, "the V 2 producer's base piece indexing assumes 4 units per chunk");
 
 __host__ __device__ inline size_t rg_w_bytes() { return (size_t)RG_C * UNIT * RG_WROW * 2; }
 __host__ __device__ inline size_t rg_stage_bytes(int bq) { return rg_w_bytes() + (size_t)RG_C * bq * UNIT * 2; }
@@ -35,7 +39,7 @@ __host__ __device__ inline rg_smem_t rg_smem(int bq, bool sampling, int stages) 
   L.temp = mk_align(L.best + (size_t)bq * 8);
   L.seed = mk_align(L.temp + (sampling ? (size_t)bq * 4 : 0));
   L.pos = mk_align(L.seed + (sampling ? (size_t)bq * 8 : 0));
-  L.total = mk_align(L.pos + (sampling ? (size_t)bq * 8 : 0));
+  L.total = mk_align(L.pos + (sampling ? (size_t)bq * 8 : 0)) + 1024; /* + slack: the kernel aligns its base to 1024 */
   return L;
 }
 
@@ -110,9 +114,46 @@ __device__ __forceinline__ void rg_load_e(const dsp_mk_args &a, const int32_t *s
   }
 }
 
-template <int MT, bool SAMPLING>
-__global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
+/* 16-byte asynchronous copy global -> shared (LDGSTS, L2 only), tracked per thread. */
+__device__ __forceinline__ void rg_cp16(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* One arrival on `bar` once all of this thread's earlier cp.async copies have
+ * landed (the barrier's count includes it: noinc). */
+__device__ __forceinline__ void rg_cp_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+/* 2-D / 3-D tensor copy of W2 (V 3) completing on `bar`: box (c0, c1[, c2]) of the map. */
+__device__ __forceinline__ void rg_tcopy3(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void rg_tcopy2(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+               "l"(tm), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+
+/* V = 1: the producer issues one bulk copy per W2 unit and one per base row
+ *        (36 bulk copies per 32 KB chunk);
+ * V = 2: one bulk copy per chunk for W2 (the chunk's units are contiguous) and
+ *        the base rows as 16-byte cp.async copies by the producer's 32 lanes,
+ *        each lane's arrival (cp.async.mbarrier.arrive.noinc) counted on the
+ *        stage's full barrier: 1 bulk copy per chunk. Same stage layout, same
+ *        consumers, so the same bits.
+ * V = 3: as V 2, but W2 comes through a tensor map as [8 k blocks][64 rows][32 k]
+ *        (one 3-D box per chunk, or 8 2-D boxes when nbox = 8): rows g and g+1
+ *        then sit 64 bytes apart, so a quarter-warp's fragment reads never share
+ *        a bank (V 1-2: 2-way conflicts). The registers get the same values. */
+template <int MT, bool SAMPLING, int V>
+__global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tm, const int nbox) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  /* stages on a 1024-byte boundary: the tensor copies (V 3) need 128-byte aligned destinations */
+  unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
   const int bq = a.bq, S = a.stages;
   const rg_smem_t L = rg_smem(bq, SAMPLING, S);
   const size_t SB = rg_stage_bytes(bq);
@@ -132,7 +173,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
 
   if (tid == 0) {
     for (int s = 0; s < S; s++) {
-      rg_bar_init(rg_saddr(&bars[s]), 1);              /* the producer's arrive + the bytes */
+      rg_bar_init(rg_saddr(&bars[s]), V >= 2 ? 33 : 1); /* the producer's arrive + the bytes (V 2-3: + 32 lanes' cp.async) */
       rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC); /* one arrive per consumer warp */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -157,6 +198,31 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
       int k, u0, nu;
       rg_chunk(a, n, nch, ub, ue, &k, &u0, &nu);
       const uint32_t full = rg_saddr(&bars[s]);
+      if (V >= 2) {
+        const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
+        if (lane == 0 && V == 2) {
+          rg_bar_expect(full, (uint32_t)(nu * UNIT * RP * 2));
+          rg_copy(dst, a.w2 + (size_t)u0 * UNIT * RP, (uint32_t)(nu * UNIT * RP * 2), full);
+        }
+        if (lane == 0 && V == 3) { /* whole boxes: rows past the map's end are zero-filled and counted */
+          rg_bar_expect(full, (uint32_t)rg_w_bytes());
+          if (nbox == 1)
+            rg_tcopy3(dst, &tm, 0, u0 * UNIT, 0, full);
+          else
+            for (int j = 0; j < KB; j++)
+              rg_tcopy2(dst + (uint32_t)(j * RG_C * UNIT * 32 * 2), &tm, j * 32, u0 * UNIT, full);
+        }
+        /* base piece j: batch row b = j / 8, unit ui = (j / 2) % 4, half hf = j % 2 (8 columns) */
+        for (int j = lane; j < bq * RG_C * 2; j += 32) {
+          const int b = j >> 3, ui = (j >> 1) & (RG_C - 1), hf = j & 1;
+          if (ui >= nu) continue;
+          const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
+          const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0 + hf * 8;
+          rg_cp16(dst + (uint32_t)(rg_w_bytes() + ((size_t)b * RG_C + ui) * UNIT * 2 + hf * 16), src);
+        }
+        rg_cp_arrive(full);
+        continue;
+      }
       if (lane == 0) rg_bar_expect(full, (uint32_t)(nu * UNIT * RP * 2 + nu * bq * UNIT * 2));
       __syncwarp();
       const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
@@ -180,6 +246,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
         }
       }
     }
+    if (V >= 2) asm volatile("cp.async.wait_all;" ::: "memory"); /* no copy outlives its issuing thread */
     return;
   }
 
@@ -204,10 +271,11 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a) 
         for (int p = sub; p < nu * 2; p += nsub) {
           const int ui = p >> 1, t = p & 1, u = u0 + ui;
           float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          const uint16_t *wr = ws + (size_t)(ui * UNIT + t * 8 + g) * RG_WROW + q * 8;
+          const uint16_t *wr = V == 3 ? ws + (size_t)(ui * UNIT + t * 8 + g) * 32 + q * 8
+                                      : ws + (size_t)(ui * UNIT + t * 8 + g) * RG_WROW + q * 8;
 #pragma unroll
           for (int j = 0; j < KB; j++) {
-            const uint4 w = *(const uint4 *)(wr + j * 32);
+            const uint4 w = *(const uint4 *)(wr + (V == 3 ? j * (RG_C * UNIT * 32) : j * 32));
             mk_mma(acc, af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w.x, w.y);             /* group 2j */
             mk_mma(acc, af[2 * j + 1].x, af[2 * j + 1].y, af[2 * j + 1].z, af[2 * j + 1].w, w.z, w.w); /* 2j+1 */
           }
@@ -313,10 +381,52 @@ inline int rg_stages_for(int bq, bool sampling) {
   return s > RG_MAXS ? RG_MAXS : s;
 }
 
+/* The tensor map of W2 for V 3: a 3-D view (32 k, rows, 8 k blocks) with box
+ * (32, 64, 8), so one copy lands a chunk as [k block][row][32]; where the driver
+ * refuses that view, a 2-D one (256 k, rows) with box (32, 64), 8 copies per
+ * chunk, same placement. */
+inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
+  static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return NULL;
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)p;
+  }();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: no cuTensorMapEncodeTiled");
+  const cuuint64_t rows = (cuuint64_t)a->nseg * (cuuint64_t)a->seg_rows;
+  const cuuint32_t es[3] = {1, 1, 1};
+  {
+    const cuuint64_t dims[3] = {32, rows, KB}, strides[2] = {RP * 2, 64};
+    const cuuint32_t box[3] = {32, RG_C * UNIT, KB};
+    if (enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->w2, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+        CUDA_SUCCESS) {
+      *nbox = 1;
+      dsp_mk_ring3_boxes = 1;
+      return DSP_OK;
+    }
+  }
+  const cuuint64_t dims[2] = {RP, rows}, strides[1] = {RP * 2};
+  const cuuint32_t box[2] = {32, RG_C * UNIT};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->w2, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: cuTensorMapEncodeTiled failed (%d)", (int)r);
+  *nbox = KB;
+  dsp_mk_ring3_boxes = KB;
+  return DSP_OK;
+}
+
 template <int MT, bool SAMPLING>
 dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {
-  void (*kern)(const dsp_mk_args) = rg_kernel<MT, SAMPLING>;
+  typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
+  const int ver = l ? l->ring : 1;
+  rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
@@ -329,6 +439,15 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kern));
     DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       optin - (int)fa.sharedSizeBytes));
+    { /* the V 2 and V 3 instances have the same layout: raise their limits too */
+      const rg_fn ks[2] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>};
+      for (int i = 0; i < 2; i++) {
+        cudaFuncAttributes f2;
+        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, ks[i]));
+        DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          optin - (int)f2.sharedSizeBytes));
+      }
+    }
     DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
     *smem = bytes;
     occ[1] = st; /* the caller passes int occ[2] */
@@ -348,7 +467,11 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a));
+  CUtensorMap tm;
+  memset(&tm, 0, sizeof tm);
+  int nbox = 1;
+  if (ver == 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a, tm, nbox));
   return DSP_OK;
 }
 
