@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/synth.h"
 #include "core/bf16.h"
 #include "core/tensor.h"
 #include "cpu/matmul.h"
@@ -41,15 +42,11 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
+/* The project's synthetic values (src/model/synth.h): uniform in [-1, 1), bf16. */
 static void fill_random(dsp_bf16 *p, size_t n, uint64_t seed) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    p[i] = dsp_f32_to_bf16((float)((double)(z >> 11) * 0x1p-52 - 1.0));
-  }
+  size_t rows = n / 1024; /* rows of 1024 so the fill runs on every thread */
+  dsp_synth_fill(p, (int64_t)rows, 1024, 0, seed, 1.0f);
+  dsp_synth_fill(p + rows * 1024, 1, (int64_t)(n - rows * 1024), (int64_t)rows, seed, 1.0f);
 }
 
 static dnnl_engine_t g_eng;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/synth.h"
 #include "core/bf16.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -30,16 +31,11 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* bf16 values in (-1, 1), from a hash of (seed, index). */
+/* The project's synthetic values (src/model/synth.h): uniform in [-1, 1), bf16. */
 static void fill_random(dsp_bf16 *p, size_t n, uint64_t seed) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    p[i] = dsp_f32_to_bf16((float)((double)(z >> 11) * 0x1p-52 - 1.0));
-  }
+  size_t rows = n / 1024; /* rows of 1024 so the fill runs on every thread */
+  dsp_synth_fill(p, (int64_t)rows, 1024, 0, seed, 1.0f);
+  dsp_synth_fill(p + rows * 1024, 1, (int64_t)(n - rows * 1024), (int64_t)rows, seed, 1.0f);
 }
 
 double dsp_cpu_measure_copy_gbps(void) {
