@@ -9,6 +9,7 @@
 
 #include "cmds.h"
 #include "comm/comm_auto.h"
+#include "core/env.h"
 #include "core/safetensors.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -122,7 +123,7 @@ static dsp_status run_head(const head_args *a, dsp_comm *comm) {
     file_ctx fc = {.f = wf, .cfg = cfg, .need_full = w.has_w2_full};
     s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &w, file_weights, &fc, &head));
   }
-  if (s == DSP_OK && rank == 0) fprintf(stderr, "%s\n", dsp_tool_head_report(head));
+  if (s == DSP_OK && rank == 0 && !dsp_env_get()->quiet) fprintf(stderr, "%s\n", dsp_tool_head_report(head));
   int want_logits = s == DSP_OK && (a->dump || any_sampled(&in));
   size_t n = s == DSP_OK ? (size_t)in.batch * (size_t)in.gamma : 0;
   size_t ls = a->contract == DSP_CONTRACT_FP32_ADD ? 4 : 2;
