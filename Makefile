@@ -43,7 +43,8 @@ fuzz: build-fuzz
 	@echo "== libFuzzer: safetensors parser, $(FUZZ_SECONDS) s"
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@$(FUZZ_BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	  $(FUZZ_BUILD)/corpus fuzz/seeds 2>&1 | tail -n 3
+	  $(FUZZ_BUILD)/corpus fuzz/seeds > $(FUZZ_BUILD)/fuzz.log 2>&1; rc=$$?; \
+	  tail -n 3 $(FUZZ_BUILD)/fuzz.log; [ $$rc -eq 0 ] || { tail -n 40 $(FUZZ_BUILD)/fuzz.log; exit $$rc; }
 
 fuzz-long: build-fuzz
 	@mkdir -p $(FUZZ_BUILD)/corpus
