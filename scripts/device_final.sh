@@ -1,9 +1,9 @@
 #!/bin/bash
-# One call on a GPU machine (nvidia-h200 or nvidia-h200-x2), from the repository
-# root: build, the GPU tests, CLI parity against the CPU backend, the head
-# benchmark through `dspark bench head --backend cuda` at TP1 and, with two
-# GPUs, at TP2 (one process per GPU under mpirun, broadcast on and off, and one
-# process driving both), bench_cuda_head with floors and the PyTorch peer.
+# One call on a GPU machine (any nvidia-h200 kind), from the repository root:
+# build, the GPU tests, CLI parity against the CPU backend, the head benchmark
+# through `dspark bench head --backend cuda` at TP1 and, with N >= 2 GPUs, at
+# TP N (one process per GPU under mpirun, broadcast on and off, and one process
+# driving all of them), bench_cuda_head with floors and the PyTorch peer.
 # Logs go to $OUT; the last lines printed are the summary.
 set -u
 OUT=${OUT:-/tmp/dspark_out}
@@ -38,11 +38,11 @@ stamp "CLI parity: CPU vs CUDA (strict and tensor-core), TP1 and TP$NG"
     echo "PARITY CUDA paths byte-identical at TP1"
   if [ "$NG" -ge 2 ]; then
     for p in original sharded replicated; do
-      mpirun --allow-run-as-root -np 2 $D head --backend cuda --path $p --weights /tmp/w.st --inputs /tmp/i.st \
+      mpirun --allow-run-as-root -np $NG $D head --backend cuda --path $p --weights /tmp/w.st --inputs /tmp/i.st \
         --out /tmp/o_m_$p.st --dump-logits
-      cmp /tmp/o_g_original.st /tmp/o_m_$p.st && echo "PARITY TP2 (mpirun, $p) == TP1"
-      $D head --backend cuda --tp 2 --path $p --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_t_$p.st --dump-logits
-      cmp /tmp/o_g_original.st /tmp/o_t_$p.st && echo "PARITY TP2 (one process, --tp 2, $p) == TP1"
+      cmp /tmp/o_g_original.st /tmp/o_m_$p.st && echo "PARITY TP$NG (mpirun, $p) == TP1"
+      $D head --backend cuda --tp $NG --path $p --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_t_$p.st --dump-logits
+      cmp /tmp/o_g_original.st /tmp/o_t_$p.st && echo "PARITY TP$NG (one process, --tp $NG, $p) == TP1"
     done
   fi
   $D show /tmp/o_g_original.st | head -8
@@ -54,13 +54,13 @@ timeout 200 $D bench head --backend cuda --rounds 5 --replays 40 > "$OUT/bench_t
 tail -9 "$OUT/bench_tp1.log"
 if [ "$NG" -ge 2 ]; then
   for bc in on off; do
-    stamp "TP2, mpirun, broadcast $bc"
-    timeout 200 mpirun --allow-run-as-root -np 2 $D bench head --backend cuda --rounds 5 --replays 40 --broadcast $bc \
+    stamp "TP$NG, mpirun, broadcast $bc"
+    timeout 200 mpirun --allow-run-as-root -np $NG $D bench head --backend cuda --rounds 5 --replays 40 --broadcast $bc \
       > "$OUT/bench_tp2_$bc.log" 2>&1
     tail -8 "$OUT/bench_tp2_$bc.log"
   done
-  stamp "TP2, one process driving both GPUs"
-  timeout 200 $D bench head --backend cuda --tp 2 --rounds 5 --replays 40 > "$OUT/bench_tp2_proc.log" 2>&1
+  stamp "TP$NG, one process driving all GPUs"
+  timeout 200 $D bench head --backend cuda --tp $NG --rounds 5 --replays 40 > "$OUT/bench_tp2_proc.log" 2>&1
   tail -7 "$OUT/bench_tp2_proc.log"
 fi
 stamp "bench_cuda_head (floors) and the PyTorch peer"
