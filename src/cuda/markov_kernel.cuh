@@ -234,6 +234,33 @@ __device__ __forceinline__ float mk_unord(uint32_t o16) {
  *   sampling: logits written at element lo of the logits layout, and rows with
  *   T > 0 score float(logit / T) + g (one IEEE division, one IEEE add);
  *   best = max(best, key(score, id)) over the real columns. */
+/* W1 rows of the previous tokens into shared memory: the strict kernel's plain
+ * rows, or the tensor-core kernels' fragment order. */
+template <bool STRICT>
+__device__ __forceinline__ void mk_gather(const uint16_t *w1, const int32_t *sprev, uint16_t *se, int bq, int tid) {
+  if (STRICT)
+    mk_gather_e(w1, sprev, se, bq, tid);
+  else
+    mk_gather_frag(w1, sprev, se, bq, tid);
+}
+
+/* A tail launch's per-row state: best key cleared, previous token (the anchor,
+ * or the last token of the steps before k_begin), sampling metadata. */
+template <bool SAMPLING>
+__device__ __forceinline__ void mk_load_rows(const dsp_mk_args &a, unsigned long long *sbest, int32_t *sprev,
+                                             float *st, uint64_t *sseed, int64_t *spos, int tid) {
+  const int bq = a.bq;
+  if (tid < bq) {
+    sbest[tid] = 0ull;
+    sprev[tid] = a.k_begin == 0 ? a.anchor[tid] : __ldcg(a.tokens + (size_t)(a.k_begin - 1) * bq + tid);
+    if (SAMPLING) {
+      st[tid] = a.temp[tid];
+      sseed[tid] = a.seed[tid];
+      spos[tid] = a.pos[tid];
+    }
+  }
+}
+
 template <bool SAMPLING>
 __device__ __forceinline__ void mk_epi_pair(const dsp_mk_args &a, int k, int b, int64_t id, bool ok0, bool ok1,
                                             float acc0, float acc1, uint32_t bb, size_t lo,
@@ -364,20 +391,9 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
   const int U = a.nseg * (a.seg_rows >> 4);
   const int nmine = gw < U ? (U - 1 - gw) / W + 1 : 0;
 
-  if (tid < bq) {
-    sbest[tid] = 0ull;
-    sprev[tid] = a.k_begin == 0 ? a.anchor[tid] : __ldcg(a.tokens + (size_t)(a.k_begin - 1) * bq + tid);
-    if (SAMPLING) {
-      st[tid] = a.temp[tid];
-      sseed[tid] = a.seed[tid];
-      spos[tid] = a.pos[tid];
-    }
-  }
+  mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
   __syncthreads();
-  if (STRICT)
-    mk_gather_e(a.w1, sprev, se, bq, tid);
-  else
-    mk_gather_frag(a.w1, sprev, se, bq, tid);
+  mk_gather<STRICT>(a.w1, sprev, se, bq, tid);
   __syncthreads();
 
   /* two unit buffers used in turn (no register copies): A holds the item being
@@ -470,10 +486,7 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
         if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
       }
       __syncthreads();
-      if (STRICT)
-        mk_gather_e(a.w1, sprev, se, bq, tid);
-      else
-        mk_gather_frag(a.w1, sprev, se, bq, tid);
+      mk_gather<STRICT>(a.w1, sprev, se, bq, tid);
       __syncthreads();
     } else {
       /* the last step: the block that arrives last writes the tokens */

@@ -178,15 +178,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a, 
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (tid < bq) {
-    sbest[tid] = 0ull;
-    sprev[tid] = a.k_begin == 0 ? a.anchor[tid] : __ldcg(a.tokens + (size_t)(a.k_begin - 1) * bq + tid);
-    if (SAMPLING) {
-      st[tid] = a.temp[tid];
-      sseed[tid] = a.seed[tid];
-      spos[tid] = a.pos[tid];
-    }
-  }
+  mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
   __syncthreads();
 
   if (warp == RG_NC) {
