@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
   w.w2_local = w.w2_full;
   w.has_w2_full = 1;
 
-  variant vs[16];
+  variant vs[20];
   int nv = 0;
 #define ADD(nm, pth, bc, ...)                    \
   do {                                           \
@@ -245,6 +245,8 @@ int main(int argc, char **argv) {
   ADD("ring 2 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 3);
   ADD("ring 3 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 4);
   ADD("ring 3, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 4; v_->t.graphs = 0);
+  ADD("ring 4 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5);
+  ADD("ring 4, L2 keep 3/8", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.l2keep = 3);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
   ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.per_step = 1);
@@ -258,7 +260,7 @@ int main(int argc, char **argv) {
     /* one eager proposal per tail kernel, for a profiler's filter (ncu -k regex:rg_kernel|mk_kernel) */
     dsp_tensor pv = {.data = hid, .dtype = DSP_BF16, .ndim = 3, .shape = {B, G, H}, .stride = {G * H, H, 1}};
     int64_t *pt = malloc((size_t)(B * G) * 8);
-    for (int kern = 4; kern >= 1; kern--) {
+    for (int kern = 5; kern >= 1; kern--) {
       dsp_cuda_tuning t;
       dsp_cuda_tuning_default(&t);
       t.buckets = "32";

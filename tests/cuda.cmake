@@ -13,3 +13,9 @@ add_executable(bench_cuda_head ${PROJECT_SOURCE_DIR}/bench/bench_cuda_head.c)
 target_include_directories(bench_cuda_head PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(bench_cuda_head PRIVATE dspark)
 set_target_properties(bench_cuda_head PROPERTIES LINKER_LANGUAGE CUDA)
+
+# The tail kernels alone, with ring kernel 4's per-step trace (bench/bench_tail.c).
+add_executable(bench_tail ${PROJECT_SOURCE_DIR}/bench/bench_tail.c)
+target_include_directories(bench_tail PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(bench_tail PRIVATE dspark)
+set_target_properties(bench_tail PROPERTIES LINKER_LANGUAGE CUDA)

@@ -571,19 +571,24 @@ static void t_plans(void **st) {
   tr_inputs_make(&in, &c, 6, 0, 112);
   set_temps(&in);
   /* the reference runs the default: ring kernel, one persistent launch, graphs */
-  struct { const char *name; int kernel, per_step, graphs, prefetch, serpentine; } v[] = {
-      {"ring, per-step kernels", 2, 1, -1, -1, -1},
-      {"ring, eager (no graphs)", 2, 0, 0, -1, -1},
-      {"ring, no serpentine", 2, 0, -1, -1, 0},
-      {"register kernel", 1, 0, -1, -1, -1},
-      {"register kernel, per-step", 1, 1, -1, -1, -1},
-      {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0},
-      {"register kernel, deep prefetch", 1, 0, -1, 12, 1},
-      {"ring 2", 3, 0, -1, -1, -1},
-      {"ring 2, per-step kernels", 3, 1, -1, -1, -1},
-      {"ring 2, no serpentine", 3, 0, -1, -1, 0},
-      {"ring 3", 4, 0, -1, -1, -1},
-      {"ring 3, per-step kernels", 4, 1, -1, -1, -1},
+  struct { const char *name; int kernel, per_step, graphs, prefetch, serpentine, l2keep; } v[] = {
+      {"ring, per-step kernels", 2, 1, -1, -1, -1, 0},
+      {"ring, eager (no graphs)", 2, 0, 0, -1, -1, 0},
+      {"ring, no serpentine", 2, 0, -1, -1, 0, 0},
+      {"register kernel", 1, 0, -1, -1, -1, 0},
+      {"register kernel, per-step", 1, 1, -1, -1, -1, 0},
+      {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0, 0},
+      {"register kernel, deep prefetch", 1, 0, -1, 12, 1, 0},
+      {"ring 2", 3, 0, -1, -1, -1, 0},
+      {"ring 2, per-step kernels", 3, 1, -1, -1, -1, 0},
+      {"ring 2, no serpentine", 3, 0, -1, -1, 0, 0},
+      {"ring 3", 4, 0, -1, -1, -1, 0},
+      {"ring 3, per-step kernels", 4, 1, -1, -1, -1, 0},
+      {"ring 4", 5, 0, -1, -1, -1, 0},
+      {"ring 4, per-step kernels", 5, 1, -1, -1, -1, 0},
+      {"ring 4, no serpentine, eager", 5, 0, 0, -1, 0, 0},
+      {"ring 4, L2 keep 3/8", 5, 0, -1, -1, -1, 3},
+      {"ring 4, L2 keep 8/8, per-step", 5, 1, -1, -1, -1, 8},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     dsp_cuda_tuning t;
@@ -593,6 +598,7 @@ static void t_plans(void **st) {
     t.graphs = v[i].graphs;
     t.prefetch = v[i].prefetch;
     t.serpentine = v[i].serpentine;
+    t.l2keep = v[i].l2keep ? v[i].l2keep : -1;
     dsp_cuda_head *h = make_head(&m, &t);
     compare_heads(ref, h, &c, &in, v[i].name);
     dsp_cuda_head_free(h);

@@ -61,7 +61,7 @@ struct dsp_cuda_head {
   int has_full;
   dsp_path greedy_path;
   int strict, ring, coop, sms; /* ring: 0 register kernel, 1 ring kernel, 2 ring kernel 2, 3 ring kernel 3 (markov_ring.cuh) */
-  float t_kernel[4];     /* tail ms of the register and ring 1-3 kernels when chosen by timing (0: not timed) */
+  float t_kernel[5];     /* tail ms of the register and ring 1-4 kernels when chosen by timing (0: not timed) */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -105,6 +105,7 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->prefetch = -1;
   t->serpentine = -1;
   t->kernel = -1;
+  t->l2keep = -1;
   t->lm_autotune = 0;
 }
 
@@ -244,7 +245,7 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
     if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
   }
   DSP_CUDA_TRY(cudaMemsetAsync(h->d_keys, 0, (size_t)(G * bq) * sizeof(unsigned long long), s));
-  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sizeof(unsigned int), s));
+  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, (size_t)(1 + G) * sizeof(unsigned int), s));
 
   dsp_mk_args a;
   memset(&a, 0, sizeof a);
@@ -276,6 +277,7 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.keys = h->d_keys;
   a.barrier = h->d_barrier;
   a.serpentine = h->tune.serpentine;
+  a.keep8 = h->tune.l2keep;
   a.prefetch = h->tune.prefetch;
   a.stages = bk->stages[sampling];
   if (sampling)
@@ -370,7 +372,9 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
+           h->ring == 4 ? "shared-memory ring kernel 4 (ring 3 with chunks claimed dynamically, two mma chains per "
+                          "warp)"
+           : h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
                           "rows, 1 producer + 8 consumer warps)"
            : h->ring == 2 ? "shared-memory ring kernel 2 (one bulk async copy per 32 KB chunk + cp.async base rows, "
                           "1 producer + 8 consumer warps)"
@@ -381,10 +385,10 @@ static void make_report(dsp_cuda_head *h) {
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
     snprintf(h->report + n, sizeof h->report - n,
-             "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms, ring 2 %.3f ms, ring 3 %.3f ms (%d tensor "
-             "copies per chunk)",
+             "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms, ring 2 %.3f ms, ring 3 %.3f ms, ring 4 "
+             "%.3f ms (%d tensor copies per chunk)",
              (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2], (double)h->t_kernel[3],
-             dsp_mk_ring3_boxes);
+             (double)h->t_kernel[4], dsp_mk_ring3_boxes);
   }
 }
 
@@ -469,7 +473,7 @@ static dsp_status alloc_buffers(dsp_cuda_head *h) {
   DSP_TRY(dev_alloc(h, (void **)&h->d_keys, (size_t)Mmax * 8));
   DSP_TRY(dev_alloc(h, (void **)&h->d_keys_all, (size_t)(h->P * h->bq_max) * 8));
   DSP_TRY(dev_alloc(h, (void **)&h->d_tokens, (size_t)Mmax * 4));
-  DSP_TRY(dev_alloc(h, (void **)&h->d_barrier, 256));
+  DSP_TRY(dev_alloc(h, (void **)&h->d_barrier, (size_t)(1 + gamma_of(h)) * sizeof(unsigned int)));
   for (int i = 0; i < h->nb; i++) {
     cu_bucket *b = &h->bk[i];
     DSP_TRY(dev_alloc(h, (void **)&b->hidden, (size_t)(G * b->bq * h->hp) * 2));
@@ -536,12 +540,12 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));
   dsp_status s = DSP_OK;
-  for (int r = 0; r < 4 && s == DSP_OK; r++) {
+  for (int r = 0; r < 5 && s == DSP_OK; r++) {
     h->ring = r;
     s = enqueue(h, bk, 0, 1); /* warm-up */
-    if (s != DSP_OK && r == 3) { /* ring 3 needs the driver's tensor-map encoder: without it, not a candidate */
+    if (s != DSP_OK && r == 3) { /* rings 3-4 need the driver's tensor-map encoder: without it, no candidates */
       cudaGetLastError();
-      h->t_kernel[3] = 1e30f;
+      h->t_kernel[3] = h->t_kernel[4] = 1e30f;
       s = DSP_OK;
       break;
     }
@@ -556,9 +560,9 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   DSP_TRY(s);
-  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 4, DSP_F32, DSP_REDUCE_SUM));
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 5, DSP_F32, DSP_REDUCE_SUM));
   h->ring = 0;
-  for (int r = 1; r < 4; r++)
+  for (int r = 1; r < 5; r++)
     if (h->t_kernel[r] < h->t_kernel[h->ring]) h->ring = r;
   return DSP_OK;
 }
@@ -675,8 +679,9 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.kernel < 0) h->tune.kernel = 0;
+  if (h->tune.l2keep < 0) h->tune.l2keep = 0;
   h->strict = h->tune.strict;
-  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 4 ? h->tune.kernel - 1 : 0;
+  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 5 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {

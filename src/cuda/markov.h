@@ -44,6 +44,10 @@
 
 #include "dspark.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DSP_MK_RP 256      /* padded Markov rank: R <= 256 */
 #define DSP_MK_THREADS 256 /* 8 warps per block */
 #define DSP_MK_MAXBQ 128   /* largest padded batch */
@@ -68,19 +72,29 @@ typedef struct {
   const int64_t *pos;       /* [bq] */
   int32_t *tokens;          /* [gamma][bq] */
   unsigned long long *keys; /* [gamma][bq], zero before the first step */
-  unsigned int *barrier;    /* zero before a persistent launch */
+  unsigned int *barrier;    /* [1 + gamma], zero before a tail: [0] the grid barrier of a persistent
+                               launch, [1 + k] step k's chunk claims (ring kernel 4) */
   int32_t k_begin, k_end;
   int32_t persistent;
   int32_t serpentine;
   int32_t prefetch;         /* L2 prefetch distance in units; 0 = off (register kernel) */
   int32_t stages;           /* shared-memory ring stages (ring kernel) */
+  int32_t keep8;            /* ring kernel 4: chunks c with c % 8 < keep8 are copied with an L2
+                               evict_last policy, every other byte evict_first (0: no hints) */
+  unsigned long long *trace; /* ring kernel 4: NULL, or [grid][k_end - k_begin][DSP_MK_TRACE] timings */
 } dsp_mk_args;
+
+/* Per block and step (ring kernel 4): globaltimer ns when the step's work began
+ * (E ready), ended (its last chunk done) and the grid barrier released it;
+ * SM cycles of the work and of the barrier; consumer warp 0's cycles waiting
+ * for full stages; chunks done; producer cycles waiting for empty stages. */
+#define DSP_MK_TRACE 8
 
 typedef struct {
   int sampling, strict;
   int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
-                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 0: the register kernel
-                      (always for strict) */
+                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (as 3, chunks
+                      claimed dynamically); 0: the register kernel (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;
@@ -96,6 +110,13 @@ typedef struct {
  *     consumer warps keep their E fragments in registers, read W2 fragments
  *     from the ring and release each stage. The bytes in flight no longer
  *     depend on the registers: ~200 KB per SM.
+ *   ring kernel 4: as ring kernel 3, but no block owns a fixed range: the
+ *     producers claim 64-row chunks of each step from a global counter (one
+ *     claim ahead), so a block that its memory serves slowly takes fewer
+ *     chunks and the step ends when the last chunk does, not the slowest
+ *     block's share; a claim past the end puts an end-of-step marker in the
+ *     ring. Each consumer warp runs the two n8 tiles of a unit as two
+ *     interleaved mma chains (each chain's order unchanged).
  * Shared-memory bytes and the most co-resident blocks per SM of the instance
  * for (bq, sampling, strict, ring) on the current device; also raises its
  * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */
@@ -124,4 +145,7 @@ dsp_status dsp_mk_launch_gx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaSt
 dsp_status dsp_mk_launch_sx(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,
                             size_t *smem, int *occ);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

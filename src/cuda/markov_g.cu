@@ -6,7 +6,7 @@ dsp_status dsp_mk_launch_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStr
   return mk_launch_family<false, false>(a, l, s, query, smem, occ);
 }
 
-#include "cuda/markov_ring.cuh"
+#include "cuda/markov_ring_launch.cuh"
 
 dsp_status dsp_mk_ring_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {

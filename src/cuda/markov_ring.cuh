@@ -138,6 +138,83 @@ __device__ __forceinline__ void rg_tcopy2(uint32_t dst, const CUtensorMap *tm, i
                : "memory");
 }
 
+/* The end of step ks for a block's consumers: the fast 32-bit keys widened
+ * (their unit index counted from ub), the best per row reduced over lanes (q),
+ * the block (shared atomics) and the grid (one global atomicMax per block and
+ * row); persistent launches then wait at the grid barrier (a.barrier[0]) and
+ * every block reads the winners, block 0 writes the tokens and every warp
+ * rebuilds its E fragments; after the last step the block that arrives last
+ * writes the tokens. */
+template <int MT>
+__device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int nsteps, bool fast, int ub, uint32_t fb0,
+                                            uint32_t fb1, unsigned long long best0, unsigned long long best1,
+                                            bool active, int mt, int g, int q, int tid, unsigned long long *sbest,
+                                            int32_t *sprev, int *slast, uint4 (&af)[2 * KB]) {
+  const int k = a.k_begin + ks, bq = a.bq, upr = a.seg_rows >> 4;
+  if (fast) {
+    const uint32_t f[2] = {fb0, fb1};
+    unsigned long long *dst[2] = {&best0, &best1};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      if (!f[h]) continue;
+      const uint32_t sq = 0xFFFFu - (f[h] & 0xFFFFu);
+      const int uu = ub + (int)(sq >> 2), seg = uu / upr;
+      const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + ((sq >> 1) & 1u) * 8 +
+                         2 * q + (sq & 1u);
+      *dst[h] = mk_max(*dst[h], dsp_dev_key(mk_unord(f[h] >> 16), (uint32_t)id));
+    }
+  }
+  best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 1));
+  best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 2));
+  best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 1));
+  best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 2));
+  if (active && q == 0) {
+    if (best0) atomicMax(sbest + mt * 16 + g, best0);
+    if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
+  }
+  rg_consumers_sync();
+  if (tid < bq) {
+    const unsigned long long v = sbest[tid];
+    sbest[tid] = 0ull;
+    if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
+    __threadfence();
+  }
+  if (!a.persistent) return;
+  const unsigned target = (unsigned)(ks + 1) * gridDim.x;
+  rg_consumers_sync();
+  if (ks + 1 < nsteps) {
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(a.barrier, 1u);
+      const unsigned long long t0 = mk_now_ns();
+      while (mk_ld_acquire(a.barrier) < target) {
+        __nanosleep(32);
+        if (mk_now_ns() - t0 > 5000000000ull) __trap();
+      }
+    }
+    rg_consumers_sync();
+    if (tid < bq) {
+      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+      const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
+      sprev[tid] = id;
+      if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
+    }
+    rg_consumers_sync();
+    if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  } else {
+    if (tid == 0) {
+      __threadfence();
+      *slast = atomicAdd(a.barrier, 1u) == target - 1u;
+    }
+    rg_consumers_sync();
+    if (*slast && tid < bq) {
+      __threadfence();
+      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+      a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
+    }
+  }
+}
+
 /* V = 1: the producer issues one bulk copy per W2 unit and one per base row
  *        (36 bulk copies per 32 KB chunk);
  * V = 2: one bulk copy per chunk for W2 (the chunk's units are contiguous) and
@@ -295,189 +372,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rg_kernel(const dsp_mk_args a, 
       __syncwarp();
       if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
     }
-    /* the step's best per row: fast keys widened, then lanes (q) -> block (shared) -> grid (global) */
-    if (fast) {
-      const uint32_t f[2] = {fb0, fb1};
-      unsigned long long *dst[2] = {&best0, &best1};
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        if (!f[h]) continue;
-        const uint32_t sq = 0xFFFFu - (f[h] & 0xFFFFu);
-        const int uu = ub + (int)(sq >> 2), seg = uu / upr;
-        const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + ((sq >> 1) & 1u) * 8 +
-                           2 * q + (sq & 1u);
-        *dst[h] = mk_max(*dst[h], dsp_dev_key(mk_unord(f[h] >> 16), (uint32_t)id));
-      }
-    }
-    best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 1));
-    best0 = mk_max(best0, __shfl_xor_sync(0xffffffffu, best0, 2));
-    best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 1));
-    best1 = mk_max(best1, __shfl_xor_sync(0xffffffffu, best1, 2));
-    if (active && q == 0) {
-      if (best0) atomicMax(sbest + mt * 16 + g, best0);
-      if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
-    }
-    rg_consumers_sync();
-    if (tid < bq) {
-      const unsigned long long v = sbest[tid];
-      sbest[tid] = 0ull;
-      if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
-      __threadfence();
-    }
-    if (!a.persistent) continue;
-    const unsigned target = (unsigned)(ks + 1) * gridDim.x;
-    rg_consumers_sync();
-    if (ks + 1 < nsteps) {
-      if (tid == 0) {
-        __threadfence();
-        atomicAdd(a.barrier, 1u);
-        const unsigned long long t0 = mk_now_ns();
-        while (mk_ld_acquire(a.barrier) < target) {
-          __nanosleep(32);
-          if (mk_now_ns() - t0 > 5000000000ull) __trap();
-        }
-      }
-      rg_consumers_sync();
-      if (tid < bq) {
-        const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-        const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
-        sprev[tid] = id;
-        if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
-      }
-      rg_consumers_sync();
-      if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
-    } else {
-      /* the last step: the block that arrives last writes the tokens */
-      if (tid == 0) {
-        __threadfence();
-        slast = atomicAdd(a.barrier, 1u) == target - 1u;
-      }
-      rg_consumers_sync();
-      if (slast && tid < bq) {
-        __threadfence();
-        const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-        a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
-      }
-    }
+    rg_step_end<MT>(a, ks, nsteps, fast, ub, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast, af);
   }
-}
-
-/* Stages that fit the device's shared memory for this padded batch. */
-inline int rg_stages_for(int bq, bool sampling) {
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return 0;
-  const size_t extra = rg_smem(bq, sampling, 0).total + 1024; /* + static shared memory, with margin */
-  if ((size_t)optin <= extra) return 0;
-  int s = (int)(((size_t)optin - extra) / rg_stage_bytes(bq));
-  return s > RG_MAXS ? RG_MAXS : s;
-}
-
-/* The tensor map of W2 for V 3: a 3-D view (32 k, rows, 8 k blocks) with box
- * (32, 64, 8), so one copy lands a chunk as [k block][row][32]; where the driver
- * refuses that view, a 2-D one (256 k, rows) with box (32, 64), 8 copies per
- * chunk, same placement. */
-inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
-  static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void *p = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return NULL;
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)p;
-  }();
-  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: no cuTensorMapEncodeTiled");
-  const cuuint64_t rows = (cuuint64_t)a->nseg * (cuuint64_t)a->seg_rows;
-  const cuuint32_t es[3] = {1, 1, 1};
-  {
-    const cuuint64_t dims[3] = {32, rows, KB}, strides[2] = {RP * 2, 64};
-    const cuuint32_t box[3] = {32, RG_C * UNIT, KB};
-    if (enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->w2, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-        CUDA_SUCCESS) {
-      *nbox = 1;
-      dsp_mk_ring3_boxes = 1;
-      return DSP_OK;
-    }
-  }
-  const cuuint64_t dims[2] = {RP, rows}, strides[1] = {RP * 2};
-  const cuuint32_t box[2] = {32, RG_C * UNIT};
-  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->w2, dims, strides, box, es,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: cuTensorMapEncodeTiled failed (%d)", (int)r);
-  *nbox = KB;
-  dsp_mk_ring3_boxes = KB;
-  return DSP_OK;
-}
-
-template <int MT, bool SAMPLING>
-dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
-                        int *occ) {
-  typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
-  const int ver = l ? l->ring : 1;
-  rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
-  if (query) {
-    const int st = rg_stages_for(a->bq, SAMPLING);
-    if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
-    const size_t bytes = rg_smem(a->bq, SAMPLING, st).total;
-    /* the instance serves several buckets (different bq, stages): allow the most */
-    int dev = 0, optin = 0;
-    cudaFuncAttributes fa;
-    DSP_CUDA_TRY(cudaGetDevice(&dev));
-    DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kern));
-    DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      optin - (int)fa.sharedSizeBytes));
-    { /* the V 2 and V 3 instances have the same layout: raise their limits too */
-      const rg_fn ks[2] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>};
-      for (int i = 0; i < 2; i++) {
-        cudaFuncAttributes f2;
-        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, ks[i]));
-        DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          optin - (int)f2.sharedSizeBytes));
-      }
-    }
-    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
-    *smem = bytes;
-    occ[1] = st; /* the caller passes int occ[2] */
-    return DSP_OK;
-  }
-  if (a->stages < 2 || a->stages > RG_MAXS)
-    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)l->grid);
-  cfg.blockDim = dim3(RG_THREADS);
-  cfg.dynamicSmemBytes = rg_smem(a->bq, SAMPLING, a->stages).total;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  if (l->cooperative) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  CUtensorMap tm;
-  memset(&tm, 0, sizeof tm);
-  int nbox = 1;
-  if (ver == 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a, tm, nbox));
-  return DSP_OK;
-}
-
-template <bool SAMPLING>
-dsp_status rg_launch_family(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
-                            int *occ) {
-  const int tiles = a->bq / 16;
-  if (a->bq < 16 || a->bq % 16 || a->bq > DSP_MK_MAXBQ)
-    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: padded batch %d is not a multiple of 16 in [16, %d]",
-                    a->bq, DSP_MK_MAXBQ);
-  if (tiles <= 1) return rg_launch_mt<1, SAMPLING>(a, l, s, query, smem, occ);
-  if (tiles <= 2) return rg_launch_mt<2, SAMPLING>(a, l, s, query, smem, occ);
-  if (tiles <= 4) return rg_launch_mt<4, SAMPLING>(a, l, s, query, smem, occ);
-  return rg_launch_mt<8, SAMPLING>(a, l, s, query, smem, occ);
 }
 
 }  // namespace

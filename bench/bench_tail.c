@@ -1,0 +1,217 @@
+/* Benchmark of the Markov tail kernels alone (cuda/markov.h), one GPU: gamma
+ * steps in one persistent launch over random W2, W1 and base, each kernel and
+ * L2 option timed with CUDA events (medians), the tokens checked equal across
+ * all of them, and for ring kernel 4 a per-step breakdown from its in-kernel
+ * trace (where a step's time goes: work, the spread of the blocks' finishing
+ * times, the grid barrier, waits for data). Before each timed launch a 256 MB
+ * buffer is written, as the LM head's stream would, so L2 holds no W2 except
+ * what a policy kept.
+ * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "cuda/markov.h"
+
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+#define CKD(call)                                                                         \
+  do {                                                                                    \
+    if ((call) != DSP_OK) {                                                               \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, dsp_error_message()); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double med(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmpd);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(uint16_t *p, size_t n, uint64_t seed, float scale) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    float f = ((float)(x >> 40) / 16777216.0f * 2.0f - 1.0f) * scale;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    p[i] = (uint16_t)(u >> 16);
+  }
+}
+
+typedef struct {
+  const char *name;
+  int ring, keep8, serpentine, setaside, trace;
+} variant;
+
+int main(int argc, char **argv) {
+  long B = 32, G = 7, V = 163840, reps = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
+              : !strcmp(argv[i], "--reps") ? &reps : NULL;
+    if (!d) {
+      fprintf(stderr, "bench_tail: unknown option %s\n", argv[i]);
+      return 2;
+    }
+    *d = atol(argv[i + 1]);
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("bench_tail: no CUDA device\n");
+    return 77;
+  }
+  if (B < 1 || B > DSP_MK_MAXBQ || G < 1 || G > 64 || V < 16 || reps < 1 || reps > 1000) {
+    fprintf(stderr, "bench_tail: batch 1..%d, gamma 1..64, vocab >= 16, reps 1..1000\n", DSP_MK_MAXBQ);
+    return 2;
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int bq = (int)((B + 15) / 16 * 16), rows = (int)((V + 15) / 16 * 16), sms = prop.multiProcessorCount;
+  const size_t nw = (size_t)rows * DSP_MK_RP, nb = (size_t)G * bq * rows;
+  uint16_t *h = malloc((nw > nb ? nw : nb) * 2);
+  int32_t *anc = malloc((size_t)bq * 4);
+  if (!h || !anc) return 1;
+  uint16_t *w2, *w1, *base;
+  int32_t *d_anc, *tokens;
+  unsigned long long *keys, *trace;
+  unsigned *barrier;
+  void *flush;
+  const size_t flush_bytes = (size_t)256 << 20;
+  CK(cudaMalloc((void **)&w2, nw * 2));
+  CK(cudaMalloc((void **)&w1, nw * 2));
+  CK(cudaMalloc((void **)&base, nb * 2));
+  CK(cudaMalloc((void **)&d_anc, (size_t)bq * 4));
+  CK(cudaMalloc((void **)&tokens, (size_t)(G * bq) * 4));
+  CK(cudaMalloc((void **)&keys, (size_t)(G * bq) * 8));
+  CK(cudaMalloc((void **)&barrier, (size_t)(1 + G) * 4));
+  CK(cudaMalloc((void **)&trace, (size_t)sms * G * DSP_MK_TRACE * 8));
+  CK(cudaMalloc(&flush, flush_bytes));
+  fill(h, nw, 3, 1.0f / 16.0f * 1.7f); /* W2 rows past V stay random: their ids are not real, never selected */
+  CK(cudaMemcpy(w2, h, nw * 2, cudaMemcpyHostToDevice));
+  fill(h, nw, 2, 1.7f);
+  CK(cudaMemcpy(w1, h, nw * 2, cudaMemcpyHostToDevice));
+  fill(h, nb, 4, 3.0f);
+  CK(cudaMemcpy(base, h, nb * 2, cudaMemcpyHostToDevice));
+  for (int b = 0; b < bq; b++) anc[b] = (int32_t)((b * 7919 + 17) % V);
+  CK(cudaMemcpy(d_anc, anc, (size_t)bq * 4, cudaMemcpyHostToDevice));
+
+  size_t smem;
+  int occ, stages;
+  CKD(dsp_cuda_markov_prepare(bq, 0, 0, 0, &smem, &occ, &stages));
+  CKD(dsp_cuda_markov_prepare(bq, 0, 0, 1, &smem, &occ, &stages));
+  printf("device %s, %d SMs, L2 %d MiB (persisting max %d MiB); batch %d, gamma %ld, vocab %ld; ring stages %d; "
+         "%ld reps per variant, a 256 MB write before each\n",
+         prop.name, sms, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20, bq, G, V, stages, reps);
+
+  const variant vs[] = {
+      {"register", 0, 0, 1, 0, 0},          {"ring 3", 3, 0, 1, 0, 0},
+      {"ring 4", 4, 0, 1, 0, 1},            {"ring 4, no serpentine", 4, 0, 0, 0, 0},
+      {"ring 4, keep 3/8", 4, 3, 1, 0, 1},  {"ring 4, keep 5/8", 4, 5, 1, 0, 0},
+      {"ring 4, keep 3/8 + set-aside", 4, 3, 1, 1, 0}, {"ring 4, keep 5/8 + set-aside", 4, 5, 1, 1, 1},
+  };
+  const int nv = (int)(sizeof vs / sizeof vs[0]);
+  int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
+  unsigned long long *tr = malloc((size_t)sms * G * DSP_MK_TRACE * 8);
+  double *ms = malloc((size_t)reps * sizeof *ms);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const double step_bytes = (double)rows * DSP_MK_RP * 2 + (double)bq * rows * 2;
+  int bad = 0;
+  for (int i = 0; i < nv; i++) {
+    const variant *v = &vs[i];
+    CK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, v->setaside ? (size_t)prop.persistingL2CacheMaxSize : 0));
+    dsp_mk_args a;
+    memset(&a, 0, sizeof a);
+    a.w2 = w2, a.w1 = w1, a.base = base, a.vr = rows, a.vocab = V, a.ld = rows, a.seg_rows = rows, a.nseg = 1;
+    a.bq = bq, a.anchor = d_anc, a.tokens = tokens, a.keys = keys, a.barrier = barrier;
+    a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
+    a.stages = stages, a.keep8 = v->keep8;
+    dsp_mk_launch l = {0, 0, v->ring, sms, 1};
+    for (int r = -3; r < (int)reps + (v->trace ? 1 : 0); r++) {
+      const int tracing = r == (int)reps;
+      a.trace = tracing ? trace : NULL;
+      CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
+      CK(cudaMemsetAsync(keys, 0, (size_t)(G * bq) * 8, st));
+      CK(cudaMemsetAsync(barrier, 0, (size_t)(1 + G) * 4, st));
+      CK(cudaEventRecord(e0, st));
+      CKD(dsp_cuda_markov_launch(&a, &l, st));
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float t;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      if (r >= 0 && !tracing) ms[r] = t;
+    }
+    CK(cudaMemcpy(got, tokens, (size_t)(G * bq) * 4, cudaMemcpyDeviceToHost));
+    long diff = 0;
+    if (i == 0) memcpy(ref, got, (size_t)(G * bq) * 4);
+    for (long j = 0; j < G * bq; j++) diff += got[j] != ref[j];
+    bad |= diff != 0;
+    const double m = med(ms, (int)reps);
+    printf("%-30s %8.3f ms  %6.2f us/step  %5.2f TB/s  tokens differing from the register kernel: %ld\n", v->name,
+           m, m * 1e3 / G, G * step_bytes / (m * 1e-3) / 1e12, diff);
+    if (!v->trace) continue;
+    CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
+    double *x = malloc((size_t)sms * sizeof *x);
+    printf("  step | work us med/max | last block ends after med (us) | barrier us (last end -> first/last go) | "
+           "full-wait %% | chunks min/max | producer empty-wait %%\n");
+    unsigned long long prev_go = 0;
+    for (long k = 0; k < G; k++) {
+      unsigned long long max_end = 0, min_go = ~0ull, max_go = 0;
+      long cmin = 1 << 30, cmax = 0;
+      for (int b = 0; b < sms; b++) {
+        const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
+        if (t[1] > max_end) max_end = t[1];
+        if (t[2] < min_go) min_go = t[2];
+        if (t[2] > max_go) max_go = t[2];
+        if ((long)t[6] < cmin) cmin = (long)t[6];
+        if ((long)t[6] > cmax) cmax = (long)t[6];
+      }
+      double wmed, wmax = 0, endmed, fw, pw;
+      for (int b = 0; b < sms; b++) {
+        const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
+        x[b] = (double)(t[1] - t[0]) / 1e3;
+        if (x[b] > wmax) wmax = x[b];
+      }
+      wmed = med(x, sms);
+      for (int b = 0; b < sms; b++) x[b] = (double)(max_end - tr[((size_t)b * G + k) * DSP_MK_TRACE + 1]) / 1e3;
+      endmed = med(x, sms);
+      for (int b = 0; b < sms; b++) {
+        const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
+        x[b] = t[3] ? 100.0 * (double)t[5] / (double)t[3] : 0;
+      }
+      fw = med(x, sms);
+      for (int b = 0; b < sms; b++) {
+        const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
+        x[b] = t[3] ? 100.0 * (double)t[7] / (double)(t[3] + t[4]) : 0;
+      }
+      pw = med(x, sms);
+      printf("  %4ld | %6.2f / %6.2f | %6.2f | %6.2f / %6.2f | %5.1f | %3ld / %3ld | %5.1f\n", k, wmed, wmax, endmed,
+             (double)((long long)min_go - (long long)max_end) / 1e3, (double)((long long)max_go - (long long)max_end) / 1e3,
+             fw, cmin, cmax, pw);
+      if (k) printf("         step go-to-go %.2f us\n", (double)(max_go - prev_go) / 1e3);
+      prev_go = max_go;
+    }
+    free(x);
+  }
+  CK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
+  printf("parity: %s\n", bad ? "TOKENS DIFFER" : "all variants gave the register kernel's tokens");
+  return bad;
+}

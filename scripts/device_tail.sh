@@ -1,0 +1,35 @@
+#!/bin/bash
+# One call on a GPU machine, from the repository root: build the CUDA backend,
+# run bench_tail (the tail kernels alone, with ring kernel 4's per-step trace)
+# and the GPU head tests; with MODE=bench also bench_cuda_head and the PyTorch
+# peer. Logs go to $OUT; the last lines printed are the summary.
+set -u
+OUT=${OUT:-/tmp/dspark_out}
+MODE=${MODE:-tail}
+mkdir -p "$OUT"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+source scripts/device_env.sh
+stamp build
+if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build build-gpu -j16 --target dspark test_cuda_head bench_tail bench_cuda_head; } > "$OUT/build.log" 2>&1; then
+  tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+BIN=build-gpu/tests; [ -x $BIN/bench_tail ] || BIN=build-gpu
+stamp bench_tail
+timeout 200 $BIN/bench_tail ${TAIL_ARGS:-} > "$OUT/bench_tail.log" 2>&1
+cat "$OUT/bench_tail.log" | head -80
+if [ "${TESTS:-1}" = 1 ]; then
+  stamp test_cuda_head
+  timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1
+  echo "test_cuda_head rc=$?"
+  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|dspark: markov" "$OUT/tests.log" | head -20
+fi
+if [ "$MODE" = bench ]; then
+  stamp bench_cuda_head
+  timeout 300 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench_floor.log" 2>&1
+  tail -28 "$OUT/bench_floor.log"
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
+  sed -n '/one table/,$p' "$OUT/torch.log" | head -30
+fi
+stamp done

@@ -1,0 +1,249 @@
+/* Ring kernel 4 of the fused Markov step (markov.h): ring kernel 3's stages,
+ * tensor copies and epilogue, with the chunks of every step claimed from a
+ * global counter instead of a fixed range per block. Per element it runs the
+ * same fragments through the same 16 mma groups in the same order, so it
+ * agrees with every other tensor-core kernel bit for bit. Included after
+ * markov_ring.cuh. CUDA C++ only. */
+#ifndef DSP_CUDA_MARKOV_DYN_CUH
+#define DSP_CUDA_MARKOV_DYN_CUH
+
+#include "cuda/markov_ring.cuh"
+
+namespace {
+
+__device__ __forceinline__ uint64_t rd_policy(bool keep) {
+  uint64_t p;
+  if (keep)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+__device__ __forceinline__ void rd_tcopy3(uint32_t dst, const CUtensorMap *tm, int c1, uint32_t bar, bool hint,
+                                          uint64_t pol) {
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+        "l"(tm), "r"(0), "r"(c1), "r"(0), "r"(bar), "l"(pol)
+        : "memory");
+  else
+    rg_tcopy3(dst, tm, 0, c1, 0, bar);
+}
+
+__device__ __forceinline__ void rd_tcopy2(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar, bool hint,
+                                          uint64_t pol) {
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+        "l"(tm), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
+        : "memory");
+  else
+    rg_tcopy2(dst, tm, c0, c1, bar);
+}
+
+__device__ __forceinline__ void rd_cp16(uint32_t dst, const void *src, bool hint, uint64_t pol) {
+  if (hint)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(pol)
+                 : "memory");
+  else
+    rg_cp16(dst, src);
+}
+
+__device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
+
+/* One chunk's work for a consumer warp: for MT >= 2 the warp owns batch tile
+ * mt = warp % MT and units warp / MT, + 8 / MT, ... of the chunk, both n8
+ * tiles of each as two interleaved mma chains; for MT = 1 it owns one (unit,
+ * n8 tile) pair. The fast keys' position is the global unit index (U <= 16384). */
+template <int MT, bool SAMPLING>
+__device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int U, int upr, bool fast,
+                                         const uint16_t *ws, const uint16_t *bs, int warp, int mt, int g, int q,
+                                         const uint4 (&af)[2 * KB], unsigned long long &best0,
+                                         unsigned long long &best1, uint32_t &fb0, uint32_t &fb1, const float *st,
+                                         const uint64_t *sseed, const int64_t *spos) {
+  const int u0 = c * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
+  constexpr int TPW = MT == 1 ? 1 : 2;                 /* n8 tiles per unit and warp */
+  constexpr int PER = MT == 1 ? 1 : RG_C * MT / RG_NC; /* units per warp and chunk */
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int ui = MT == 1 ? warp >> 1 : warp / MT + i * (RG_NC / MT);
+    const int t0 = MT == 1 ? warp & 1 : 0;
+    if (ui >= nu) continue;
+    const int u = u0 + ui;
+    float acc[TPW][4];
+#pragma unroll
+    for (int t = 0; t < TPW; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * 32 + q * 8;
+#pragma unroll
+    for (int j = 0; j < KB; j++) {
+      uint4 w[TPW];
+#pragma unroll
+      for (int t = 0; t < TPW; t++) w[t] = *(const uint4 *)(wr + t * 8 * 32 + j * (RG_C * UNIT * 32));
+#pragma unroll
+      for (int t = 0; t < TPW; t++)
+        mk_mma(acc[t], af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w[t].x, w[t].y); /* group 2j */
+#pragma unroll
+      for (int t = 0; t < TPW; t++)
+        mk_mma(acc[t], af[2 * j + 1].x, af[2 * j + 1].y, af[2 * j + 1].z, af[2 * j + 1].w, w[t].z, w[t].w); /* 2j+1 */
+    }
+    const int seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
+    const int b0 = mt * 16 + g, b1 = b0 + 8;
+#pragma unroll
+    for (int tt = 0; tt < TPW; tt++) {
+      const int t = t0 + tt;
+      const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + t * 8 + 2 * q;
+      const int lc = l0 + t * 8 + 2 * q;
+      const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
+      const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
+      const uint32_t bb0 = *(const uint32_t *)(bs + ((size_t)b0 * RG_C + ui) * UNIT + t * 8 + 2 * q);
+      const uint32_t bb1 = *(const uint32_t *)(bs + ((size_t)b1 * RG_C + ui) * UNIT + t * 8 + 2 * q);
+      if (fast) {
+        const bool full = (int64_t)(l0 + UNIT) <= a.vr && id - t * 8 - 2 * q + UNIT <= a.vocab;
+        const uint32_t cst = 0xFFFFu - (((uint32_t)u << 2) | ((uint32_t)t << 1));
+        mk_fast_tile(acc[tt], bb0, bb1, cst, full, ok0, ok1, fb0, fb1);
+        continue;
+      }
+      const size_t off = (size_t)seg * a.seg_stride + (size_t)k * a.bq * a.ld + lc;
+      mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[tt][0], acc[tt][1], bb0, off + (size_t)b0 * a.ld, best0,
+                            st, sseed, spos);
+      mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[tt][2], acc[tt][3], bb1, off + (size_t)b1 * a.ld, best1,
+                            st, sseed, spos);
+    }
+  }
+}
+
+template <int MT, bool SAMPLING>
+__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tm,
+                                                           const int nbox) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
+  const int bq = a.bq, S = a.stages;
+  const rg_smem_t L = rg_smem(bq, SAMPLING, S);
+  const size_t SB = rg_stage_bytes(bq);
+  uint64_t *bars = (uint64_t *)(smem + L.bars); /* full[s] = bars[s], empty[s] = bars[RG_MAXS + s] */
+  int32_t *sprev = (int32_t *)(smem + L.prev);
+  unsigned long long *sbest = (unsigned long long *)(smem + L.best);
+  float *st = (float *)(smem + L.temp);
+  uint64_t *sseed = (uint64_t *)(smem + L.seed);
+  int64_t *spos = (int64_t *)(smem + L.pos);
+  __shared__ int slast;
+  __shared__ int shdr[RG_MAXS]; /* the chunk in each stage, -1: end of step */
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int upr = a.seg_rows >> 4, U = a.nseg * upr, NCH = (U + RG_C - 1) / RG_C, nsteps = a.k_end - a.k_begin;
+  unsigned *claims = a.barrier + 1;
+  unsigned long long *trace = a.trace ? a.trace + (size_t)blockIdx.x * nsteps * DSP_MK_TRACE : NULL;
+
+  if (tid == 0) {
+    for (int s = 0; s < S; s++) {
+      rg_bar_init(rg_saddr(&bars[s]), 33);              /* the producer's arrive (+ bytes) + 32 lanes' cp.async */
+      rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC); /* one arrive per consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
+  __syncthreads();
+
+  if (warp == RG_NC) {
+    /* producer: claim a chunk (the next claim already in flight), wait for a free
+     * stage, copy W2 and base rows into it; a claim past the end marks the step's end */
+    const bool hint = a.keep8 > 0;
+    const uint64_t pol_keep = rd_policy(true), pol_stream = rd_policy(false);
+    int n = 0;
+    for (int ks = 0; ks < nsteps; ks++) {
+      const int k = a.k_begin + ks;
+      const bool rev = a.serpentine && (k & 1);
+      unsigned long long wait = 0;
+      int c = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(&claims[k], 1u) : 0, 0);
+      for (;;) {
+        const bool valid = c < NCH;
+        int cn = 0;
+        if (valid && lane == 0) cn = (int)atomicAdd(&claims[k], 1u);
+        const int s = n % S, r = n / S;
+        if (r > 0) {
+          const unsigned long long w0 = trace ? rd_clock() : 0;
+          rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
+          if (trace) wait += rd_clock() - w0;
+        }
+        const uint32_t full = rg_saddr(&bars[s]);
+        const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
+        const int ch = rev ? NCH - 1 - c : c;
+        if (lane == 0) shdr[s] = valid ? ch : -1;
+        if (valid) {
+          const int u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
+          const uint64_t pw = (ch & 7) < a.keep8 ? pol_keep : pol_stream;
+          if (lane == 0) { /* whole boxes: rows past the map's end are zero-filled and counted */
+            rg_bar_expect(full, (uint32_t)rg_w_bytes());
+            if (nbox == 1)
+              rd_tcopy3(dst, &tm, u0 * UNIT, full, hint, pw);
+            else
+              for (int j = 0; j < KB; j++)
+                rd_tcopy2(dst + (uint32_t)(j * RG_C * UNIT * 32 * 2), &tm, j * 32, u0 * UNIT, full, hint, pw);
+          }
+          /* base piece j: batch row b = j / 8, unit ui = (j / 2) % 4, half hf = j % 2 (8 columns) */
+          for (int j = lane; j < bq * RG_C * 2; j += 32) {
+            const int b = j >> 3, ui = (j >> 1) & (RG_C - 1), hf = j & 1;
+            if (ui >= nu) continue;
+            const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
+            const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0 + hf * 8;
+            rd_cp16(dst + (uint32_t)(rg_w_bytes() + ((size_t)b * RG_C + ui) * UNIT * 2 + hf * 16), src, hint,
+                    pol_stream);
+          }
+        } else if (lane == 0) {
+          rg_bar_arrive(full);
+        }
+        rg_cp_arrive(full);
+        n++;
+        if (!valid) break;
+        c = __shfl_sync(0xffffffffu, cn, 0);
+      }
+      if (trace && lane == 0) trace[(size_t)ks * DSP_MK_TRACE + 7] = wait;
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory"); /* no copy outlives its issuing thread */
+    return;
+  }
+
+  /* consumers */
+  const int mt = MT == 1 ? 0 : warp % MT;
+  const bool active = mt * 16 < bq;
+  uint4 af[2 * KB];
+  if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  const bool fast = !SAMPLING && !a.fp32_add && U <= 16384; /* see mk_fast_tile */
+  int n = 0;
+  for (int ks = 0; ks < nsteps; ks++) {
+    const int k = a.k_begin + ks;
+    unsigned long long best0 = 0ull, best1 = 0ull, wait = 0, done = 0;
+    uint32_t fb0 = 0u, fb1 = 0u;
+    unsigned long long gt0 = 0, c0 = 0;
+    if (trace && tid == 0) gt0 = mk_now_ns(), c0 = rd_clock();
+    for (;;) {
+      const int s = n % S;
+      const unsigned long long w0 = trace ? rd_clock() : 0;
+      rg_bar_wait(rg_saddr(&bars[s]), (uint32_t)(n / S) & 1u);
+      if (trace) wait += rd_clock() - w0;
+      const int ch = *(volatile int *)&shdr[s];
+      if (ch >= 0 && active)
+        rd_chunk<MT, SAMPLING>(a, k, ch, U, upr, fast, (const uint16_t *)(smem + (size_t)s * SB),
+                               (const uint16_t *)(smem + (size_t)s * SB + rg_w_bytes()), warp, mt, g, q, af, best0,
+                               best1, fb0, fb1, st, sseed, spos);
+      __syncwarp();
+      if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
+      n++;
+      if (ch < 0) break;
+      done++;
+    }
+    unsigned long long gt1 = 0, c1 = 0;
+    if (trace && tid == 0) gt1 = mk_now_ns(), c1 = rd_clock();
+    rg_step_end<MT>(a, ks, nsteps, fast, 0, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast, af);
+    if (trace && tid == 0) {
+      unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;
+      tr[0] = gt0, tr[1] = gt1, tr[2] = mk_now_ns(), tr[3] = c1 - c0, tr[4] = rd_clock() - c1, tr[5] = wait,
+      tr[6] = done;
+    }
+  }
+}
+
+}  // namespace
+
+#endif

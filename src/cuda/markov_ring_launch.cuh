@@ -1,0 +1,134 @@
+/* Host side of the ring kernels (markov_ring.cuh, markov_dyn.cuh): stage
+ * count, the W2 tensor map, instance choice by padded batch and launch.
+ * CUDA C++ only. */
+#ifndef DSP_CUDA_MARKOV_RING_LAUNCH_CUH
+#define DSP_CUDA_MARKOV_RING_LAUNCH_CUH
+
+#include "cuda/markov_dyn.cuh"
+
+namespace {
+
+/* Stages that fit the device's shared memory for this padded batch. */
+inline int rg_stages_for(int bq, bool sampling) {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 0;
+  const size_t extra = rg_smem(bq, sampling, 0).total + 1024; /* + static shared memory, with margin */
+  if ((size_t)optin <= extra) return 0;
+  int s = (int)(((size_t)optin - extra) / rg_stage_bytes(bq));
+  return s > RG_MAXS ? RG_MAXS : s;
+}
+
+/* The tensor map of W2 for V 3: a 3-D view (32 k, rows, 8 k blocks) with box
+ * (32, 64, 8), so one copy lands a chunk as [k block][row][32]; where the driver
+ * refuses that view, a 2-D one (256 k, rows) with box (32, 64), 8 copies per
+ * chunk, same placement. */
+inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
+  static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return NULL;
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)p;
+  }();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: no cuTensorMapEncodeTiled");
+  const cuuint64_t rows = (cuuint64_t)a->nseg * (cuuint64_t)a->seg_rows;
+  const cuuint32_t es[3] = {1, 1, 1};
+  {
+    const cuuint64_t dims[3] = {32, rows, KB}, strides[2] = {RP * 2, 64};
+    const cuuint32_t box[3] = {32, RG_C * UNIT, KB};
+    if (enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->w2, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+        CUDA_SUCCESS) {
+      *nbox = 1;
+      dsp_mk_ring3_boxes = 1;
+      return DSP_OK;
+    }
+  }
+  const cuuint64_t dims[2] = {RP, rows}, strides[1] = {RP * 2};
+  const cuuint32_t box[2] = {32, RG_C * UNIT};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->w2, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: cuTensorMapEncodeTiled failed (%d)", (int)r);
+  *nbox = KB;
+  dsp_mk_ring3_boxes = KB;
+  return DSP_OK;
+}
+
+template <int MT, bool SAMPLING>
+dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                        int *occ) {
+  typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
+  const int ver = l ? l->ring : 1;
+  rg_fn kern = ver == 4   ? rd_kernel<MT, SAMPLING>
+               : ver == 3 ? rg_kernel<MT, SAMPLING, 3>
+               : ver == 2 ? rg_kernel<MT, SAMPLING, 2>
+                          : rg_kernel<MT, SAMPLING, 1>;
+  if (query) {
+    const int st = rg_stages_for(a->bq, SAMPLING);
+    if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
+    const size_t bytes = rg_smem(a->bq, SAMPLING, st).total;
+    /* the instance serves several buckets (different bq, stages): allow the most */
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa;
+    DSP_CUDA_TRY(cudaGetDevice(&dev));
+    DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kern));
+    DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      optin - (int)fa.sharedSizeBytes));
+    { /* the other ring instances have the same layout: raise their limits too */
+      const rg_fn ks[3] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>, rd_kernel<MT, SAMPLING>};
+      for (int i = 0; i < 3; i++) {
+        cudaFuncAttributes f2;
+        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, ks[i]));
+        DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          optin - (int)f2.sharedSizeBytes));
+      }
+    }
+    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
+    *smem = bytes;
+    occ[1] = st; /* the caller passes int occ[2] */
+    return DSP_OK;
+  }
+  if (a->stages < 2 || a->stages > RG_MAXS)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)l->grid);
+  cfg.blockDim = dim3(RG_THREADS);
+  cfg.dynamicSmemBytes = rg_smem(a->bq, SAMPLING, a->stages).total;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  if (l->cooperative) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  CUtensorMap tm;
+  memset(&tm, 0, sizeof tm);
+  int nbox = 1;
+  if (ver >= 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a, tm, nbox));
+  return DSP_OK;
+}
+
+template <bool SAMPLING>
+dsp_status rg_launch_family(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
+                            int *occ) {
+  const int tiles = a->bq / 16;
+  if (a->bq < 16 || a->bq % 16 || a->bq > DSP_MK_MAXBQ)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: padded batch %d is not a multiple of 16 in [16, %d]",
+                    a->bq, DSP_MK_MAXBQ);
+  if (tiles <= 1) return rg_launch_mt<1, SAMPLING>(a, l, s, query, smem, occ);
+  if (tiles <= 2) return rg_launch_mt<2, SAMPLING>(a, l, s, query, smem, occ);
+  if (tiles <= 4) return rg_launch_mt<4, SAMPLING>(a, l, s, query, smem, occ);
+  return rg_launch_mt<8, SAMPLING>(a, l, s, query, smem, occ);
+}
+
+}  // namespace
+
+#endif
