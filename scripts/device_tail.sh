@@ -19,6 +19,17 @@ BIN=build-gpu/tests; [ -x $BIN/bench_tail ] || BIN=build-gpu
 stamp bench_tail
 timeout 200 $BIN/bench_tail ${TAIL_ARGS:-} > "$OUT/bench_tail.log" 2>&1
 cat "$OUT/bench_tail.log" | head -80
+if [ "${NCU:-0}" = 1 ]; then
+  stamp "ncu (ring kernel 4, one launch) and its SASS"
+  timeout 240 ncu --clock-control none -k regex:rd_kernel -c 1 --set full --import-source no -o /tmp/rd -f \
+    $BIN/bench_tail --reps 1 > "$OUT/ncu_run.log" 2>&1
+  ncu -i /tmp/rd.ncu-rep --page details > "$OUT/ncu.log" 2>&1
+  ncu -i /tmp/rd.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
+  grep -E "Duration|DRAM Throughput|L2 Hit|Warp Cycles Per Issued|Issue Slots|Stall|Registers Per|Achieved Occ" "$OUT/ncu.log" | head -30
+  OBJ=$(find build-gpu -name 'markov_g.cu.o' | head -1)
+  cuobjdump -sass "$OBJ" | awk '/Function : /{p = /rd_kernel/} p' > "$OUT/sass_rd.txt"
+  wc -l "$OUT/sass_rd.txt" "$OUT/ncu_sass.csv"
+fi
 if [ "${TESTS:-1}" = 1 ]; then
   stamp test_cuda_head
   timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1

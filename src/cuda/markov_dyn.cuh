@@ -1,6 +1,7 @@
 /* Ring kernel 4 of the fused Markov step (markov.h): ring kernel 3's stages,
  * tensor copies and epilogue, with the chunks of every step claimed from a
- * global counter instead of a fixed range per block. Per element it runs the
+ * global counter instead of a fixed range per block (three claims in flight
+ * per producer). Per element it runs the
  * same fragments through the same 16 mma groups in the same order, so it
  * agrees with every other tensor-core kernel bit for bit. Included after
  * markov_ring.cuh. CUDA C++ only. */
@@ -155,11 +156,16 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       const int k = a.k_begin + ks;
       const bool rev = a.serpentine && (k & 1);
       unsigned long long wait = 0;
-      int c = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(&claims[k], 1u) : 0, 0);
-      for (;;) {
+      /* three claims in flight: a claim's round trip (~1 us with every block's producer
+       * on one counter) hides behind the copies of the two before it. Each claim keeps
+       * its own register (a loop unrolled by three): moving a pending atomic's result
+       * would wait for it. */
+      unsigned p0 = 0, p1 = 0, p2 = 0;
+      if (lane == 0) p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
+      auto one = [&](unsigned &p) -> bool {
+        const int c = (int)__shfl_sync(0xffffffffu, p, 0);
         const bool valid = c < NCH;
-        int cn = 0;
-        if (valid && lane == 0) cn = (int)atomicAdd(&claims[k], 1u);
+        if (valid && lane == 0) p = atomicAdd(&claims[k], 1u);
         const int s = n % S, r = n / S;
         if (r > 0) {
           const unsigned long long w0 = trace ? rd_clock() : 0;
@@ -195,8 +201,9 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         }
         rg_cp_arrive(full);
         n++;
-        if (!valid) break;
-        c = __shfl_sync(0xffffffffu, cn, 0);
+        return valid;
+      };
+      while (one(p0) && one(p1) && one(p2)) {
       }
       if (trace && lane == 0) trace[(size_t)ks * DSP_MK_TRACE + 7] = wait;
     }
