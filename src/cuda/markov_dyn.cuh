@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
      * stage, copy W2 and base rows into it; a claim past the end marks the step's end */
     const bool hint = a.keep8 > 0;
     const uint64_t pol_keep = rd_policy(true), pol_stream = rd_policy(false);
-    int n = 0;
+    int s = 0, r = 0; /* stage and round of the next copy (no divisions in the loop) */
     for (int ks = 0; ks < nsteps; ks++) {
       const int k = a.k_begin + ks;
       const bool rev = a.serpentine && (k & 1);
@@ -166,7 +166,6 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         const int c = (int)__shfl_sync(0xffffffffu, p, 0);
         const bool valid = c < NCH;
         if (valid && lane == 0) p = atomicAdd(&claims[k], 1u);
-        const int s = n % S, r = n / S;
         if (r > 0) {
           const unsigned long long w0 = trace ? rd_clock() : 0;
           rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
           rg_bar_arrive(full);
         }
         rg_cp_arrive(full);
-        n++;
+        if (++s == S) s = 0, r++;
         return valid;
       };
       while (one(p0) && one(p1) && one(p2)) {
@@ -217,7 +216,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   uint4 af[2 * KB];
   if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
   const bool fast = !SAMPLING && !a.fp32_add && U <= 16384; /* see mk_fast_tile */
-  int n = 0;
+  int s = 0;
+  uint32_t ph = 0; /* stage and phase parity of the next chunk */
   for (int ks = 0; ks < nsteps; ks++) {
     const int k = a.k_begin + ks;
     unsigned long long best0 = 0ull, best1 = 0ull, wait = 0, done = 0;
@@ -225,9 +225,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
     unsigned long long gt0 = 0, c0 = 0;
     if (trace && tid == 0) gt0 = mk_now_ns(), c0 = rd_clock();
     for (;;) {
-      const int s = n % S;
       const unsigned long long w0 = trace ? rd_clock() : 0;
-      rg_bar_wait(rg_saddr(&bars[s]), (uint32_t)(n / S) & 1u);
+      rg_bar_wait(rg_saddr(&bars[s]), ph);
       if (trace) wait += rd_clock() - w0;
       const int ch = *(volatile int *)&shdr[s];
       if (ch >= 0 && active)
@@ -236,7 +235,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
                                best1, fb0, fb1, st, sseed, spos);
       __syncwarp();
       if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
-      n++;
+      if (++s == S) s = 0, ph ^= 1u;
       if (ch < 0) break;
       done++;
     }

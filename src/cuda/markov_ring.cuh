@@ -100,18 +100,22 @@ __device__ __forceinline__ void rg_chunk(const dsp_mk_args &a, int n, int nch, i
 
 /* This lane's A fragments for batch tile mt, in mma register order (see
  * mk_gather_frag): af[2j + s] = {E[r][p], E[r+8][p], E[r][p+2], E[r+8][p+2]},
- * p = 32 j + 8 q + 4 s. Built once per step, so the mma loop needs no moves. */
+ * p = 32 j + 8 q + 4 s. Built once per step, so the mma loop needs no moves:
+ * each register comes from its own 4-byte load (loading 16 bytes and
+ * permuting leaves ptxas to rebuild every quad with four moves before every
+ * mma that reads it). */
 template <int MT>
 __device__ __forceinline__ void rg_load_e(const dsp_mk_args &a, const int32_t *sprev, int mt, int g, int q,
                                           uint4 (&af)[2 * KB]) {
-  const uint16_t *r0 = a.w1 + (size_t)sprev[mt * 16 + g] * RP + q * 8;
-  const uint16_t *r1 = a.w1 + (size_t)sprev[mt * 16 + g + 8] * RP + q * 8;
+  const uint32_t *r0 = (const uint32_t *)(a.w1 + (size_t)sprev[mt * 16 + g] * RP + q * 8);
+  const uint32_t *r1 = (const uint32_t *)(a.w1 + (size_t)sprev[mt * 16 + g + 8] * RP + q * 8);
 #pragma unroll
-  for (int j = 0; j < KB; j++) {
-    const uint4 ea = __ldg((const uint4 *)(r0 + j * 32)), eb = __ldg((const uint4 *)(r1 + j * 32));
-    af[2 * j] = make_uint4(ea.x, eb.x, ea.y, eb.y);
-    af[2 * j + 1] = make_uint4(ea.z, eb.z, ea.w, eb.w);
-  }
+  for (int j = 0; j < KB; j++)
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      const int i = j * 16 + 2 * s;
+      af[2 * j + s] = make_uint4(__ldg(r0 + i), __ldg(r1 + i), __ldg(r0 + i + 1), __ldg(r1 + i + 1));
+    }
 }
 
 /* 16-byte asynchronous copy global -> shared (LDGSTS, L2 only), tracked per thread. */
