@@ -110,13 +110,16 @@ typedef struct {
  *     consumer warps keep their E fragments in registers, read W2 fragments
  *     from the ring and release each stage. The bytes in flight no longer
  *     depend on the registers: ~200 KB per SM.
- *   ring kernel 4: as ring kernel 3, but no block owns a fixed range: the
- *     producers claim 64-row chunks of each step from a global counter (one
- *     claim ahead), so a block that its memory serves slowly takes fewer
- *     chunks and the step ends when the last chunk does, not the slowest
- *     block's share; a claim past the end puts an end-of-step marker in the
- *     ring. Each consumer warp runs the two n8 tiles of a unit as two
- *     interleaved mma chains (each chain's order unchanged).
+ *   ring kernel 4: no block owns a fixed range: one producer thread per block
+ *     claims 64-row chunks of each step from a global counter (three claims
+ *     in flight), so a block that its memory serves slowly takes fewer chunks
+ *     and the step ends when the last chunk does; a claim past the end puts an
+ *     end-of-step marker in the ring. A chunk's W2 rows (contiguous) come in
+ *     one bulk copy and its base rows in one tensor box per unit, so no
+ *     thread issues per-row copies (ring kernel 3's 16-byte base copies
+ *     capped its streaming at ~2.8 TB/s). Each consumer warp runs the two n8
+ *     tiles of a unit as two interleaved mma chains (each chain's order
+ *     unchanged).
  * Shared-memory bytes and the most co-resident blocks per SM of the instance
  * for (bq, sampling, strict, ring) on the current device; also raises its
  * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */

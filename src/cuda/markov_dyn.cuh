@@ -21,34 +21,29 @@ __device__ __forceinline__ uint64_t rd_policy(bool keep) {
   return p;
 }
 
-__device__ __forceinline__ void rd_tcopy3(uint32_t dst, const CUtensorMap *tm, int c1, uint32_t bar, bool hint,
-                                          uint64_t pol) {
+/* Bulk copy global -> shared completing on `bar`, with an L2 policy when hinted. */
+__device__ __forceinline__ void rd_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, bool hint,
+                                        uint64_t pol) {
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+  else
+    rg_copy(dst, src, bytes, bar);
+}
+
+/* One unit's base rows: the box (16 columns, bq rows, 1 segment) of the base
+ * map at (column c0, row c1 = k * bq, segment c2), landing as [bq][16]. */
+__device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2,
+                                              uint32_t bar, bool hint, uint64_t pol) {
   if (hint)
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
-        "l"(tm), "r"(0), "r"(c1), "r"(0), "r"(bar), "l"(pol)
+        "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
         : "memory");
   else
-    rg_tcopy3(dst, tm, 0, c1, 0, bar);
-}
-
-__device__ __forceinline__ void rd_tcopy2(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar, bool hint,
-                                          uint64_t pol) {
-  if (hint)
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-        "l"(tm), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
-        : "memory");
-  else
-    rg_tcopy2(dst, tm, c0, c1, bar);
-}
-
-__device__ __forceinline__ void rd_cp16(uint32_t dst, const void *src, bool hint, uint64_t pol) {
-  if (hint)
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(pol)
-                 : "memory");
-  else
-    rg_cp16(dst, src);
+    rg_tcopy3(dst, tm, c0, c1, c2, bar);
 }
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
@@ -75,12 +70,12 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
     float acc[TPW][4];
 #pragma unroll
     for (int t = 0; t < TPW; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * 32 + q * 8;
+    const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * RP + q * 8;
 #pragma unroll
     for (int j = 0; j < KB; j++) {
       uint4 w[TPW];
 #pragma unroll
-      for (int t = 0; t < TPW; t++) w[t] = *(const uint4 *)(wr + t * 8 * 32 + j * (RG_C * UNIT * 32));
+      for (int t = 0; t < TPW; t++) w[t] = *(const uint4 *)(wr + t * 8 * RP + j * 32);
 #pragma unroll
       for (int t = 0; t < TPW; t++)
         mk_mma(acc[t], af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w[t].x, w[t].y); /* group 2j */
@@ -97,8 +92,8 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
       const int lc = l0 + t * 8 + 2 * q;
       const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
       const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
-      const uint32_t bb0 = *(const uint32_t *)(bs + ((size_t)b0 * RG_C + ui) * UNIT + t * 8 + 2 * q);
-      const uint32_t bb1 = *(const uint32_t *)(bs + ((size_t)b1 * RG_C + ui) * UNIT + t * 8 + 2 * q);
+      const uint32_t bb0 = *(const uint32_t *)(bs + ((size_t)ui * a.bq + b0) * UNIT + t * 8 + 2 * q);
+      const uint32_t bb1 = *(const uint32_t *)(bs + ((size_t)ui * a.bq + b1) * UNIT + t * 8 + 2 * q);
       if (fast) {
         const bool full = (int64_t)(l0 + UNIT) <= a.vr && id - t * 8 - 2 * q + UNIT <= a.vocab;
         const uint32_t cst = 0xFFFFu - (((uint32_t)u << 2) | ((uint32_t)t << 1));
@@ -115,8 +110,7 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
 }
 
 template <int MT, bool SAMPLING>
-__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tm,
-                                                           const int nbox) {
+__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
   const int bq = a.bq, S = a.stages;
@@ -138,7 +132,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
 
   if (tid == 0) {
     for (int s = 0; s < S; s++) {
-      rg_bar_init(rg_saddr(&bars[s]), 33);              /* the producer's arrive (+ bytes) + 32 lanes' cp.async */
+      rg_bar_init(rg_saddr(&bars[s]), 1);               /* the producer's arrive (+ the bytes) */
       rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC); /* one arrive per consumer warp */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -147,8 +141,10 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   __syncthreads();
 
   if (warp == RG_NC) {
-    /* producer: claim a chunk (the next claim already in flight), wait for a free
-     * stage, copy W2 and base rows into it; a claim past the end marks the step's end */
+    /* producer (one thread): claim a chunk, wait for a free stage, copy the chunk's
+     * W2 rows (one bulk copy, contiguous) and its base rows (one tensor box per
+     * unit) into it; a claim past the end marks the step's end */
+    if (lane != 0) return;
     const bool hint = a.keep8 > 0;
     const uint64_t pol_keep = rd_policy(true), pol_stream = rd_policy(false);
     int s = 0, r = 0; /* stage and round of the next copy (no divisions in the loop) */
@@ -160,12 +156,11 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
        * on one counter) hides behind the copies of the two before it. Each claim keeps
        * its own register (a loop unrolled by three): moving a pending atomic's result
        * would wait for it. */
-      unsigned p0 = 0, p1 = 0, p2 = 0;
-      if (lane == 0) p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
+      unsigned p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
       auto one = [&](unsigned &p) -> bool {
-        const int c = (int)__shfl_sync(0xffffffffu, p, 0);
+        const int c = (int)p;
         const bool valid = c < NCH;
-        if (valid && lane == 0) p = atomicAdd(&claims[k], 1u);
+        if (valid) p = atomicAdd(&claims[k], 1u);
         if (r > 0) {
           const unsigned long long w0 = trace ? rd_clock() : 0;
           rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
@@ -174,39 +169,27 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         const uint32_t full = rg_saddr(&bars[s]);
         const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
         const int ch = rev ? NCH - 1 - c : c;
-        if (lane == 0) shdr[s] = valid ? ch : -1;
+        shdr[s] = valid ? ch : -1;
         if (valid) {
           const int u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
-          const uint64_t pw = (ch & 7) < a.keep8 ? pol_keep : pol_stream;
-          if (lane == 0) { /* whole boxes: rows past the map's end are zero-filled and counted */
-            rg_bar_expect(full, (uint32_t)rg_w_bytes());
-            if (nbox == 1)
-              rd_tcopy3(dst, &tm, u0 * UNIT, full, hint, pw);
-            else
-              for (int j = 0; j < KB; j++)
-                rd_tcopy2(dst + (uint32_t)(j * RG_C * UNIT * 32 * 2), &tm, j * 32, u0 * UNIT, full, hint, pw);
+          rg_bar_expect(full, (uint32_t)(nu * UNIT * (RP + bq) * 2));
+          rd_copy(dst, a.w2 + (size_t)u0 * UNIT * RP, (uint32_t)(nu * UNIT * RP * 2), full, hint,
+                  (ch & 7) < a.keep8 ? pol_keep : pol_stream);
+          for (int ui = 0; ui < nu; ui++) {
+            const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr;
+            rd_tcopy_base(dst + (uint32_t)(rg_w_bytes() + (size_t)ui * bq * UNIT * 2), &tb, (u - seg * upr) * UNIT,
+                          k * bq, seg, full, hint, pol_stream);
           }
-          /* base piece j: batch row b = j / 8, unit ui = (j / 2) % 4, half hf = j % 2 (8 columns) */
-          for (int j = lane; j < bq * RG_C * 2; j += 32) {
-            const int b = j >> 3, ui = (j >> 1) & (RG_C - 1), hf = j & 1;
-            if (ui >= nu) continue;
-            const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
-            const uint16_t *src = a.base + (size_t)seg * a.seg_stride + ((size_t)k * bq + b) * a.ld + l0 + hf * 8;
-            rd_cp16(dst + (uint32_t)(rg_w_bytes() + ((size_t)b * RG_C + ui) * UNIT * 2 + hf * 16), src, hint,
-                    pol_stream);
-          }
-        } else if (lane == 0) {
+        } else {
           rg_bar_arrive(full);
         }
-        rg_cp_arrive(full);
         if (++s == S) s = 0, r++;
         return valid;
       };
       while (one(p0) && one(p1) && one(p2)) {
       }
-      if (trace && lane == 0) trace[(size_t)ks * DSP_MK_TRACE + 7] = wait;
+      if (trace) trace[(size_t)ks * DSP_MK_TRACE + 7] = wait;
     }
-    asm volatile("cp.async.wait_all;" ::: "memory"); /* no copy outlives its issuing thread */
     return;
   }
 

@@ -23,7 +23,7 @@ inline int rg_stages_for(int bq, bool sampling) {
  * (32, 64, 8), so one copy lands a chunk as [k block][row][32]; where the driver
  * refuses that view, a 2-D one (256 k, rows) with box (32, 64), 8 copies per
  * chunk, same placement. */
-inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
+inline PFN_cuTensorMapEncodeTiled_v12000 rg_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
     void *p = NULL;
     cudaDriverEntryPointQueryResult q;
@@ -34,6 +34,11 @@ inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
     }
     return (PFN_cuTensorMapEncodeTiled_v12000)p;
   }();
+  return enc;
+}
+
+inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
   if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: no cuTensorMapEncodeTiled");
   const cuuint64_t rows = (cuuint64_t)a->nseg * (cuuint64_t)a->seg_rows;
   const cuuint32_t es[3] = {1, 1, 1};
@@ -59,15 +64,33 @@ inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
   return DSP_OK;
 }
 
+/* The tensor map of the base logits for ring kernel 4: (columns ld, rows
+ * k_end * bq, segments nseg) with box (16, bq, 1): one unit's base rows of one
+ * step and segment, landing as [bq][16]. */
+inline dsp_status rd_base_map(const dsp_mk_args *a, CUtensorMap *tm) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 4: no cuTensorMapEncodeTiled");
+  const cuuint64_t rows = (cuuint64_t)a->k_end * (cuuint64_t)a->bq;
+  const cuuint64_t dims[3] = {(cuuint64_t)a->ld, rows, (cuuint64_t)a->nseg};
+  const cuuint64_t strides[2] = {(cuuint64_t)a->ld * 2,
+                                 a->nseg > 1 ? (cuuint64_t)a->seg_stride * 2 : rows * (cuuint64_t)a->ld * 2};
+  const cuuint32_t box[3] = {UNIT, (cuuint32_t)a->bq, 1}, es[3] = {1, 1, 1};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->base, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 4: cuTensorMapEncodeTiled (base) failed (%d)", (int)r);
+  return DSP_OK;
+}
+
 template <int MT, bool SAMPLING>
 dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {
   typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
+  typedef void (*rd_fn)(const dsp_mk_args, const CUtensorMap);
   const int ver = l ? l->ring : 1;
-  rg_fn kern = ver == 4   ? rd_kernel<MT, SAMPLING>
-               : ver == 3 ? rg_kernel<MT, SAMPLING, 3>
-               : ver == 2 ? rg_kernel<MT, SAMPLING, 2>
-                          : rg_kernel<MT, SAMPLING, 1>;
+  const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
+  const rd_fn kern4 = rd_kernel<MT, SAMPLING>;
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
@@ -81,13 +104,16 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       optin - (int)fa.sharedSizeBytes));
     { /* the other ring instances have the same layout: raise their limits too */
-      const rg_fn ks[3] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>, rd_kernel<MT, SAMPLING>};
-      for (int i = 0; i < 3; i++) {
-        cudaFuncAttributes f2;
+      const rg_fn ks[2] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>};
+      cudaFuncAttributes f2;
+      for (int i = 0; i < 2; i++) {
         DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, ks[i]));
         DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           optin - (int)f2.sharedSizeBytes));
       }
+      DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, kern4));
+      DSP_CUDA_TRY(cudaFuncSetAttribute(kern4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        optin - (int)f2.sharedSizeBytes));
     }
     DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
     *smem = bytes;
@@ -111,7 +137,12 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
   int nbox = 1;
-  if (ver >= 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
+  if (ver == 4) {
+    DSP_TRY(rd_base_map(a, &tm));
+    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern4, *a, tm));
+    return DSP_OK;
+  }
+  if (ver == 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a, tm, nbox));
   return DSP_OK;
 }
