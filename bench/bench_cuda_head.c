@@ -246,7 +246,8 @@ int main(int argc, char **argv) {
   ADD("ring 3 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 4);
   ADD("ring 3, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 4; v_->t.graphs = 0);
   ADD("ring 4 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5);
-  ADD("ring 4, L2 keep 3/8", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.l2keep = 3);
+  ADD("ring 4, no L2 hints", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.l2keep = 0);
+  ADD("ring 4, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.per_step = 1);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
   ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.per_step = 1);

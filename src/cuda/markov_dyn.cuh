@@ -48,15 +48,16 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
 
-/* Consumer work split: a warp keeps the A fragments of TPM batch tiles (the
- * tile group p = warp % P, tiles p * TPM ..) and, per chunk, owns P of its 8
- * (unit, n8 tile) items: items warp / P + i * (8 / P). Every W2 fragment a warp
- * reads from shared memory then feeds TPM mma chains (bq 32: each W2 byte is
- * read once per chunk, not once per batch tile), and the chains interleave. */
+/* Consumer work split: warp w keeps the A fragments of batch tile w % MT
+ * (TPM = 1 tile per warp; P = MT tile groups). Per chunk, for MT >= 2 it owns
+ * units w / MT + i * (8 / MT) and runs both n8 tiles of each as two interleaved
+ * mma chains; for MT = 1 it owns one (unit, n8 tile) pair. (Two batch tiles per
+ * warp sharing each W2 fragment read was tried: 14% slower, the second tile's
+ * A fragments double the registers and the per-step E reload.) */
 template <int MT, bool SAMPLING>
 struct rd_split {
-  static constexpr int TPM = MT == 1 || SAMPLING ? 1 : 2; /* sampling: the Philox epilogue needs the registers */
-  static constexpr int P = MT / TPM;
+  static constexpr int TPM = 1;
+  static constexpr int P = MT;
 };
 
 /* A fragments of this warp's tiles (zero for tiles past the padded batch). */
@@ -75,59 +76,63 @@ __device__ __forceinline__ void rd_load_e(const dsp_mk_args &a, const int32_t *s
   }
 }
 
-/* One chunk's work for a consumer warp (see rd_split). The fast keys' position
- * is the global unit index (U <= 16384). */
+/* One chunk's work for a consumer warp (see rd_split). The fast keys'
+ * position is the global unit index (U <= 16384). */
 template <int MT, bool SAMPLING>
 __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int U, int upr, bool fast,
                                          const uint16_t *ws, const uint16_t *bs, int warp, int g, int q,
-                                         const uint4 (&af)[rd_split<MT, SAMPLING>::TPM][2 * KB],
-                                         unsigned long long (&best)[rd_split<MT, SAMPLING>::TPM][2],
-                                         uint32_t (&fb)[rd_split<MT, SAMPLING>::TPM][2], const float *st,
-                                         const uint64_t *sseed, const int64_t *spos) {
-  constexpr int TPM = rd_split<MT, SAMPLING>::TPM, P = rd_split<MT, SAMPLING>::P;
+                                         const uint4 (&af1)[1][2 * KB], unsigned long long (&best)[1][2],
+                                         uint32_t (&fb)[1][2], const float *st, const uint64_t *sseed,
+                                         const int64_t *spos) {
+  const uint4(&af)[2 * KB] = af1[0];
+  const int mt = MT == 1 ? 0 : warp % MT;
   const int u0 = c * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
+  constexpr int TPW = MT == 1 ? 1 : 2;                 /* n8 tiles per unit and warp */
+  constexpr int PER = MT == 1 ? 1 : RG_C * MT / RG_NC; /* units per warp and chunk */
+  if (mt * 16 >= a.bq) return;
 #pragma unroll
-  for (int i = 0; i < P; i++) {
-    const int it = warp / P + i * (RG_NC / P), ui = it >> 1, t = it & 1;
+  for (int i = 0; i < PER; i++) {
+    const int ui = MT == 1 ? warp >> 1 : warp / MT + i * (RG_NC / MT);
+    const int t0 = MT == 1 ? warp & 1 : 0;
     if (ui >= nu) continue;
     const int u = u0 + ui;
-    float acc[TPM][4];
+    float acc[TPW][4];
 #pragma unroll
-    for (int m = 0; m < TPM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
-    const uint16_t *wr = ws + (size_t)(ui * UNIT + t * 8 + g) * RP + q * 8;
+    for (int t = 0; t < TPW; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * RP + q * 8;
 #pragma unroll
     for (int j = 0; j < KB; j++) {
-      const uint4 w = *(const uint4 *)(wr + j * 32);
+      uint4 w[TPW];
 #pragma unroll
-      for (int m = 0; m < TPM; m++)
-        mk_mma(acc[m], af[m][2 * j].x, af[m][2 * j].y, af[m][2 * j].z, af[m][2 * j].w, w.x, w.y); /* group 2j */
+      for (int t = 0; t < TPW; t++) w[t] = *(const uint4 *)(wr + t * 8 * RP + j * 32);
 #pragma unroll
-      for (int m = 0; m < TPM; m++)
-        mk_mma(acc[m], af[m][2 * j + 1].x, af[m][2 * j + 1].y, af[m][2 * j + 1].z, af[m][2 * j + 1].w, w.z,
-               w.w); /* group 2j+1 */
+      for (int t = 0; t < TPW; t++)
+        mk_mma(acc[t], af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w[t].x, w[t].y); /* group 2j */
+#pragma unroll
+      for (int t = 0; t < TPW; t++)
+        mk_mma(acc[t], af[2 * j + 1].x, af[2 * j + 1].y, af[2 * j + 1].z, af[2 * j + 1].w, w[t].z, w[t].w); /* 2j+1 */
     }
     const int seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
-    const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + t * 8 + 2 * q;
-    const int lc = l0 + t * 8 + 2 * q;
-    const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
-    const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
+    const int b0 = mt * 16 + g, b1 = b0 + 8;
 #pragma unroll
-    for (int m = 0; m < TPM; m++) {
-      const int mt = (warp % P) * TPM + m;
-      if (mt * 16 >= a.bq) continue;
-      const int b0 = mt * 16 + g, b1 = b0 + 8;
+    for (int tt = 0; tt < TPW; tt++) {
+      const int t = t0 + tt;
+      const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + t * 8 + 2 * q;
+      const int lc = l0 + t * 8 + 2 * q;
+      const bool ok0 = (int64_t)lc < a.vr && id < a.vocab;
+      const bool ok1 = (int64_t)(lc + 1) < a.vr && id + 1 < a.vocab;
       const uint32_t bb0 = *(const uint32_t *)(bs + ((size_t)ui * a.bq + b0) * UNIT + t * 8 + 2 * q);
       const uint32_t bb1 = *(const uint32_t *)(bs + ((size_t)ui * a.bq + b1) * UNIT + t * 8 + 2 * q);
       if (fast) {
         const bool full = (int64_t)(l0 + UNIT) <= a.vr && id - t * 8 - 2 * q + UNIT <= a.vocab;
         const uint32_t cst = 0xFFFFu - (((uint32_t)u << 2) | ((uint32_t)t << 1));
-        mk_fast_tile(acc[m], bb0, bb1, cst, full, ok0, ok1, fb[m][0], fb[m][1]);
+        mk_fast_tile(acc[tt], bb0, bb1, cst, full, ok0, ok1, fb[0][0], fb[0][1]);
         continue;
       }
       const size_t off = (size_t)seg * a.seg_stride + (size_t)k * a.bq * a.ld + lc;
-      mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[m][0], acc[m][1], bb0, off + (size_t)b0 * a.ld, best[m][0],
+      mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[tt][0], acc[tt][1], bb0, off + (size_t)b0 * a.ld, best[0][0],
                             st, sseed, spos);
-      mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[m][2], acc[m][3], bb1, off + (size_t)b1 * a.ld, best[m][1],
+      mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[tt][2], acc[tt][3], bb1, off + (size_t)b1 * a.ld, best[0][1],
                             st, sseed, spos);
     }
   }
