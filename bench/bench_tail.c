@@ -56,7 +56,7 @@ static void fill(uint16_t *p, size_t n, uint64_t seed, float scale) {
 
 typedef struct {
   const char *name;
-  int ring, keep8, serpentine, setaside, trace, stages;
+  int ring, keep8, serpentine, setaside, trace, stages, w2box;
 } variant;
 
 int main(int argc, char **argv) {
@@ -119,16 +119,14 @@ int main(int argc, char **argv) {
          prop.name, sms, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20, bq, G, V, stages, reps);
 
   const variant vs[] = {
-      {"register", 0, 0, 1, 0, 0, 0},
-      {"ring 3", 3, 0, 1, 0, 0, 0},
-      {"ring 4", 4, 0, 1, 0, 1, 0},
-      {"ring 4, no serpentine", 4, 0, 0, 0, 0, 0},
-      {"ring 4, 4 stages", 4, 0, 1, 0, 0, 4},
-      {"ring 4, keep 2/8", 4, 2, 1, 0, 0, 0},
-      {"ring 4, keep 3/8", 4, 3, 1, 0, 1, 0},
-      {"ring 4, keep 4/8", 4, 4, 1, 0, 0, 0},
-      {"ring 4, keep 3/8 + set-aside", 4, 3, 1, 1, 0, 0},
-      {"ring 4, keep 4/8 + set-aside", 4, 4, 1, 1, 1, 0},
+      {"register", 0, 0, 1, 0, 0, 0, 0},
+      {"ring 3", 3, 0, 1, 0, 0, 0, 0},
+      {"ring 4", 4, 0, 1, 0, 0, 0, 0},
+      {"ring 4, keep 3/8", 4, 3, 1, 0, 1, 0, 0},
+      {"ring 4, W2 box", 4, 0, 1, 0, 0, 0, 1},
+      {"ring 4, W2 box, keep 3/8", 4, 3, 1, 0, 1, 0, 1},
+      {"ring 4, W2 box, keep 3/8, 4 stg", 4, 3, 1, 0, 0, 4, 1},
+      {"ring 4, W2 box, keep 4/8", 4, 4, 1, 0, 0, 0, 1},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
@@ -149,7 +147,7 @@ int main(int argc, char **argv) {
     a.w2 = w2, a.w1 = w1, a.base = base, a.vr = rows, a.vocab = V, a.ld = rows, a.seg_rows = rows, a.nseg = 1;
     a.bq = bq, a.anchor = d_anc, a.tokens = tokens, a.keys = keys, a.barrier = barrier;
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
-    a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8;
+    a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2box = v->w2box;
     dsp_mk_launch l = {0, 0, v->ring, sms, 1};
     for (int r = -3; r < (int)reps + (v->trace ? 1 : 0); r++) {
       const int tracing = r == (int)reps;

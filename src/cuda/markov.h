@@ -82,6 +82,8 @@ typedef struct {
   int32_t keep8;            /* ring kernel 4: chunks c with c % 8 < keep8 are copied with an L2
                                evict_last policy, every other byte evict_first (0: no hints) */
   unsigned long long *trace; /* ring kernel 4: NULL, or [grid][k_end - k_begin][DSP_MK_TRACE] timings */
+  int32_t w2box;            /* ring kernel 4: W2 chunks by a 3-D tensor box ([8 k blocks][64 rows][32 k]
+                               in shared memory: conflict-free fragment reads) instead of one plain copy */
 } dsp_mk_args;
 
 /* Per block and step (ring kernel 4): globaltimer ns when the step's work began
