@@ -34,7 +34,24 @@ if [ "${TESTS:-1}" = 1 ]; then
   stamp test_cuda_head
   timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1
   echo "test_cuda_head rc=$?"
-  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|dspark: markov" "$OUT/tests.log" | head -20
+  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch" "$OUT/tests.log" | head -20
+  DSPARK_CUDA_TAIL=5 timeout 300 $BIN/test_cuda_head > "$OUT/tests_ring4.log" 2>&1
+  echo "test_cuda_head with DSPARK_CUDA_TAIL=5 (ring kernel 4 everywhere) rc=$?"
+  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]" "$OUT/tests_ring4.log" | head -20
+fi
+if [ "${SAN:-0}" = 1 ]; then
+  stamp "compute-sanitizer on ring kernel 4"
+  {
+    for t in t_specials t_vocab_padding t_inputs_change; do
+      echo "== memcheck $t"; DSPARK_CUDA_TAIL=5 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
+    done
+    for t in t_rounding_ties t_vocab_padding t_inputs_change; do
+      echo "== racecheck $t"; DSPARK_CUDA_TAIL=5 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
+    done
+  } > "$OUT/sanitizer.log" 2>&1
+  grep -E "^==|rc=|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
 fi
 if [ "$MODE" = bench ]; then
   stamp bench_cuda_head

@@ -26,6 +26,7 @@ static void env_read(void) {
   g_env.buckets = env_str("DSPARK_BUCKETS", "1,2,4,8,16,32,64,128");
   g_env.graphs = env_int("DSPARK_GRAPHS", 1);
   g_env.cuda_strict = env_int("DSPARK_CUDA_STRICT", 0);
+  g_env.cuda_tail = env_int("DSPARK_CUDA_TAIL", 0);
 }
 
 const dsp_env *dsp_env_get(void) {

@@ -66,6 +66,8 @@ struct dsp_cuda_head {
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
+  int w2_local_owned;               /* d_w2_local is its own allocation (not a segment of d_w2_full) */
+  uint16_t *d_w2p_local, *d_w2p_full; /* W2 packed for ring kernel 4 (cuda/markov.h); NULL in strict mode */
   uint16_t *d_base_local, *d_base_all;
   void *d_logits;
   unsigned long long *d_keys, *d_keys_all;
@@ -252,12 +254,14 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   memset(&a, 0, sizeof a);
   if (p.full) {
     a.w2 = h->d_w2_full;
+    a.w2p = h->d_w2p_full;
     a.base = h->d_base_all;
     a.nseg = h->P;
     a.seg_rank0 = 0;
     a.seg_stride = M * h->vrp;
   } else {
     a.w2 = h->d_w2_local;
+    a.w2p = h->d_w2p_local;
     a.base = h->d_base_local;
     a.nseg = 1;
     a.seg_rank0 = h->rank;
@@ -406,7 +410,8 @@ extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
     cudaFree(b->hidden);
     cudaFree(b->meta);
   }
-  void *dev[] = {h->d_lm, h->d_w1, h->d_w2_local == h->d_w2_full ? NULL : h->d_w2_local, h->d_w2_full,
+  void *dev[] = {h->d_lm, h->d_w1, h->w2_local_owned && h->d_w2_local != h->d_w2_full ? h->d_w2_local : NULL,
+                 h->d_w2_full, h->d_w2p_local, h->d_w2p_full == h->d_w2p_local ? NULL : h->d_w2p_full,
                  h->d_base_local, h->d_base_all, h->d_logits, h->d_keys, h->d_keys_all, h->d_tokens, h->d_barrier};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i]) cudaFree(dev[i]);
@@ -456,12 +461,24 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
     h->d_w2_local = h->d_w2_full + (size_t)(h->rank * h->vrp) * DSP_MK_RP;
   } else {
     DSP_TRY(dev_alloc(h, (void **)&h->d_w2_local, (size_t)h->vrp * DSP_MK_RP * 2));
+    h->w2_local_owned = 1;
     if (w->has_w2_full)
       DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_full, h->row0, h->rows_real, R));
     else
       DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R));
     if (!h->multi) h->d_w2_full = h->d_w2_local;
   }
+  if (h->strict) return DSP_OK; /* strict mode runs the register kernel only */
+  /* ring kernel 4 reads W2 packed by chunks: the local rows, and the full rows when they differ */
+  DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_local, dsp_cuda_markov_packed_elems(h->vrp) * 2));
+  DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_local, h->vrp, h->d_w2p_local, h->stream));
+  h->d_w2p_full = h->d_w2p_local;
+  if (h->d_w2_full && h->d_w2_full != h->d_w2_local) {
+    const int64_t rows = (int64_t)h->P * h->vrp;
+    DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_full, dsp_cuda_markov_packed_elems(rows) * 2));
+    DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_full, rows, h->d_w2p_full, h->stream));
+  }
+  DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
   return DSP_OK;
 }
 
@@ -679,7 +696,12 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (!h->tune.buckets) h->tune.buckets = env->buckets;
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
-  if (h->tune.kernel < 0) h->tune.kernel = 0;
+  if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
+  if (h->tune.kernel < 0 || h->tune.kernel > 5) {
+    const int k = h->tune.kernel;
+    free(h);
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL) outside 0-5", k);
+  }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
   h->strict = h->tune.strict;
   h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 5 ? h->tune.kernel - 1 : 0;

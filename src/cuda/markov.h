@@ -82,8 +82,8 @@ typedef struct {
   int32_t keep8;            /* ring kernel 4: chunks c with c % 8 < keep8 are copied with an L2
                                evict_last policy, every other byte evict_first (0: no hints) */
   unsigned long long *trace; /* ring kernel 4: NULL, or [grid][k_end - k_begin][DSP_MK_TRACE] timings */
-  int32_t w2box;            /* ring kernel 4: W2 chunks by a 3-D tensor box ([8 k blocks][64 rows][32 k]
-                               in shared memory: conflict-free fragment reads) instead of one plain copy */
+  const uint16_t *w2p;      /* ring kernel 4: W2 packed (dsp_cuda_markov_pack_w2), one plain copy per
+                               chunk landing conflict-free; NULL: copies of w2's rows (2-way conflicts) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernel 4): globaltimer ns when the step's work began
@@ -133,6 +133,13 @@ dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, in
                                   cudaStream_t s);
 /* Tensor copies per chunk the last ring-3 launch used (1: the 3-D view, 8: the 2-D fallback; 0: none yet). */
 extern int dsp_mk_ring3_boxes;
+/* W2 packed for ring kernel 4: chunk c (rows 64c .. 64c + 63 of w2's [rows][RP])
+ * becomes one contiguous 32 KB block laid out as [8 k blocks][64 rows][32 k],
+ * the stage layout whose fragment reads never share a bank, so one plain bulk
+ * copy (whole DRAM bursts) lands it; rows past `rows` are zero. packed holds
+ * dsp_cuda_markov_packed_elems(rows) elements. */
+size_t dsp_cuda_markov_packed_elems(int64_t rows);
+dsp_status dsp_cuda_markov_pack_w2(const uint16_t *w2, int64_t rows, uint16_t *packed, cudaStream_t s);
 /* 1 when a cooperative launch can be captured into a CUDA graph here. */
 int dsp_cuda_markov_coop_capturable(cudaStream_t s);
 

@@ -33,18 +33,6 @@ __device__ __forceinline__ void rd_copy(uint32_t dst, const void *src, uint32_t 
     rg_copy(dst, src, bytes, bar);
 }
 
-/* A chunk's W2 rows through ring kernel 3's 3-D map: [8 k blocks][64 rows][32 k]. */
-__device__ __forceinline__ void rd_tcopy_w2(uint32_t dst, const CUtensorMap *tm, int row0, uint32_t bar, bool hint,
-                                            uint64_t pol) {
-  if (hint)
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
-        "l"(tm), "r"(0), "r"(row0), "r"(0), "r"(bar), "l"(pol)
-        : "memory");
-  else
-    rg_tcopy3(dst, tm, 0, row0, 0, bar);
-}
-
 /* One unit's base rows: the box (16 columns, bq rows, 1 segment) of the base
  * map at (column c0, row c1 = k * bq, segment c2), landing as [bq][16]. */
 __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2,
@@ -111,7 +99,7 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
     float acc[TPW][4];
 #pragma unroll
     for (int t = 0; t < TPW; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    /* W2 in the stage: [64 rows][256 k] (plain copy) or [8 k blocks][64 rows][32 k] (BOX) */
+    /* W2 in the stage: [64 rows][256 k] (plain rows) or [8 k blocks][64 rows][32 k] (BOX: packed W2) */
     constexpr int RS = BOX ? 32 : RP, JS = BOX ? RG_C * UNIT * 32 : 32;
     const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * RS + q * 8;
 #pragma unroll
@@ -229,8 +217,7 @@ __device__ __forceinline__ void rd_step_end(const dsp_mk_args &a, int ks, int ns
 }
 
 template <int MT, bool SAMPLING>
-__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb,
-                                                           const __grid_constant__ CUtensorMap tw) {
+__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
   const int bq = a.bq, S = a.stages;
@@ -294,9 +281,9 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         if (valid) {
           const int u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
           const uint64_t pw = (ch & 7) < a.keep8 ? pol_keep : pol_stream;
-          if (a.w2box) { /* whole boxes: rows past the map's end are zero-filled and counted */
+          if (a.w2p) { /* the packed chunk: a whole 32 KB block (zero rows past the end) */
             rg_bar_expect(full, (uint32_t)(rg_w_bytes() + (size_t)nu * UNIT * bq * 2));
-            rd_tcopy_w2(dst, &tw, u0 * UNIT, full, hint, pw);
+            rd_copy(dst, a.w2p + (size_t)ch * (rg_w_bytes() / 2), (uint32_t)rg_w_bytes(), full, hint, pw);
           } else {
             rg_bar_expect(full, (uint32_t)(nu * UNIT * (RP + bq) * 2));
             rd_copy(dst, a.w2 + (size_t)u0 * UNIT * RP, (uint32_t)(nu * UNIT * RP * 2), full, hint, pw);
@@ -339,7 +326,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       if (trace && tid == 0) stc[2] += rd_clock() - stc[4];
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
-      if (ch >= 0 && a.w2box)
+      if (ch >= 0 && a.w2p)
         rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);
       else if (ch >= 0)
         rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);

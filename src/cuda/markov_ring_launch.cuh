@@ -87,7 +87,7 @@ template <int MT, bool SAMPLING>
 dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {
   typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
-  typedef void (*rd_fn)(const dsp_mk_args, const CUtensorMap, const CUtensorMap);
+  typedef void (*rd_fn)(const dsp_mk_args, const CUtensorMap);
   const int ver = l ? l->ring : 1;
   const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
   const rd_fn kern4 = rd_kernel<MT, SAMPLING>;
@@ -138,12 +138,8 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   memset(&tm, 0, sizeof tm);
   int nbox = 1;
   if (ver == 4) {
-    CUtensorMap tw;
-    memset(&tw, 0, sizeof tw);
-    dsp_mk_args b = *a;
-    if (b.w2box && (rg_w2_map(a, &tw, &nbox) != DSP_OK || nbox != 1)) b.w2box = 0; /* no 3-D view: plain copies */
     DSP_TRY(rd_base_map(a, &tm));
-    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern4, b, tm, tw));
+    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern4, *a, tm));
     return DSP_OK;
   }
   if (ver == 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
