@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   if (tid == 0) {
     for (int s = 0; s < S; s++) {
       rg_bar_init(rg_saddr(&bars[s]), 1);               /* the producer's arrive (+ the bytes) */
-      rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC); /* one arrive per consumer warp */
+      rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC * 32); /* every consumer thread arrives: each orders
+                                                               its own reads of the stage before the refill */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -330,8 +331,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);
       else if (ch >= 0)
         rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);
-      __syncwarp();
-      if (lane == 0) rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this warp is done with stage s */
+      rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
       if (++s == S) s = 0, ph ^= 1u;
       if (ch < 0) break;
       if (trace && tid == 0) stc[3]++;
