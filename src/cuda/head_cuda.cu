@@ -88,6 +88,7 @@ struct dsp_cuda_head {
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static size_t logit_size(const dsp_cuda_head *h) { return h->cfg.contract == DSP_CONTRACT_FP32_ADD ? 4 : 2; }
 static int64_t gamma_of(const dsp_cuda_head *h) { return h->cfg.gamma; }
+static size_t sync_bytes(const dsp_cuda_head *h) { return (size_t)round_up((1 + gamma_of(h)) * 4, 16); }
 
 extern "C" int dsp_cuda_device_count(void) {
   int n = 0;
@@ -247,8 +248,8 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
     DSP_TRY(dsp_cuda_lm_run(h->lm, bk->hidden, h->d_lm, h->d_base_local, M, h->vrp, s));
     if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
   }
-  DSP_CUDA_TRY(cudaMemsetAsync(h->d_keys, 0, (size_t)(G * bq) * sizeof(unsigned long long), s));
-  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, (size_t)(1 + G) * sizeof(unsigned int), s));
+  /* one memset node clears the barrier, the claim counters and the keys (they share an allocation) */
+  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
 
   dsp_mk_args a;
   memset(&a, 0, sizeof a);
@@ -412,7 +413,7 @@ extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
   }
   void *dev[] = {h->d_lm, h->d_w1, h->w2_local_owned && h->d_w2_local != h->d_w2_full ? h->d_w2_local : NULL,
                  h->d_w2_full, h->d_w2p_local, h->d_w2p_full == h->d_w2p_local ? NULL : h->d_w2p_full,
-                 h->d_base_local, h->d_base_all, h->d_logits, h->d_keys, h->d_keys_all, h->d_tokens, h->d_barrier};
+                 h->d_base_local, h->d_base_all, h->d_logits, h->d_keys_all, h->d_tokens, h->d_barrier};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i]) cudaFree(dev[i]);
   void *host[] = {h->h_hidden, h->h_meta, h->h_tokens, h->h_logits};
@@ -488,10 +489,11 @@ static dsp_status alloc_buffers(dsp_cuda_head *h) {
   DSP_TRY(dev_alloc(h, (void **)&h->d_base_local, (size_t)(Mmax * h->vrp) * 2));
   if (h->multi && h->has_full) DSP_TRY(dev_alloc(h, (void **)&h->d_base_all, (size_t)(h->P * Mmax * h->vrp) * 2));
   DSP_TRY(dev_alloc(h, &h->d_logits, (size_t)(segs * Mmax * h->vrp) * logit_size(h)));
-  DSP_TRY(dev_alloc(h, (void **)&h->d_keys, (size_t)Mmax * 8));
+  /* [barrier, claims: 1 + gamma u32, padded to 16 bytes][keys: gamma x bq u64] */
+  DSP_TRY(dev_alloc(h, (void **)&h->d_barrier, sync_bytes(h) + (size_t)Mmax * 8));
+  h->d_keys = (unsigned long long *)((char *)h->d_barrier + sync_bytes(h));
   DSP_TRY(dev_alloc(h, (void **)&h->d_keys_all, (size_t)(h->P * h->bq_max) * 8));
   DSP_TRY(dev_alloc(h, (void **)&h->d_tokens, (size_t)Mmax * 4));
-  DSP_TRY(dev_alloc(h, (void **)&h->d_barrier, (size_t)(1 + gamma_of(h)) * sizeof(unsigned int)));
   for (int i = 0; i < h->nb; i++) {
     cu_bucket *b = &h->bk[i];
     DSP_TRY(dev_alloc(h, (void **)&b->hidden, (size_t)(G * b->bq * h->hp) * 2));
