@@ -1,0 +1,34 @@
+#!/bin/bash
+# On a 2-GPU machine (nvidia-h200-x2), from the repository root: build, the
+# NCCL tests with the default tail kernel and with ring kernel 4 forced (TP2
+# runs the multi-segment original path), the TP1 head benchmark with the
+# PyTorch peer, and the TP2 benchmark under mpirun. Logs go to $OUT.
+set -u
+OUT=${OUT:-/tmp/dspark_out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+source scripts/device_env.sh
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+stamp build
+if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build build-gpu -j32 --target dspark test_cuda_nccl bench_cuda_head; } > "$OUT/build.log" 2>&1; then
+  tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+BIN=build-gpu/tests; [ -x $BIN/test_cuda_nccl ] || BIN=build-gpu
+stamp "test_cuda_nccl (default, then DSPARK_CUDA_TAIL=5)"
+timeout 150 $BIN/test_cuda_nccl > "$OUT/nccl.log" 2>&1; echo "rc=$?"
+grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|compar" "$OUT/nccl.log" | head -12
+DSPARK_CUDA_TAIL=5 timeout 150 $BIN/test_cuda_nccl > "$OUT/nccl_ring4.log" 2>&1; echo "rc=$?"
+grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|compar" "$OUT/nccl_ring4.log" | head -12
+stamp "TP2 bench (mpirun, broadcast on)"
+timeout 120 mpirun --allow-run-as-root -np 2 build-gpu/dspark bench head --backend cuda --rounds 3 --replays 20 \
+  > "$OUT/bench_tp2.log" 2>&1
+tail -8 "$OUT/bench_tp2.log"
+stamp "bench_cuda_head (TP1, GPU 0) and the PyTorch peer"
+CUDA_VISIBLE_DEVICES=0 timeout 150 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench_floor.log" 2>&1
+tail -26 "$OUT/bench_floor.log" | head -24
+CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout 100 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
+sed -n '/one table/,$p' "$OUT/torch.log" | head -8
+stamp done
