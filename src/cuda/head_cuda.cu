@@ -474,7 +474,7 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
   DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_local, dsp_cuda_markov_packed_elems(h->vrp) * 2));
   DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_local, h->vrp, h->d_w2p_local, h->stream));
   h->d_w2p_full = h->d_w2p_local;
-  if (h->d_w2_full && h->d_w2_full != h->d_w2_local) {
+  if (h->multi && h->has_full) { /* (rank 0's local rows start the full rows: same pointer, other extent) */
     const int64_t rows = (int64_t)h->P * h->vrp;
     DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_full, dsp_cuda_markov_packed_elems(rows) * 2));
     DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_full, rows, h->d_w2p_full, h->stream));
