@@ -14,45 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "core/status.h"
 #include "cuda/markov.h"
-
-#define CK(call)                                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
-#define CKD(call)                                                                         \
-  do {                                                                                    \
-    if ((call) != DSP_OK) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, dsp_error_message()); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double med(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmpd);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void fill(uint16_t *p, size_t n, uint64_t seed, float scale) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    float f = ((float)(x >> 40) / 16777216.0f * 2.0f - 1.0f) * scale;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    p[i] = (uint16_t)(u >> 16);
-  }
-}
 
 typedef struct {
   const char *name;
@@ -134,7 +98,7 @@ int main(int argc, char **argv) {
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
   unsigned long long *tr = malloc((size_t)sms * G * DSP_MK_TRACE * 8);
-  double *ms = malloc((size_t)reps * sizeof *ms);
+  float *ms = malloc((size_t)reps * sizeof *ms);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -171,12 +135,12 @@ int main(int argc, char **argv) {
     if (i == 0) memcpy(ref, got, (size_t)(G * bq) * 4);
     for (long j = 0; j < G * bq; j++) diff += got[j] != ref[j];
     bad |= diff != 0;
-    const double m = med(ms, (int)reps);
+    const double m = median(ms, (int)reps);
     printf("%-30s %8.3f ms  %6.2f us/step  %5.2f TB/s  tokens differing from the register kernel: %ld\n", v->name,
            m, m * 1e3 / G, G * step_bytes / (m * 1e-3) / 1e12, diff);
     if (!v->trace) continue;
     CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
-    double *x = malloc((size_t)sms * sizeof *x);
+    float *x = malloc((size_t)sms * sizeof *x);
     printf("  step | work us med/max | last block ends after med (us) | barrier us (last end -> first/last go) | "
            "full-wait %% | chunks min/max | producer empty-wait %%\n");
     unsigned long long prev_go = 0;
@@ -194,22 +158,22 @@ int main(int argc, char **argv) {
       double wmed, wmax = 0, endmed, fw, pw;
       for (int b = 0; b < sms; b++) {
         const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
-        x[b] = (double)(t[1] - t[0]) / 1e3;
+        x[b] = (float)(t[1] - t[0]) / 1e3f;
         if (x[b] > wmax) wmax = x[b];
       }
-      wmed = med(x, sms);
-      for (int b = 0; b < sms; b++) x[b] = (double)(max_end - tr[((size_t)b * G + k) * DSP_MK_TRACE + 1]) / 1e3;
-      endmed = med(x, sms);
+      wmed = median(x, sms);
+      for (int b = 0; b < sms; b++) x[b] = (float)(max_end - tr[((size_t)b * G + k) * DSP_MK_TRACE + 1]) / 1e3f;
+      endmed = median(x, sms);
       for (int b = 0; b < sms; b++) {
         const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
-        x[b] = t[3] ? 100.0 * (double)t[5] / (double)t[3] : 0;
+        x[b] = t[3] ? 100.0f * (float)t[5] / (float)t[3] : 0.0f;
       }
-      fw = med(x, sms);
+      fw = median(x, sms);
       for (int b = 0; b < sms; b++) {
         const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
-        x[b] = t[3] ? 100.0 * (double)t[7] / (double)(t[3] + t[4]) : 0;
+        x[b] = t[3] ? 100.0f * (float)t[7] / (float)(t[3] + t[4]) : 0.0f;
       }
-      pw = med(x, sms);
+      pw = median(x, sms);
       printf("  %4ld | %6.2f / %6.2f | %6.2f | %6.2f / %6.2f | %5.1f | %3ld / %3ld | %5.1f\n", k, wmed, wmax, endmed,
              (double)((long long)min_go - (long long)max_end) / 1e3, (double)((long long)max_go - (long long)max_end) / 1e3,
              fw, cmin, cmax, pw);

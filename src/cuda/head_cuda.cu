@@ -82,7 +82,7 @@ struct dsp_cuda_head {
   size_t bytes_buffers, bytes_graphs;
   int ngraphs;
   char buckets_str[160];
-  char report[1024];
+  char report[2048];
 };
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -378,8 +378,8 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring == 4 ? "shared-memory ring kernel 4 (ring 3 with chunks claimed dynamically, two mma chains per "
-                          "warp)"
+           h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
+                          "rows by tensor boxes per chunk; 1 producer thread + 8 consumer warps)"
            : h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
                           "rows, 1 producer + 8 consumer warps)"
            : h->ring == 2 ? "shared-memory ring kernel 2 (one bulk async copy per 32 KB chunk + cp.async base rows, "

@@ -116,12 +116,14 @@ typedef struct {
  *     claims 64-row chunks of each step from a global counter (three claims
  *     in flight), so a block that its memory serves slowly takes fewer chunks
  *     and the step ends when the last chunk does; a claim past the end puts an
- *     end-of-step marker in the ring. A chunk's W2 rows (contiguous) come in
- *     one bulk copy and its base rows in one tensor box per unit, so no
- *     thread issues per-row copies (ring kernel 3's 16-byte base copies
+ *     end-of-step marker in the ring. A chunk's W2 comes in one bulk copy
+ *     (from w2p, W2 packed by chunks so that it lands in a conflict-free
+ *     layout; or the plain rows) and its base rows in one tensor box per unit,
+ *     so no thread issues per-row copies (ring kernel 3's 16-byte base copies
  *     capped its streaming at ~2.8 TB/s). Each consumer warp runs the two n8
  *     tiles of a unit as two interleaved mma chains (each chain's order
- *     unchanged).
+ *     unchanged); every consumer thread releases the stages it read. Optional
+ *     L2 hints (keep8). bench/RESULTS.md has the measured history.
  * Shared-memory bytes and the most co-resident blocks per SM of the instance
  * for (bq, sampling, strict, ring) on the current device; also raises its
  * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */

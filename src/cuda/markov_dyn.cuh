@@ -48,44 +48,19 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
 
-/* Consumer work split: warp w keeps the A fragments of batch tile w % MT
- * (TPM = 1 tile per warp; P = MT tile groups). Per chunk, for MT >= 2 it owns
- * units w / MT + i * (8 / MT) and runs both n8 tiles of each as two interleaved
- * mma chains; for MT = 1 it owns one (unit, n8 tile) pair. (Two batch tiles per
- * warp sharing each W2 fragment read was tried: 14% slower, the second tile's
- * A fragments double the registers and the per-step E reload.) */
-template <int MT, bool SAMPLING>
-struct rd_split {
-  static constexpr int TPM = 1;
-  static constexpr int P = MT;
-};
-
-/* A fragments of this warp's tiles (zero for tiles past the padded batch). */
-template <int MT, bool SAMPLING>
-__device__ __forceinline__ void rd_load_e(const dsp_mk_args &a, const int32_t *sprev, int warp, int g, int q,
-                                          uint4 (&af)[rd_split<MT, SAMPLING>::TPM][2 * KB]) {
-  constexpr int TPM = rd_split<MT, SAMPLING>::TPM, P = rd_split<MT, SAMPLING>::P;
-#pragma unroll
-  for (int m = 0; m < TPM; m++) {
-    const int mt = (warp % P) * TPM + m;
-    if (mt * 16 < a.bq)
-      rg_load_e<MT>(a, sprev, mt, g, q, af[m]);
-    else
-#pragma unroll
-      for (int i = 0; i < 2 * KB; i++) af[m][i] = make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
-/* One chunk's work for a consumer warp (see rd_split). The fast keys'
- * position is the global unit index (U <= 16384). */
+/* One chunk's work for a consumer warp: it keeps the A fragments of batch
+ * tile mt = warp % MT; for MT >= 2 it owns units warp / MT + i * (8 / MT) of
+ * the chunk and runs both n8 tiles of each as two interleaved mma chains, for
+ * MT = 1 one (unit, n8 tile) pair. (Two batch tiles per warp sharing each W2
+ * fragment read was tried: 14% slower, twice the A registers and a twice
+ * longer E reload per step.) The fast keys' position is the global unit index
+ * (U <= 16384). */
 template <int MT, bool SAMPLING, bool BOX>
 __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int U, int upr, bool fast,
-                                         const uint16_t *ws, const uint16_t *bs, int warp, int g, int q,
-                                         const uint4 (&af1)[1][2 * KB], unsigned long long (&best)[1][2],
-                                         uint32_t (&fb)[1][2], const float *st, const uint64_t *sseed,
-                                         const int64_t *spos) {
-  const uint4(&af)[2 * KB] = af1[0];
-  const int mt = MT == 1 ? 0 : warp % MT;
+                                         const uint16_t *ws, const uint16_t *bs, int warp, int mt, int g, int q,
+                                         const uint4 (&af)[2 * KB], unsigned long long &best0,
+                                         unsigned long long &best1, uint32_t &fb0, uint32_t &fb1, const float *st,
+                                         const uint64_t *sseed, const int64_t *spos) {
   const int u0 = c * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
   constexpr int TPW = MT == 1 ? 1 : 2;                 /* n8 tiles per unit and warp */
   constexpr int PER = MT == 1 ? 1 : RG_C * MT / RG_NC; /* units per warp and chunk */
@@ -128,90 +103,14 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
       if (fast) {
         const bool full = (int64_t)(l0 + UNIT) <= a.vr && id - t * 8 - 2 * q + UNIT <= a.vocab;
         const uint32_t cst = 0xFFFFu - (((uint32_t)u << 2) | ((uint32_t)t << 1));
-        mk_fast_tile(acc[tt], bb0, bb1, cst, full, ok0, ok1, fb[0][0], fb[0][1]);
+        mk_fast_tile(acc[tt], bb0, bb1, cst, full, ok0, ok1, fb0, fb1);
         continue;
       }
       const size_t off = (size_t)seg * a.seg_stride + (size_t)k * a.bq * a.ld + lc;
-      mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[tt][0], acc[tt][1], bb0, off + (size_t)b0 * a.ld, best[0][0],
+      mk_epi_pair<SAMPLING>(a, k, b0, id, ok0, ok1, acc[tt][0], acc[tt][1], bb0, off + (size_t)b0 * a.ld, best0,
                             st, sseed, spos);
-      mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[tt][2], acc[tt][3], bb1, off + (size_t)b1 * a.ld, best[0][1],
+      mk_epi_pair<SAMPLING>(a, k, b1, id, ok0, ok1, acc[tt][2], acc[tt][3], bb1, off + (size_t)b1 * a.ld, best1,
                             st, sseed, spos);
-    }
-  }
-}
-
-/* The end of step ks for a block's consumers: fast keys widened, the best per
- * row reduced over lanes (q), the block (shared atomics) and the grid (one
- * global atomicMax per block and row); persistent launches then meet at the
- * grid barrier (a.barrier[0]; the block's atomics are ordered before its
- * arrival by the CTA barrier and thread 0's release fence, as in a cooperative
- * grid sync), every block reads the winners, block 0 writes the tokens and
- * every warp rebuilds its A fragments; after the last step the block that
- * arrives last writes the tokens. */
-template <int MT, bool SAMPLING>
-__device__ __forceinline__ void rd_step_end(const dsp_mk_args &a, int ks, int nsteps, bool fast, int warp,
-                                            uint32_t (&fb)[rd_split<MT, SAMPLING>::TPM][2],
-                                            unsigned long long (&best)[rd_split<MT, SAMPLING>::TPM][2], int g, int q, int tid,
-                                            unsigned long long *sbest, int32_t *sprev, int *slast,
-                                            uint4 (&af)[rd_split<MT, SAMPLING>::TPM][2 * KB]) {
-  constexpr int TPM = rd_split<MT, SAMPLING>::TPM, P = rd_split<MT, SAMPLING>::P;
-  const int k = a.k_begin + ks, bq = a.bq, upr = a.seg_rows >> 4;
-#pragma unroll
-  for (int m = 0; m < TPM; m++) {
-    const int mt = (warp % P) * TPM + m;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      unsigned long long v = best[m][h];
-      if (fast && fb[m][h]) {
-        const uint32_t sq = 0xFFFFu - (fb[m][h] & 0xFFFFu);
-        const int uu = (int)(sq >> 2), seg = uu / upr;
-        const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + ((sq >> 1) & 1u) * 8 +
-                           2 * q + (sq & 1u);
-        v = mk_max(v, dsp_dev_key(mk_unord(fb[m][h] >> 16), (uint32_t)id));
-      }
-      v = mk_max(v, __shfl_xor_sync(0xffffffffu, v, 1));
-      v = mk_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
-      if (mt * 16 < bq && q == 0 && v) atomicMax(sbest + mt * 16 + g + 8 * h, v);
-    }
-  }
-  rg_consumers_sync();
-  if (tid < bq) {
-    const unsigned long long v = sbest[tid];
-    sbest[tid] = 0ull;
-    if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
-  }
-  if (!a.persistent) return; /* the launch's end orders the keys before the select kernel */
-  const unsigned target = (unsigned)(ks + 1) * gridDim.x;
-  rg_consumers_sync();
-  if (ks + 1 < nsteps) {
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(a.barrier, 1u);
-      const unsigned long long t0 = mk_now_ns();
-      while (mk_ld_acquire(a.barrier) < target) {
-        __nanosleep(32);
-        if (mk_now_ns() - t0 > 5000000000ull) __trap();
-      }
-    }
-    rg_consumers_sync();
-    if (tid < bq) {
-      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-      const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
-      sprev[tid] = id;
-      if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
-    }
-    rg_consumers_sync();
-    rd_load_e<MT, SAMPLING>(a, sprev, warp, g, q, af);
-  } else {
-    if (tid == 0) {
-      __threadfence();
-      *slast = atomicAdd(a.barrier, 1u) == target - 1u;
-    }
-    rg_consumers_sync();
-    if (*slast && tid < bq) {
-      __threadfence();
-      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-      a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
     }
   }
 }
@@ -308,18 +207,17 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   }
 
   /* consumers */
-  constexpr int TPM = rd_split<MT, SAMPLING>::TPM;
-  uint4 af[TPM][2 * KB];
-  rd_load_e<MT, SAMPLING>(a, sprev, warp, g, q, af);
+  const int mt = MT == 1 ? 0 : warp % MT;
+  const bool active = mt * 16 < bq;
+  uint4 af[2 * KB];
+  if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
   const bool fast = !SAMPLING && !a.fp32_add && U <= 16384; /* see mk_fast_tile */
   int s = 0;
   uint32_t ph = 0; /* stage and phase parity of the next chunk */
   for (int ks = 0; ks < nsteps; ks++) {
     const int k = a.k_begin + ks;
-    unsigned long long best[TPM][2];
-    uint32_t fb[TPM][2];
-#pragma unroll
-    for (int m = 0; m < TPM; m++) best[m][0] = best[m][1] = 0ull, fb[m][0] = fb[m][1] = 0u;
+    unsigned long long best0 = 0ull, best1 = 0ull;
+    uint32_t fb0 = 0u, fb1 = 0u;
     if (trace && tid == 0) stc[0] = mk_now_ns(), stc[1] = rd_clock(), stc[2] = 0, stc[3] = 0;
     for (;;) {
       if (trace && tid == 0) stc[4] = rd_clock();
@@ -328,9 +226,11 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
       if (ch >= 0 && a.w2p)
-        rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);
+        rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0, best1, fb0, fb1, st,
+                                     sseed, spos);
       else if (ch >= 0)
-        rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, g, q, af, best, fb, st, sseed, spos);
+        rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0, best1, fb0, fb1, st,
+                                      sseed, spos);
       rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
       if (++s == S) s = 0, ph ^= 1u;
       if (ch < 0) break;
@@ -341,7 +241,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       tr[0] = stc[0], tr[1] = mk_now_ns(), tr[3] = rd_clock() - stc[1], tr[5] = stc[2], tr[6] = stc[3];
       stc[1] = rd_clock();
     }
-    rd_step_end<MT, SAMPLING>(a, ks, nsteps, fast, warp, fb, best, g, q, tid, sbest, sprev, &slast, af);
+    rg_step_end<MT>(a, ks, nsteps, fast, 0, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast, af);
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;
       tr[2] = mk_now_ns(), tr[4] = rd_clock() - stc[1];

@@ -181,8 +181,10 @@ __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int ns
     const unsigned long long v = sbest[tid];
     sbest[tid] = 0ull;
     if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
-    __threadfence();
   }
+  /* the launch's end orders the keys before the select kernel; a persistent launch
+   * orders them before its arrival at the grid barrier by the CTA barrier and
+   * thread 0's fence (as a cooperative grid sync does) */
   if (!a.persistent) return;
   const unsigned target = (unsigned)(ks + 1) * gridDim.x;
   rg_consumers_sync();
