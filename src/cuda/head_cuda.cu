@@ -61,7 +61,7 @@ struct dsp_cuda_head {
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
   dsp_path greedy_path;
-  int strict, ring, coop, sms; /* ring: 0 register kernel, 1 ring kernel, 2 ring kernel 2, 3 ring kernel 3 (markov_ring.cuh) */
+  int strict, ring, coop, sms; /* ring: 0 register kernel, 1-4 ring kernels 1-4 (markov_ring.cuh, markov_dyn.cuh) */
   float t_kernel[5];     /* tail ms of the register and ring 1-4 kernels when chosen by timing (0: not timed) */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
@@ -469,7 +469,7 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
       DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R));
     if (!h->multi) h->d_w2_full = h->d_w2_local;
   }
-  if (h->strict) return DSP_OK; /* strict mode runs the register kernel only */
+  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel != 5)) return DSP_OK; /* no ring kernel 4 to feed */
   /* ring kernel 4 reads W2 packed by chunks: the local rows, and the full rows when they differ */
   DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_local, dsp_cuda_markov_packed_elems(h->vrp) * 2));
   DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_local, h->vrp, h->d_w2p_local, h->stream));

@@ -95,8 +95,9 @@ typedef struct {
 typedef struct {
   int sampling, strict;
   int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
-                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (as 3, chunks
-                      claimed dynamically); 0: the register kernel (always for strict) */
+                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (chunks claimed
+                      dynamically, packed W2, base by tensor boxes); 0: the register kernel
+                      (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;

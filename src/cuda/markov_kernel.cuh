@@ -139,6 +139,25 @@ __device__ __forceinline__ void mk_gather_frag(const uint16_t *w1, const int32_t
   }
 }
 
+/* A tail kernel's launch: l->grid blocks of `threads`, `smem` bytes of dynamic
+ * shared memory, cooperative when l->cooperative (*attr holds the attribute and
+ * must live until the launch). */
+inline cudaLaunchConfig_t mk_config(const dsp_mk_launch *l, int threads, size_t smem, cudaStream_t s,
+                                    cudaLaunchAttribute *attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)l->grid);
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  attr->id = cudaLaunchAttributeCooperative;
+  attr->val.cooperative = 1;
+  if (l->cooperative) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cfg;
+}
+
 /* The strict chain over 256 k for one (batch row, W2 row). */
 __device__ __forceinline__ float mk_chain(const uint16_t *e, const uint16_t *w) {
   float acc = 0.0f;
@@ -517,18 +536,8 @@ dsp_status mk_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     *smem = bytes;
     return DSP_OK;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)l->grid);
-  cfg.blockDim = dim3(DSP_MK_THREADS);
-  cfg.dynamicSmemBytes = bytes;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  if (l->cooperative) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = mk_config(l, DSP_MK_THREADS, bytes, s, &attr);
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a));
   return DSP_OK;
 }

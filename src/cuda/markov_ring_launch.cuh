@@ -122,18 +122,8 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   }
   if (a->stages < 2 || a->stages > RG_MAXS)
     return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)l->grid);
-  cfg.blockDim = dim3(RG_THREADS);
-  cfg.dynamicSmemBytes = rg_smem(a->bq, SAMPLING, a->stages).total;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  if (l->cooperative) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rg_smem(a->bq, SAMPLING, a->stages).total, s, &attr);
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
   int nbox = 1;
