@@ -7,6 +7,7 @@
  * (bench/torch_peer.py's table reads it).
  * usage: bench_cuda_head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256]
  *                        [--hidden 7168] [--rounds 5] [--replays 40] [--json F] */
+#define _POSIX_C_SOURCE 200809L
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_util.h"
 #include "core/status.h"
@@ -207,6 +209,8 @@ int main(int argc, char **argv) {
   ADD("ring 4 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5);
   ADD("ring 4, no L2 hints", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.l2keep = 0);
   ADD("ring 4, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.per_step = 1);
+  ADD("ring 5 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6);
+  ADD("ring 5, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.per_step = 1);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
   ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.per_step = 1);
@@ -220,7 +224,7 @@ int main(int argc, char **argv) {
     /* one eager proposal per tail kernel, for a profiler's filter (ncu -k regex:rg_kernel|mk_kernel) */
     dsp_tensor pv = {.data = hid, .dtype = DSP_BF16, .ndim = 3, .shape = {B, G, H}, .stride = {G * H, H, 1}};
     int64_t *pt = malloc((size_t)(B * G) * 8);
-    for (int kern = 5; kern >= 1; kern--) {
+    for (int kern = 6; kern >= 1; kern--) {
       dsp_cuda_tuning t;
       dsp_cuda_tuning_default(&t);
       t.buckets = "32";
@@ -292,6 +296,20 @@ int main(int argc, char **argv) {
   size_t buf0 = 0, graph0 = 0;
   dsp_cuda_head_memory(vs[0].h, &buf0, &graph0);
 
+  /* order probe: the default head's tail after the GPU idled, its full
+     proposal, then its tail right after full proposals (clocks and L2 state
+     differ between these; the rounds below run the variants in a fixed order) */
+  {
+    float t_idle = 0, f_mid = 0, t_after = 0;
+    const struct timespec idle = {0, 300000000};
+    CK(cudaDeviceSynchronize());
+    nanosleep(&idle, NULL);
+    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_idle));
+    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, &f_mid, NULL));
+    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_after));
+    printf("order probe (%s): tail after 0.3 s idle %.3f ms, full %.3f ms, tail right after %.3f ms\n", vs[0].name,
+           t_idle, f_mid, t_after);
+  }
   for (long r = 0; r < rounds; r++)
     for (int i = 0; i < nv; i++) {
       int reps = vs[i].t.strict == 1 ? (int)(replays < 10 ? replays : 10) : (int)replays;

@@ -6,7 +6,10 @@
  * times, the grid barrier, waits for data). Before each timed launch a 256 MB
  * buffer is written, as the LM head's stream would, so L2 holds no W2 except
  * what a policy kept.
- * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] */
+ * --warm 1 leaves the 256 MB write out (L2 keeps what the last launch left);
+ * --graph 1 replays the launch and its two memsets as a CUDA graph, as the
+ * head does (no trace then).
+ * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -24,10 +27,11 @@ typedef struct {
 } variant;
 
 int main(int argc, char **argv) {
-  long B = 32, G = 7, V = 163840, reps = 30;
+  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
-              : !strcmp(argv[i], "--reps") ? &reps : NULL;
+              : !strcmp(argv[i], "--reps") ? &reps : !strcmp(argv[i], "--warm") ? &warm
+              : !strcmp(argv[i], "--graph") ? &graph : NULL;
     if (!d) {
       fprintf(stderr, "bench_tail: unknown option %s\n", argv[i]);
       return 2;
@@ -82,8 +86,9 @@ int main(int argc, char **argv) {
   CKD(dsp_cuda_markov_prepare(bq, 0, 0, 0, &smem, &occ, &stages));
   CKD(dsp_cuda_markov_prepare(bq, 0, 0, 1, &smem, &occ, &stages));
   printf("device %s, %d SMs, L2 %d MiB (persisting max %d MiB); batch %d, gamma %ld, vocab %ld; ring stages %d; "
-         "%ld reps per variant, a 256 MB write before each\n",
-         prop.name, sms, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20, bq, G, V, stages, reps);
+         "%ld reps per variant, %s, %s\n",
+         prop.name, sms, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20, bq, G, V, stages, reps,
+         warm ? "warm L2 (no write between launches)" : "a 256 MB write before each", graph ? "graph replays" : "stream launches");
 
   const variant vs[] = {
       {"register", 0, 0, 1, 0, 0, 0, 0},
@@ -94,6 +99,9 @@ int main(int argc, char **argv) {
       {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1},
       {"ring 4, packed W2, keep 4/8", 4, 4, 1, 0, 0, 0, 1},
       {"ring 4, packed W2, keep 2/8", 4, 2, 1, 0, 0, 0, 1},
+      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1},
+      {"ring 5 (wgmma), no L2 hints", 5, 0, 1, 0, 0, 0, 1},
+      {"ring 5 (wgmma), keep 5/8", 5, 5, 1, 0, 0, 0, 1},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
@@ -101,9 +109,10 @@ int main(int argc, char **argv) {
   float *ms = malloc((size_t)reps * sizeof *ms);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  /* one event pair per launch and one synchronisation per variant: the host
+     queues ahead, so no launch waits for the host's submission */
+  cudaEvent_t *ev = malloc((size_t)(reps + 4) * 2 * sizeof *ev);
+  for (long i = 0; i < (reps + 4) * 2; i++) CK(cudaEventCreate(&ev[i]));
   const double step_bytes = (double)rows * DSP_MK_RP * 2 + (double)bq * rows * 2;
   int bad = 0;
   for (int i = 0; i < nv; i++) {
@@ -116,20 +125,33 @@ int main(int argc, char **argv) {
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
     a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2p = v->packed ? w2p : NULL;
     dsp_mk_launch l = {0, 0, v->ring, sms, 1};
-    for (int r = -3; r < (int)reps + (v->trace ? 1 : 0); r++) {
-      const int tracing = r == (int)reps;
-      a.trace = tracing ? trace : NULL;
-      CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
+    cudaGraphExec_t ge = NULL;
+    if (graph) {
+      cudaGraph_t g;
+      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
       CK(cudaMemsetAsync(keys, 0, (size_t)(G * bq) * 8, st));
       CK(cudaMemsetAsync(barrier, 0, (size_t)(1 + G) * 4, st));
-      CK(cudaEventRecord(e0, st));
       CKD(dsp_cuda_markov_launch(&a, &l, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (r >= 0 && !tracing) ms[r] = t;
+      CK(cudaStreamEndCapture(st, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      CK(cudaGraphDestroy(g));
     }
+    const int traced = v->trace && !graph;
+    for (int r = -3; r < (int)reps + traced; r++) {
+      a.trace = r == (int)reps ? trace : NULL;
+      if (!warm) CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
+      CK(cudaEventRecord(ev[2 * (r + 3)], st));
+      if (ge) {
+        CK(cudaGraphLaunch(ge, st));
+      } else {
+        CK(cudaMemsetAsync(keys, 0, (size_t)(G * bq) * 8, st));
+        CK(cudaMemsetAsync(barrier, 0, (size_t)(1 + G) * 4, st));
+        CKD(dsp_cuda_markov_launch(&a, &l, st));
+      }
+      CK(cudaEventRecord(ev[2 * (r + 3) + 1], st));
+    }
+    CK(cudaStreamSynchronize(st));
+    for (int r = 0; r < (int)reps; r++) CK(cudaEventElapsedTime(&ms[r], ev[2 * (r + 3)], ev[2 * (r + 3) + 1]));
     CK(cudaMemcpy(got, tokens, (size_t)(G * bq) * 4, cudaMemcpyDeviceToHost));
     long diff = 0;
     if (i == 0) memcpy(ref, got, (size_t)(G * bq) * 4);
@@ -138,7 +160,8 @@ int main(int argc, char **argv) {
     const double m = median(ms, (int)reps);
     printf("%-30s %8.3f ms  %6.2f us/step  %5.2f TB/s  tokens differing from the register kernel: %ld\n", v->name,
            m, m * 1e3 / G, G * step_bytes / (m * 1e-3) / 1e12, diff);
-    if (!v->trace) continue;
+    if (ge) CK(cudaGraphExecDestroy(ge));
+    if (!traced) continue;
     CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
     float *x = malloc((size_t)sms * sizeof *x);
     printf("  step | work us med/max | last block ends after med (us) | barrier us (last end -> first/last go) | "

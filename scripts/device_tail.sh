@@ -16,9 +16,18 @@ if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 BIN=build-gpu/tests; [ -x $BIN/bench_tail ] || BIN=build-gpu
-stamp bench_tail
-timeout 200 $BIN/bench_tail ${TAIL_ARGS:-} > "$OUT/bench_tail.log" 2>&1
-cat "$OUT/bench_tail.log" | head -80
+# clocks, power and temperature every 50 ms while the benchmarks run
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 50 > "$OUT/smi.csv" 2>&1 &
+SMI=$!
+# TAIL_ARGS: one or more argument sets for bench_tail, separated by '|'
+IFS='|' read -ra RUNS <<< "${TAIL_ARGS:-}"
+[ ${#RUNS[@]} = 0 ] && RUNS=("")
+for i in "${!RUNS[@]}"; do
+  stamp "bench_tail ${RUNS[$i]}"
+  timeout 200 $BIN/bench_tail ${RUNS[$i]} > "$OUT/bench_tail_$i.log" 2>&1
+  head -80 "$OUT/bench_tail_$i.log"
+done
 if [ "${NCU:-0}" = 1 ]; then
   stamp "ncu (ring kernel 4, one launch) and its SASS"
   timeout 240 ncu --clock-control none -k regex:rd_kernel -c 1 --set full --import-source no -o /tmp/rd -f \
@@ -34,10 +43,12 @@ if [ "${TESTS:-1}" = 1 ]; then
   stamp test_cuda_head
   timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1
   echo "test_cuda_head rc=$?"
-  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch" "$OUT/tests.log" | head -20
-  DSPARK_CUDA_TAIL=5 timeout 300 $BIN/test_cuda_head > "$OUT/tests_ring4.log" 2>&1
-  echo "test_cuda_head with DSPARK_CUDA_TAIL=5 (ring kernel 4 everywhere) rc=$?"
-  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]" "$OUT/tests_ring4.log" | head -20
+  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|wgmma check" "$OUT/tests.log" | head -30
+  for T in ${FORCE_TAILS:-5 6}; do
+    DSPARK_CUDA_TAIL=$T timeout 300 $BIN/test_cuda_head > "$OUT/tests_tail$T.log" 2>&1
+    echo "test_cuda_head with DSPARK_CUDA_TAIL=$T (that kernel everywhere) rc=$?"
+    grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|wgmma check" "$OUT/tests_tail$T.log" | head -20
+  done
 fi
 if [ "${SAN:-0}" = 1 ]; then
   stamp "compute-sanitizer on ring kernel 4"
@@ -56,8 +67,9 @@ fi
 if [ "$MODE" = bench ]; then
   stamp bench_cuda_head
   timeout 300 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench_floor.log" 2>&1
-  tail -28 "$OUT/bench_floor.log"
+  grep "order probe" "$OUT/bench_floor.log"; tail -28 "$OUT/bench_floor.log"
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
   sed -n '/one table/,$p' "$OUT/torch.log" | head -30
 fi
+kill $SMI 2>/dev/null
 stamp done

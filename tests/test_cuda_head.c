@@ -16,6 +16,7 @@
 #include "cuda/head_cuda.h"
 #include "cuda/head_cuda_tune.h"
 #include "cuda/lm_head.h"
+#include "cuda/markov.h"
 #include "test_cuda_ref.h"
 
 static dsp_head_config cfg_base(int64_t V, int64_t Vp, int64_t H, int64_t R, int64_t G, int32_t maxb) {
@@ -589,6 +590,9 @@ static void t_plans(void **st) {
       {"ring 4, no serpentine, eager", 5, 0, 0, -1, 0, 0},
       {"ring 4, L2 keep 3/8", 5, 0, -1, -1, -1, 3},
       {"ring 4, L2 keep 8/8, per-step", 5, 1, -1, -1, -1, 8},
+      {"ring 5", 6, 0, -1, -1, -1, 0},
+      {"ring 5, per-step kernels", 6, 1, -1, -1, -1, 0},
+      {"ring 5, no serpentine, eager, no L2 hints", 6, 0, 0, -1, 0, 0},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     dsp_cuda_tuning t;
@@ -606,6 +610,23 @@ static void t_plans(void **st) {
   tr_inputs_free(&in);
   dsp_cuda_head_free(ref);
   tr_model_free(&m);
+}
+
+/* ---- ring kernel 5's precondition: wgmma sums exactly as mma.sync ------------- */
+static void t_wgmma_check(void **st) {
+  (void)st;
+  const int bqs[] = {16, 32, 64, 128};
+  for (int i = 0; i < 4; i++) {
+    long long compared = -1, differ = -1;
+    const dsp_status s = dsp_cuda_markov_wgmma_check(bqs[i], 264, &compared, &differ);
+    if (s != DSP_OK) print_error("wgmma check: %s\n", dsp_error_message());
+    assert_int_equal(s, DSP_OK);
+    print_message("wgmma check, batch %d: %lld products, %lld differ from mma.sync\n", bqs[i], compared, differ);
+    assert_int_equal(compared, 264LL * 64 * bqs[i]);
+    assert_int_equal(differ, 0);
+  }
+  long long c, d;
+  assert_int_equal(dsp_cuda_markov_wgmma_check(48, 1, &c, &d), DSP_ERR_ARG);
 }
 
 /* ---- the multi-rank plans with NCCL collectives, on one rank -------------------- */
@@ -778,6 +799,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(t_specials),      cmocka_unit_test(t_inputs_change), cmocka_unit_test(t_bucket_padding),
       cmocka_unit_test(t_strict),        cmocka_unit_test(t_random_rate),   cmocka_unit_test(t_plans),
       cmocka_unit_test(t_nccl_one_rank), cmocka_unit_test(t_lm_invariance), cmocka_unit_test(t_errors),
+      cmocka_unit_test(t_wgmma_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

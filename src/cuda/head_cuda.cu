@@ -61,8 +61,9 @@ struct dsp_cuda_head {
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
   dsp_path greedy_path;
-  int strict, ring, coop, sms; /* ring: 0 register kernel, 1-4 ring kernels 1-4 (markov_ring.cuh, markov_dyn.cuh) */
-  float t_kernel[5];     /* tail ms of the register and ring 1-4 kernels when chosen by timing (0: not timed) */
+  int strict, ring, coop, sms; /* ring: 0 register kernel, 1-5 ring kernels 1-5 (markov_ring.cuh, markov_dyn.cuh) */
+  float t_kernel[6];     /* tail ms of the register and ring 1-5 kernels when chosen by timing (0: not timed) */
+  long long wg_compared, wg_differ; /* ring kernel 5's check (dsp_cuda_markov_wgmma_check); -1: refused */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -378,7 +379,9 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
+           h->ring == 5 ? "shared-memory ring kernel 5 (ring kernel 4 with two wgmma warpgroups as consumers, greedy "
+                          "buckets of 16, 32, 64 or 128 rows; other launches ring kernel 4)"
+           : h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
                           "rows by tensor boxes per chunk; 1 producer thread + 8 consumer warps)"
            : h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
                           "rows, 1 producer + 8 consumer warps)"
@@ -387,14 +390,24 @@ static void make_report(dsp_cuda_head *h) {
            : h->ring    ? "shared-memory ring kernel (bulk async copies, 1 producer + 8 consumer warps)"
                         : "register-streaming kernel (8 warps, L2 prefetch)",
            h->nb ? h->bk[h->nb - 1].grid[0] : 0,
-           h->strict ? "strict fmaf chain (bitwise = CPU)" : "tensor cores (mma.sync bf16, fp32 accumulate)");
+           h->strict ? "strict fmaf chain (bitwise = CPU)"
+           : h->ring == 5 ? "tensor cores (wgmma and mma.sync bf16, fp32 accumulate)"
+                          : "tensor cores (mma.sync bf16, fp32 accumulate)");
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
     snprintf(h->report + n, sizeof h->report - n,
              "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms, ring 2 %.3f ms, ring 3 %.3f ms, ring 4 "
-             "%.3f ms (%d tensor copies per chunk)",
+             "%.3f ms (%d tensor copies per chunk), ring 5 %.3f ms",
              (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2], (double)h->t_kernel[3],
-             (double)h->t_kernel[4], dsp_mk_ring3_boxes);
+             (double)h->t_kernel[4], dsp_mk_ring3_boxes, (double)h->t_kernel[5]);
+  }
+  if (h->wg_compared) {
+    size_t n = strlen(h->report);
+    if (h->wg_compared < 0)
+      snprintf(h->report + n, sizeof h->report - n, "; ring kernel 5 not run (its wgmma check could not run here)");
+    else
+      snprintf(h->report + n, sizeof h->report - n, "; wgmma check: %lld of %lld products differ from mma.sync%s",
+               h->wg_differ, h->wg_compared, h->wg_differ ? " (ring kernel 5 not used)" : "");
   }
 }
 
@@ -469,8 +482,8 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
       DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R));
     if (!h->multi) h->d_w2_full = h->d_w2_local;
   }
-  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel != 5)) return DSP_OK; /* no ring kernel 4 to feed */
-  /* ring kernel 4 reads W2 packed by chunks: the local rows, and the full rows when they differ */
+  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel < 5)) return DSP_OK; /* no ring kernel 4-5 to feed */
+  /* ring kernels 4-5 read W2 packed by chunks: the local rows, and the full rows when they differ */
   DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_local, dsp_cuda_markov_packed_elems(h->vrp) * 2));
   DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_local, h->vrp, h->d_w2p_local, h->stream));
   h->d_w2p_full = h->d_w2p_local;
@@ -549,6 +562,35 @@ static dsp_status prepare_kernels(dsp_cuda_head *h) {
   return DSP_OK;
 }
 
+/* Ring kernel 5 may run (forced, or a candidate): check at every bucket's
+ * batch that its wgmma products give mma.sync's bits on this device; where
+ * any differ (on any rank) or the check cannot run, ring kernel 5 is not used. */
+static dsp_status wg_check(dsp_cuda_head *h) {
+  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel != 6)) return DSP_OK;
+  float bad = 0.0f;
+  for (int i = 0; i < h->nb; i++) {
+    const int bq = h->bk[i].bq;
+    if (bq != 16 && bq != 32 && bq != 64 && bq != 128) continue;
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= h->bk[j].bq == bq;
+    if (seen) continue;
+    long long c = 0, d = 0;
+    if (dsp_cuda_markov_wgmma_check(bq, 2 * h->sms, &c, &d) != DSP_OK) {
+      cudaGetLastError();
+      h->wg_compared = -1;
+      bad = 1.0f;
+      break;
+    }
+    h->wg_compared += c;
+    h->wg_differ += d;
+  }
+  bad += (float)h->wg_differ;
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, &bad, &bad, 1, DSP_F32, DSP_REDUCE_SUM));
+  if (bad > 0 && h->ring == 5) h->ring = 4;
+  if (bad > 0 && h->wg_compared >= 0 && !h->wg_differ) h->wg_differ = -1; /* another rank's check failed */
+  return DSP_OK;
+}
+
 /* DSPARK default: time the Markov tail of the largest bucket with each kernel
  * (they compute the same bits, cuda/markov.h) and keep the faster. Every rank
  * runs the same sequence and the times are summed over the communicator, so
@@ -560,12 +602,16 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));
   dsp_status s = DSP_OK;
-  for (int r = 0; r < 5 && s == DSP_OK; r++) {
+  for (int r = 0; r < 6 && s == DSP_OK; r++) {
     h->ring = r;
+    if (r == 5 && (h->wg_differ || h->wg_compared <= 0)) { /* ring kernel 5 refused by its check */
+      h->t_kernel[5] = 1e30f;
+      continue;
+    }
     s = enqueue(h, bk, 0, 1); /* warm-up */
-    if (s != DSP_OK && r == 3) { /* rings 3-4 need the driver's tensor-map encoder: without it, no candidates */
+    if (s != DSP_OK && r == 3) { /* rings 3-5 need the driver's tensor-map encoder: without it, no candidates */
       cudaGetLastError();
-      h->t_kernel[3] = h->t_kernel[4] = 1e30f;
+      h->t_kernel[3] = h->t_kernel[4] = h->t_kernel[5] = 1e30f;
       s = DSP_OK;
       break;
     }
@@ -580,9 +626,9 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   DSP_TRY(s);
-  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 5, DSP_F32, DSP_REDUCE_SUM));
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 6, DSP_F32, DSP_REDUCE_SUM));
   h->ring = 0;
-  for (int r = 1; r < 5; r++)
+  for (int r = 1; r < 6; r++)
     if (h->t_kernel[r] < h->t_kernel[h->ring]) h->ring = r;
   return DSP_OK;
 }
@@ -654,6 +700,7 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
   } else {
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->coop, cudaDevAttrCooperativeLaunch, h->device));
   }
+  DSP_TRY(wg_check(h));
   DSP_TRY(choose_kernel(h));
   if (h->tune.graphs) DSP_TRY(capture_all(h));
   DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
@@ -699,14 +746,14 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
-  if (h->tune.kernel < 0 || h->tune.kernel > 5) {
+  if (h->tune.kernel < 0 || h->tune.kernel > 6) {
     const int k = h->tune.kernel;
     free(h);
-    return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL) outside 0-5", k);
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL) outside 0-6", k);
   }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
   h->strict = h->tune.strict;
-  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 5 ? h->tune.kernel - 1 : 0;
+  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 6 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {

@@ -19,8 +19,9 @@ typedef struct {
   int serpentine;        /* 1: odd steps walk their units backwards (L2 reuse); -1: default */
   int kernel;            /* Markov step kernel: 1 register-streaming, 2 shared-memory ring (cuda/markov.h),
                             3 ring 2 (one bulk copy per chunk), 4 ring 3 (W2 by tensor copies), 5 ring 4
-                            (chunks claimed dynamically, packed W2), 0 = the fastest of the five on this
-                            head, timed at creation; -1: default (0).
+                            (chunks claimed dynamically, packed W2), 6 ring 5 (ring 4 with wgmma
+                            consumers where they apply; only after its check, else ring 4), 0 = the
+                            fastest of the six on this head, timed at creation; -1: default (0).
                             Strict mode always runs the register kernel. */
   int l2keep;            /* ring kernel 4: eighths of W2's chunks copied with an L2 evict_last policy (the
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */

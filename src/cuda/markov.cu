@@ -5,6 +5,7 @@
 #include "cuda/check.h"
 #include "cuda/devmath.cuh"
 #include "cuda/markov.h"
+#include "cuda/markov_wgmma.cuh"
 
 int dsp_mk_ring3_boxes = 0;
 
@@ -54,19 +55,22 @@ dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, in
 
 size_t dsp_cuda_markov_packed_elems(int64_t rows) { return (size_t)((rows + 63) / 64) * 64 * DSP_MK_RP; }
 
-/* One thread per 16-byte piece (8 k) of the packed buffer. */
-__global__ void mk_pack_kernel(const uint16_t *w2, int64_t rows, uint16_t *packed, int64_t pieces) {
+/* One thread per k pair (4 bytes) of the packed buffer: chunk c (rows
+ * 64 c .. 64 c + 63, zero past the end) is a 32 KB tile in wgmma's layout
+ * (markov_wgmma.cuh: wg_pair), read as it is by ring kernel 5's products and
+ * by ring kernel 4's fragment loads. */
+__global__ void mk_pack_kernel(const uint16_t *w2, int64_t rows, uint16_t *packed, int64_t pairs) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= pieces) return;
-  const int64_t r = i / (DSP_MK_RP / 8);
-  const int p = (int)(i % (DSP_MK_RP / 8)), j = p / 4, q8 = (p % 4) * 8;
-  const uint4 v = r < rows ? *(const uint4 *)(w2 + r * DSP_MK_RP + p * 8) : make_uint4(0u, 0u, 0u, 0u);
-  *(uint4 *)(packed + ((r / 64) * (DSP_MK_RP / 32) + j) * (64 * 32) + (r % 64) * 32 + q8) = v;
+  if (i >= pairs) return;
+  const int64_t r = i / (DSP_MK_RP / 2);
+  const int k = (int)(i % (DSP_MK_RP / 2)) * 2;
+  const uint32_t v = r < rows ? *(const uint32_t *)(w2 + r * DSP_MK_RP + k) : 0u;
+  *(uint32_t *)((unsigned char *)(packed + (r / 64) * 64 * DSP_MK_RP) + wg_pair(64, (int)(r % 64), k)) = v;
 }
 
 dsp_status dsp_cuda_markov_pack_w2(const uint16_t *w2, int64_t rows, uint16_t *packed, cudaStream_t s) {
-  const int64_t pieces = (int64_t)(dsp_cuda_markov_packed_elems(rows) / 8);
-  mk_pack_kernel<<<(unsigned)((pieces + 255) / 256), 256, 0, s>>>(w2, rows, packed, pieces);
+  const int64_t pairs = (int64_t)(dsp_cuda_markov_packed_elems(rows) / 2);
+  mk_pack_kernel<<<(unsigned)((pairs + 255) / 256), 256, 0, s>>>(w2, rows, packed, pairs);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }

@@ -96,7 +96,8 @@ typedef struct {
   int sampling, strict;
   int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
                       cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (chunks claimed
-                      dynamically, packed W2, base by tensor boxes); 0: the register kernel
+                      dynamically, packed W2, base by tensor boxes); 5: ring kernel 5 (ring kernel 4 with
+                      warpgroup products where it applies, else ring kernel 4); 0: the register kernel
                       (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
@@ -124,7 +125,17 @@ typedef struct {
  *     capped its streaming at ~2.8 TB/s). Each consumer warp runs the two n8
  *     tiles of a unit as two interleaved mma chains (each chain's order
  *     unchanged); every consumer thread releases the stages it read. Optional
- *     L2 hints (keep8). bench/RESULTS.md has the measured history.
+ *     L2 hints (keep8).
+ *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
+ *     warpgroups, each multiplying every chunk (64 rows) by its half of the
+ *     batch with 16 wgmma m64n(bq/2)k16 products (E in shared memory, both
+ *     operands in wgmma's layout with the k pairs where the mma.sync kernels
+ *     put them, markov_wgmma.cuh), then the same bf16 epilogue and keys. Greedy
+ *     steps of the fast path (bf16 add, <= 16384 units) at bq 16, 32, 64 or 128
+ *     on sm_90a; any other launch runs ring kernel 4. Bit-identical to the
+ *     others only where the device's wgmma sums as its mma.sync does: the head
+ *     runs dsp_cuda_markov_wgmma_check before it uses ring kernel 5.
+ * bench/RESULTS.md has the measured history.
  * Shared-memory bytes and the most co-resident blocks per SM of the instance
  * for (bq, sampling, strict, ring) on the current device; also raises its
  * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */
@@ -136,13 +147,22 @@ dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, in
                                   cudaStream_t s);
 /* Tensor copies per chunk the last ring-3 launch used (1: the 3-D view, 8: the 2-D fallback; 0: none yet). */
 extern int dsp_mk_ring3_boxes;
-/* W2 packed for ring kernel 4: chunk c (rows 64c .. 64c + 63 of w2's [rows][RP])
- * becomes one contiguous 32 KB block laid out as [8 k blocks][64 rows][32 k],
- * the stage layout whose fragment reads never share a bank, so one plain bulk
- * copy (whole DRAM bursts) lands it; rows past `rows` are zero. packed holds
+/* W2 packed for ring kernels 4-5: chunk c (rows 64c .. 64c + 63 of w2's
+ * [rows][RP]) becomes one contiguous 32 KB block in wgmma's 64-byte-swizzled
+ * K-major layout with the k pairs permuted as the mma.sync fragments group
+ * them (markov_wgmma.cuh), so one plain bulk copy (whole DRAM bursts) lands
+ * it, wgmma reads it as it lies and ring kernel 4's fragment reads never share
+ * a bank; rows past `rows` are zero. packed holds
  * dsp_cuda_markov_packed_elems(rows) elements. */
 size_t dsp_cuda_markov_packed_elems(int64_t rows);
 dsp_status dsp_cuda_markov_pack_w2(const uint16_t *w2, int64_t rows, uint16_t *packed, cudaStream_t s);
+/* Ring kernel 5's products against ring kernel 4's on this device: `trials`
+ * random 64-row chunks of bf16 W2 and bq rows of E (exponents over 2^-24 ..
+ * 2^24, signs random, so sums cancel) multiplied both ways through the
+ * kernels' own packing, gather and fragment code; *differ counts fp32 results
+ * whose bits differ, of *compared. DSP_ERR_DEVICE where wgmma is not built
+ * (not sm_90a) or bq is not 16, 32, 64 or 128. */
+dsp_status dsp_cuda_markov_wgmma_check(int bq, int trials, long long *compared, long long *differ);
 /* 1 when a cooperative launch can be captured into a CUDA graph here. */
 int dsp_cuda_markov_coop_capturable(cudaStream_t s);
 

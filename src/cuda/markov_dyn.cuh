@@ -9,6 +9,7 @@
 #define DSP_CUDA_MARKOV_DYN_CUH
 
 #include "cuda/markov_ring.cuh"
+#include "cuda/markov_wgmma.cuh"
 
 namespace {
 
@@ -48,6 +49,16 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
 
+/* Row r's W2 fragment registers for k block j, lane quad q, from a packed
+ * chunk (wgmma's layout, markov_wgmma.cuh): the pairs k = 32 j + 8 q + {0, 2,
+ * 4, 6}, i.e. what a 16-byte load of plain rows gives. */
+__device__ __forceinline__ uint4 rd_frag_packed(const uint16_t *ws, int r, int j, int q) {
+  const unsigned char *b = (const unsigned char *)ws;
+  const int k = 32 * j + 8 * q;
+  return make_uint4(*(const uint32_t *)(b + wg_pair(64, r, k)), *(const uint32_t *)(b + wg_pair(64, r, k + 2)),
+                    *(const uint32_t *)(b + wg_pair(64, r, k + 4)), *(const uint32_t *)(b + wg_pair(64, r, k + 6)));
+}
+
 /* One chunk's work for a consumer warp: it keeps the A fragments of batch
  * tile mt = warp % MT; for MT >= 2 it owns units warp / MT + i * (8 / MT) of
  * the chunk and runs both n8 tiles of each as two interleaved mma chains, for
@@ -74,14 +85,14 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
     float acc[TPW][4];
 #pragma unroll
     for (int t = 0; t < TPW; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    /* W2 in the stage: [64 rows][256 k] (plain rows) or [8 k blocks][64 rows][32 k] (BOX: packed W2) */
-    constexpr int RS = BOX ? 32 : RP, JS = BOX ? RG_C * UNIT * 32 : 32;
-    const uint16_t *wr = ws + (size_t)(ui * UNIT + t0 * 8 + g) * RS + q * 8;
+    /* W2 in the stage: [64 rows][256 k] (plain rows) or wgmma's layout (BOX: packed W2) */
+    const int r0 = ui * UNIT + t0 * 8 + g;
+    const uint16_t *wr = ws + (size_t)r0 * RP + q * 8;
 #pragma unroll
     for (int j = 0; j < KB; j++) {
       uint4 w[TPW];
 #pragma unroll
-      for (int t = 0; t < TPW; t++) w[t] = *(const uint4 *)(wr + t * 8 * RS + j * JS);
+      for (int t = 0; t < TPW; t++) w[t] = BOX ? rd_frag_packed(ws, r0 + t * 8, j, q) : *(const uint4 *)(wr + t * 8 * RP + j * 32);
 #pragma unroll
       for (int t = 0; t < TPW; t++)
         mk_mma(acc[t], af[2 * j].x, af[2 * j].y, af[2 * j].z, af[2 * j].w, w[t].x, w[t].y); /* group 2j */
@@ -115,7 +126,91 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
   }
 }
 
-template <int MT, bool SAMPLING>
+/* Ring kernel 5: E (W1 rows of the previous tokens) into shared memory in
+ * wgmma's layout, by the 256 consumer threads, then made visible to wgmma. */
+__device__ __forceinline__ void rd_gather_e(const dsp_mk_args &a, const int32_t *sprev, unsigned char *se, int tid) {
+  for (int i = tid; i < a.bq * (RP / 8); i += RG_NC * 32) {
+    const int b = i / (RP / 8), k = (i % (RP / 8)) * 8;
+    const uint4 v = __ldg((const uint4 *)(a.w1 + (size_t)sprev[b] * RP + k));
+    *(uint32_t *)(se + wg_pair(a.bq, b, k)) = v.x;
+    *(uint32_t *)(se + wg_pair(a.bq, b, k + 2)) = v.y;
+    *(uint32_t *)(se + wg_pair(a.bq, b, k + 4)) = v.z;
+    *(uint32_t *)(se + wg_pair(a.bq, b, k + 6)) = v.w;
+  }
+  wg_proxy_fence();
+  rg_consumers_sync();
+}
+
+/* Ring kernel 5, one chunk for warpgroup wg: the 64 x N product of the chunk's
+ * W2 rows and E rows [wg N, wg N + N), then the fast epilogue of mk_fast_tile
+ * on this thread's elements (rows g, g + 8 of unit `warp % 4`, batch columns
+ * wg N + 8 j + 2 q (+ 1)); fb[2 j + p] keeps the best 32-bit key of column
+ * 8 j + 2 q + p, its position 2 u + (row g + 8) below 0xFFFF. */
+template <int N>
+__device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, int upr, uint32_t ws, const uint16_t *bs,
+                                            uint32_t se, int wg, int w4, int g, int q, uint32_t (&fb)[N / 4]) {
+  float d[N / 2];
+  wg_product<N>(d, ws, se, a.bq, wg * N);
+  const int u0 = c * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
+  if (w4 >= nu) return;
+  const int u = u0 + w4, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
+  const int64_t id0 = (int64_t)(a.seg_rank0 + seg) * a.vr + l0 + g;
+  const bool full = (int64_t)(l0 + UNIT) <= a.vr && id0 - g + UNIT <= a.vocab;
+  const bool ok0 = (int64_t)(l0 + g) < a.vr && id0 < a.vocab, ok1 = (int64_t)(l0 + g + 8) < a.vr && id0 + 8 < a.vocab;
+  const uint32_t cst0 = 0xFFFFu - ((uint32_t)u << 1), cst1 = cst0 - 1u;
+  const uint16_t *bu = bs + (size_t)w4 * a.bq * UNIT; /* the unit's base rows: [bq][16] */
+#pragma unroll
+  for (int j = 0; j < N / 8; j++) {
+    const int b = wg * N + 8 * j + 2 * q;
+    const uint32_t bb0 = (uint32_t)bu[b * UNIT + g] | ((uint32_t)bu[(b + 1) * UNIT + g] << 16);
+    const uint32_t bb1 = (uint32_t)bu[b * UNIT + g + 8] | ((uint32_t)bu[(b + 1) * UNIT + g + 8] << 16);
+    const uint32_t o0 = mk_ord_bf16x2(mk_add_bf16x2(bb0, mk_pack_bf16x2(d[4 * j], d[4 * j + 1])));     /* row g */
+    const uint32_t o1 = mk_ord_bf16x2(mk_add_bf16x2(bb1, mk_pack_bf16x2(d[4 * j + 2], d[4 * j + 3]))); /* row g + 8 */
+    uint32_t k00 = (o0 << 16) | cst0, k01 = (o0 & 0xFFFF0000u) | cst0; /* columns b, b + 1 of row g */
+    uint32_t k10 = (o1 << 16) | cst1, k11 = (o1 & 0xFFFF0000u) | cst1;
+    if (!full) {
+      if (!ok0) k00 = k01 = 0u;
+      if (!ok1) k10 = k11 = 0u;
+    }
+    fb[2 * j] = max(fb[2 * j], max(k00, k10));
+    fb[2 * j + 1] = max(fb[2 * j + 1], max(k01, k11));
+  }
+}
+
+/* Ring kernel 5's step end: the 32-bit keys widened with their ids, reduced
+ * over the 8 lanes of a column (g) and the block (shared atomics). */
+template <int N>
+__device__ __forceinline__ void rd_merge_wg(const dsp_mk_args &a, const uint32_t (&fb)[N / 4], int wg, int g, int q,
+                                            unsigned long long *sbest) {
+  const int upr = a.seg_rows >> 4;
+#pragma unroll
+  for (int i = 0; i < N / 4; i++) {
+    unsigned long long key = 0ull;
+    if (fb[i]) {
+      const uint32_t sq = 0xFFFFu - (fb[i] & 0xFFFFu);
+      const int uu = (int)(sq >> 1), seg = uu / upr;
+      const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + (sq & 1u) * 8 + g;
+      key = dsp_dev_key(mk_unord(fb[i] >> 16), (uint32_t)id);
+    }
+    key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 4));
+    key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 8));
+    key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 16));
+    if (g == 0 && key) atomicMax(sbest + wg * N + 8 * (i >> 1) + 2 * q + (i & 1), key);
+  }
+}
+
+/* Ring kernel 5's shared memory: ring kernel 4's, then E (bq rows of wgmma's
+ * layout) on a 1024-byte boundary. */
+__host__ __device__ inline size_t rd_e_offset(int bq, int stages) {
+  return (rg_smem(bq, false, stages).total - 1024 + 1023) & ~(size_t)1023;
+}
+__host__ __device__ inline size_t rd_smem_wg(int bq, int stages) {
+  return rd_e_offset(bq, stages) + (size_t)bq * RP * 2 + 1024;
+}
+
+/* WGN = 0: ring kernel 4 (mma.sync consumers); WGN = bq / 2: ring kernel 5
+ * (two warpgroups of wgmma consumers; greedy fast path only, see markov.h). */
+template <int MT, bool SAMPLING, int WGN>
 __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
@@ -209,8 +304,14 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   /* consumers */
   const int mt = MT == 1 ? 0 : warp % MT;
   const bool active = mt * 16 < bq;
-  uint4 af[2 * KB];
-  if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  uint4 af[2 * KB]; /* ring kernel 4 only */
+  constexpr int NF = WGN ? WGN / 4 : 1;
+  uint32_t fbw[NF];
+  unsigned char *se = smem + rd_e_offset(bq, S);
+  if constexpr (WGN > 0)
+    rd_gather_e(a, sprev, se, tid);
+  else if (active)
+    rg_load_e<MT>(a, sprev, mt, g, q, af);
   const bool fast = !SAMPLING && !a.fp32_add && U <= 16384; /* see mk_fast_tile */
   int s = 0;
   uint32_t ph = 0; /* stage and phase parity of the next chunk */
@@ -218,6 +319,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
     const int k = a.k_begin + ks;
     unsigned long long best0 = 0ull, best1 = 0ull;
     uint32_t fb0 = 0u, fb1 = 0u;
+#pragma unroll
+    for (int i = 0; i < NF; i++) fbw[i] = 0u;
     if (trace && tid == 0) stc[0] = mk_now_ns(), stc[1] = rd_clock(), stc[2] = 0, stc[3] = 0;
     for (;;) {
       if (trace && tid == 0) stc[4] = rd_clock();
@@ -225,12 +328,15 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       if (trace && tid == 0) stc[2] += rd_clock() - stc[4];
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
-      if (ch >= 0 && a.w2p)
-        rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0, best1, fb0, fb1, st,
-                                     sseed, spos);
-      else if (ch >= 0)
-        rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0, best1, fb0, fb1, st,
-                                      sseed, spos);
+      if constexpr (WGN > 0) {
+        if (ch >= 0) rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
+      } else if (ch >= 0 && a.w2p) {
+        rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
+                                     best1, fb0, fb1, st, sseed, spos);
+      } else if (ch >= 0) {
+        rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
+                                      best1, fb0, fb1, st, sseed, spos);
+      }
       rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
       if (++s == S) s = 0, ph ^= 1u;
       if (ch < 0) break;
@@ -241,7 +347,13 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       tr[0] = stc[0], tr[1] = mk_now_ns(), tr[3] = rd_clock() - stc[1], tr[5] = stc[2], tr[6] = stc[3];
       stc[1] = rd_clock();
     }
-    rg_step_end<MT>(a, ks, nsteps, fast, 0, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast, af);
+    if constexpr (WGN > 0) {
+      rd_merge_wg<WGN>(a, fbw, warp >> 2, g, q, sbest);
+      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast)) rd_gather_e(a, sprev, se, tid);
+    } else {
+      rg_step_end<MT>(a, ks, nsteps, fast, 0, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
+                      af);
+    }
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;
       tr[2] = mk_now_ns(), tr[4] = rd_clock() - stc[1];

@@ -142,19 +142,71 @@ __device__ __forceinline__ void rg_tcopy2(uint32_t dst, const CUtensorMap *tm, i
                : "memory");
 }
 
+/* The grid part of the end of step ks, after every consumer merged its best
+ * keys into sbest (shared atomics): the block's keys go to the grid (one
+ * global atomicMax per row); persistent launches then wait at the grid
+ * barrier (a.barrier[0]) and every block reads the winners into sprev
+ * (block 0 writes the tokens); after the last step the block that arrives
+ * last writes the tokens. Returns 1 when the caller must rebuild E from sprev
+ * for the next step. */
+__device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int nsteps, int tid,
+                                            unsigned long long *sbest, int32_t *sprev, int *slast) {
+  const int k = a.k_begin + ks, bq = a.bq;
+  rg_consumers_sync();
+  if (tid < bq) {
+    const unsigned long long v = sbest[tid];
+    sbest[tid] = 0ull;
+    if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
+  }
+  /* the launch's end orders the keys before the select kernel; a persistent launch
+   * orders them before its arrival at the grid barrier by the CTA barrier and
+   * thread 0's fence (as a cooperative grid sync does) */
+  if (!a.persistent) return false;
+  const unsigned target = (unsigned)(ks + 1) * gridDim.x;
+  rg_consumers_sync();
+  if (ks + 1 < nsteps) {
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(a.barrier, 1u);
+      const unsigned long long t0 = mk_now_ns();
+      while (mk_ld_acquire(a.barrier) < target) {
+        __nanosleep(32);
+        if (mk_now_ns() - t0 > 5000000000ull) __trap();
+      }
+    }
+    rg_consumers_sync();
+    if (tid < bq) {
+      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+      const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
+      sprev[tid] = id;
+      if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
+    }
+    rg_consumers_sync();
+    return true;
+  }
+  if (tid == 0) {
+    __threadfence();
+    *slast = atomicAdd(a.barrier, 1u) == target - 1u;
+  }
+  rg_consumers_sync();
+  if (*slast && tid < bq) {
+    __threadfence();
+    const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
+    a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
+  }
+  return false;
+}
+
 /* The end of step ks for a block's consumers: the fast 32-bit keys widened
- * (their unit index counted from ub), the best per row reduced over lanes (q),
- * the block (shared atomics) and the grid (one global atomicMax per block and
- * row); persistent launches then wait at the grid barrier (a.barrier[0]) and
- * every block reads the winners, block 0 writes the tokens and every warp
- * rebuilds its E fragments; after the last step the block that arrives last
- * writes the tokens. */
+ * (their unit index counted from ub), the best per row reduced over lanes (q)
+ * and the block (shared atomics), then rg_grid_end; every warp rebuilds its E
+ * fragments for the next step. */
 template <int MT>
 __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int nsteps, bool fast, int ub, uint32_t fb0,
                                             uint32_t fb1, unsigned long long best0, unsigned long long best1,
                                             bool active, int mt, int g, int q, int tid, unsigned long long *sbest,
                                             int32_t *sprev, int *slast, uint4 (&af)[2 * KB]) {
-  const int k = a.k_begin + ks, bq = a.bq, upr = a.seg_rows >> 4;
+  const int upr = a.seg_rows >> 4;
   if (fast) {
     const uint32_t f[2] = {fb0, fb1};
     unsigned long long *dst[2] = {&best0, &best1};
@@ -176,49 +228,7 @@ __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int ns
     if (best0) atomicMax(sbest + mt * 16 + g, best0);
     if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
   }
-  rg_consumers_sync();
-  if (tid < bq) {
-    const unsigned long long v = sbest[tid];
-    sbest[tid] = 0ull;
-    if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
-  }
-  /* the launch's end orders the keys before the select kernel; a persistent launch
-   * orders them before its arrival at the grid barrier by the CTA barrier and
-   * thread 0's fence (as a cooperative grid sync does) */
-  if (!a.persistent) return;
-  const unsigned target = (unsigned)(ks + 1) * gridDim.x;
-  rg_consumers_sync();
-  if (ks + 1 < nsteps) {
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(a.barrier, 1u);
-      const unsigned long long t0 = mk_now_ns();
-      while (mk_ld_acquire(a.barrier) < target) {
-        __nanosleep(32);
-        if (mk_now_ns() - t0 > 5000000000ull) __trap();
-      }
-    }
-    rg_consumers_sync();
-    if (tid < bq) {
-      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-      const int32_t id = key ? (int32_t)dsp_dev_key_id(key) : 0;
-      sprev[tid] = id;
-      if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
-    }
-    rg_consumers_sync();
-    if (active) rg_load_e<MT>(a, sprev, mt, g, q, af);
-  } else {
-    if (tid == 0) {
-      __threadfence();
-      *slast = atomicAdd(a.barrier, 1u) == target - 1u;
-    }
-    rg_consumers_sync();
-    if (*slast && tid < bq) {
-      __threadfence();
-      const unsigned long long key = __ldcg(a.keys + (size_t)k * bq + tid);
-      a.tokens[(size_t)k * bq + tid] = key ? (int32_t)dsp_dev_key_id(key) : 0;
-    }
-  }
+  if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, slast) && active) rg_load_e<MT>(a, sprev, mt, g, q, af);
 }
 
 /* V = 1: the producer issues one bulk copy per W2 unit and one per base row

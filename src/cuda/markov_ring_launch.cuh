@@ -83,14 +83,29 @@ inline dsp_status rd_base_map(const dsp_mk_args *a, CUtensorMap *tm) {
   return DSP_OK;
 }
 
+typedef void (*rd_fn)(const dsp_mk_args, const CUtensorMap);
+
+/* Ring kernel 5's instance for MT batch tiles (none for sampling). */
+template <int MT, bool SAMPLING>
+inline rd_fn rd_wg_kernel() {
+  if constexpr (SAMPLING)
+    return nullptr;
+  else
+    return rd_kernel<MT, false, 8 * MT>;
+}
+
+/* Ring kernel 5 applies: greedy fast path, bq filling MT tiles, packed W2. */
+inline bool rd_wg_applies(const dsp_mk_args *a, int mt, bool sampling) {
+  return !sampling && a->bq == 16 * mt && a->w2p && !a->fp32_add && (int64_t)a->nseg * (a->seg_rows >> 4) <= 16384;
+}
+
 template <int MT, bool SAMPLING>
 dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {
   typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
-  typedef void (*rd_fn)(const dsp_mk_args, const CUtensorMap);
   const int ver = l ? l->ring : 1;
   const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
-  const rd_fn kern4 = rd_kernel<MT, SAMPLING>;
+  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = rd_wg_kernel<MT, SAMPLING>();
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
@@ -111,9 +126,12 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
         DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           optin - (int)f2.sharedSizeBytes));
       }
-      DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, kern4));
-      DSP_CUDA_TRY(cudaFuncSetAttribute(kern4, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        optin - (int)f2.sharedSizeBytes));
+      for (rd_fn kd : {kern4, kern5}) {
+        if (!kd) continue;
+        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, kd));
+        DSP_CUDA_TRY(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          optin - (int)f2.sharedSizeBytes));
+      }
     }
     DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
     *smem = bytes;
@@ -123,11 +141,25 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   if (a->stages < 2 || a->stages > RG_MAXS)
     return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rg_smem(a->bq, SAMPLING, a->stages).total, s, &attr);
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
+  if (ver == 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
+    /* E takes shared memory: as many of the stages asked for as then fit */
+    int dev = 0, optin = 0;
+    DSP_CUDA_TRY(cudaGetDevice(&dev));
+    DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    dsp_mk_args b = *a;
+    while (b.stages > 2 && rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin) b.stages--;
+    if (rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin)
+      return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 5: shared memory too small for 2 stages and E");
+    const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rd_smem_wg(b.bq, b.stages), s, &attr);
+    DSP_TRY(rd_base_map(&b, &tm));
+    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern5, b, tm));
+    return DSP_OK;
+  }
+  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rg_smem(a->bq, SAMPLING, a->stages).total, s, &attr);
   int nbox = 1;
-  if (ver == 4) {
+  if (ver >= 4) {
     DSP_TRY(rd_base_map(a, &tm));
     DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern4, *a, tm));
     return DSP_OK;

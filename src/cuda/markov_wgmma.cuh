@@ -1,0 +1,152 @@
+/* Hopper warpgroup products (wgmma) for ring kernel 5 (markov_dyn.cuh) and
+ * their self-check (markov_wgcheck.cu): the shared-memory tile layout both
+ * operands use, the matrix descriptor, and m64nNk16 bf16 products with fp32
+ * accumulators. A product runs the 16 k groups of 16 in order onto zeroed
+ * accumulators, as the mma.sync kernels do; whether the tensor cores then
+ * give the same bits as mma.sync is a property of the device, which
+ * dsp_cuda_markov_wgmma_check measures before a head uses these.
+ * CUDA C++ only; sm_90a (the wgmma instructions exist only there). */
+#ifndef DSP_CUDA_MARKOV_WGMMA_CUH
+#define DSP_CUDA_MARKOV_WGMMA_CUH
+
+#include <stdint.h>
+
+namespace {
+
+/* Byte offset of the 16-byte piece kc (k = 8 kc .. 8 kc + 7) of row r in a
+ * tile of `rows` rows (a multiple of 8) of 256 k, stored as [8 k blocks][rows]
+ * [32 k] with the 64-byte swizzle: piece c of a 64-byte row sits at
+ * c ^ ((r >> 1) & 3). The tile starts on a 512-byte boundary (the swizzle is
+ * applied to address bits). Both operands use it: W2 chunks (packed so,
+ * markov.cu) and E. */
+__host__ __device__ inline uint32_t wg_swz(int rows, int r, int kc) {
+  return (uint32_t)(kc >> 2) * (uint32_t)rows * 64u + (uint32_t)r * 64u +
+         ((uint32_t)((kc & 3) ^ ((r >> 1) & 3)) << 4);
+}
+
+/* The position (0..255) along a tile row of rank index k. Both operands are
+ * stored so that wgmma's k group i, position p sees the pair the mma.sync
+ * kernels put in group i, slot p (their fragments take group 2j + s from
+ * k = 32 j + 8 q + 4 s + {0, 1} (slots 2q, 2q + 1) and + {2, 3} (slots
+ * 2q + 8, 2q + 9), mk_kernel / rg_load_e): same products in the same slots of
+ * the same groups. Pairs (k even, k + 1) stay adjacent. */
+__host__ __device__ inline int wg_kpos(int k) {
+  const int j = k >> 5, q = (k >> 3) & 3, s = (k >> 2) & 1, h = (k >> 1) & 1, t = k & 1;
+  return 16 * (2 * j + s) + 2 * q + 8 * h + t;
+}
+
+/* Byte offset of the k pair (k, k + 1), k even, of row r in a tile of `rows`
+ * rows: wg_swz of its position. */
+__host__ __device__ inline uint32_t wg_pair(int rows, int r, int k) {
+  const int p = wg_kpos(k);
+  return wg_swz(rows, r, p >> 3) + (uint32_t)(p & 7) * 2u;
+}
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSP_WG_OK 1
+#else
+#define DSP_WG_OK 0
+#endif
+
+/* Descriptor of a K-major operand at shared address `saddr` in the layout
+ * above: 64-byte swizzle (2 in bits 62-63), 512 bytes between 8-row groups
+ * (stride field), leading field unused by swizzled K-major layouts (1). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(512 >> 4) << 32) |
+         ((uint64_t)2 << 62);
+}
+
+/* Descriptor of k group i (k = 16 i .. 16 i + 15) of a tile of `rows` rows at
+ * `base`, starting at row r0 (a multiple of 8). */
+__device__ __forceinline__ uint64_t wg_desc_k(uint32_t base, int rows, int r0, int i) {
+  return wg_desc(base + (uint32_t)(i >> 1) * (uint32_t)rows * 64u + (uint32_t)r0 * 64u + (uint32_t)(i & 1) * 32u);
+}
+
+__device__ __forceinline__ void wg_fence() {
+#if DSP_WG_OK
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit_wait() {
+#if DSP_WG_OK
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+/* Generic-proxy writes to shared memory (E) made visible to wgmma's reads. */
+__device__ __forceinline__ void wg_proxy_fence() {
+#if DSP_WG_OK
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+/* d (64 x N, fp32, the warpgroup's fragments) += A (64 x 16) B (16 x N):
+ * thread t of the warpgroup holds rows 16 (t / 32) + t % 32 / 4 (+ 8) and
+ * columns 8 j + 2 (t % 4) (+ 1) as d[4 j + {0, 1, 2, 3}]. */
+template <int N>
+__device__ __forceinline__ void wg_mma(float (&d)[N / 2], uint64_t da, uint64_t db);
+
+#if DSP_WG_OK
+template <>
+__device__ __forceinline__ void wg_mma<8>(float (&d)[4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, %4, %5, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wg_mma<16>(float (&d)[8], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %10, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wg_mma<32>(float (&d)[16], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wg_mma<64>(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+#else
+template <int N>
+__device__ __forceinline__ void wg_mma(float (&)[N / 2], uint64_t, uint64_t) {
+  __trap(); /* not built for sm_90a: the launcher never selects these */
+}
+#endif
+
+/* One 64 x N product over all 256 k: A rows [0, 64) of the tile at `a_tile`
+ * (64 rows), B rows [b0, b0 + N) of the tile at `b_tile` (b_rows rows), onto
+ * zeroed accumulators, 16 k groups in order; returns when d is complete. */
+template <int N>
+__device__ __forceinline__ void wg_product(float (&d)[N / 2], uint32_t a_tile, uint32_t b_tile, int b_rows, int b0) {
+#pragma unroll
+  for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
+  wg_fence();
+#pragma unroll
+  for (int i = 0; i < 16; i++) wg_mma<N>(d, wg_desc_k(a_tile, 64, 0, i), wg_desc_k(b_tile, b_rows, b0, i));
+  wg_commit_wait();
+}
+
+}  // namespace
+
+#endif
