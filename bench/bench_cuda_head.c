@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
   w.w2_local = w.w2_full;
   w.has_w2_full = 1;
 
-  variant vs[20];
+  variant vs[24];
   int nv = 0;
 #define ADD(nm, pth, bc, ...)                    \
   do {                                           \
@@ -211,6 +211,7 @@ int main(int argc, char **argv) {
   ADD("ring 4, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.per_step = 1);
   ADD("ring 5 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6);
   ADD("ring 5, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.per_step = 1);
+  ADD("ring 5, L2 prefetch 4 ahead", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.ahead = 4);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
   ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.per_step = 1);
