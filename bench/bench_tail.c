@@ -23,7 +23,7 @@
 
 typedef struct {
   const char *name;
-  int ring, keep8, serpentine, setaside, trace, stages, packed, ahead;
+  int ring, keep8, serpentine, setaside, trace, stages, packed;
 } variant;
 
 int main(int argc, char **argv) {
@@ -91,21 +91,17 @@ int main(int argc, char **argv) {
          warm ? "warm L2 (no write between launches)" : "a 256 MB write before each", graph ? "graph replays" : "stream launches");
 
   const variant vs[] = {
-      {"register", 0, 0, 1, 0, 0, 0, 0, 0},
-      {"ring 3", 3, 0, 1, 0, 0, 0, 0, 0},
-      {"ring 4", 4, 0, 1, 0, 0, 0, 0, 0},
-      {"ring 4, keep 3/8", 4, 3, 1, 0, 1, 0, 0, 0},
-      {"ring 4, packed W2", 4, 0, 1, 0, 0, 0, 1, 0},
-      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1, 0},
-      {"ring 4, packed W2, keep 4/8", 4, 4, 1, 0, 0, 0, 1, 0},
-      {"ring 4, packed W2, keep 2/8", 4, 2, 1, 0, 0, 0, 1, 0},
-      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1, 0},
-      {"ring 5 (wgmma), no L2 hints", 5, 0, 1, 0, 0, 0, 1, 0},
-      {"ring 5, keep 3/8, ahead 2", 5, 3, 1, 0, 0, 0, 1, 2},
-      {"ring 5, keep 3/8, ahead 4", 5, 3, 1, 0, 1, 0, 1, 4},
-      {"ring 5, keep 2/8, ahead 4", 5, 2, 1, 0, 0, 0, 1, 4},
-      {"ring 5, keep 2/8, ahead 8", 5, 2, 1, 0, 0, 0, 1, 8},
-      {"ring 4, keep 3/8, ahead 4", 4, 3, 1, 0, 0, 0, 1, 4},
+      {"register", 0, 0, 1, 0, 0, 0, 0},
+      {"ring 3", 3, 0, 1, 0, 0, 0, 0},
+      {"ring 4", 4, 0, 1, 0, 0, 0, 0},
+      {"ring 4, keep 3/8", 4, 3, 1, 0, 1, 0, 0},
+      {"ring 4, packed W2", 4, 0, 1, 0, 0, 0, 1},
+      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1},
+      {"ring 4, packed W2, keep 4/8", 4, 4, 1, 0, 0, 0, 1},
+      {"ring 4, packed W2, keep 2/8", 4, 2, 1, 0, 0, 0, 1},
+      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1},
+      {"ring 5 (wgmma), no L2 hints", 5, 0, 1, 0, 0, 0, 1},
+      {"ring 5 (wgmma), keep 2/8", 5, 2, 1, 0, 0, 0, 1},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
@@ -128,7 +124,6 @@ int main(int argc, char **argv) {
     a.bq = bq, a.anchor = d_anc, a.tokens = tokens, a.keys = keys, a.barrier = barrier;
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
     a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2p = v->packed ? w2p : NULL;
-    a.ahead = v->ahead;
     dsp_mk_launch l = {0, 0, v->ring, sms, 1};
     cudaGraphExec_t ge = NULL;
     if (graph) {

@@ -33,7 +33,6 @@ extern "C" {
 #define ROW_ALIGN 16   /* vocabulary rows per rank padded to a multiple of 16 */
 #define MAX_BUCKETS 32
 #define DEFAULT_PREFETCH 4
-#define DEFAULT_AHEAD 0  /* ring kernels 4-5: chunks per block prefetched into L2 at a step's end */
 #define DEFAULT_L2KEEP 3 /* ring kernel 4: 3/8 of W2 evict_last (bench_tail: 0.181 -> 0.174 ms on an H200) */
 
 typedef struct {
@@ -112,7 +111,6 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->serpentine = -1;
   t->kernel = -1;
   t->l2keep = -1;
-  t->ahead = -1;
   t->lm_autotune = 0;
 }
 
@@ -287,7 +285,6 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.barrier = h->d_barrier;
   a.serpentine = h->tune.serpentine;
   a.keep8 = h->tune.l2keep;
-  a.ahead = h->tune.ahead;
   a.prefetch = h->tune.prefetch;
   a.stages = bk->stages[sampling];
   if (sampling)
@@ -755,7 +752,6 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
     return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL) outside 0-6", k);
   }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
-  if (h->tune.ahead < 0) h->tune.ahead = DEFAULT_AHEAD;
   h->strict = h->tune.strict;
   h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 6 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);

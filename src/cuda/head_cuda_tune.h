@@ -25,9 +25,6 @@ typedef struct {
                             Strict mode always runs the register kernel. */
   int l2keep;            /* ring kernel 4: eighths of W2's chunks copied with an L2 evict_last policy (the
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */
-  int ahead;             /* ring kernels 4-5: chunks per block prefetched into L2 for the next step when a
-                            producer has claimed its last chunk of a step (cuda/markov.h); 0: none;
-                            -1: default */
   int lm_autotune;       /* 1: time the LM head's candidate algorithms at creation and keep the fastest
                             (benchmarks; 0, the default, keeps the heuristic's first: see cuda/lm_head.h) */
 } dsp_cuda_tuning;

@@ -82,10 +82,6 @@ typedef struct {
   int32_t keep8;            /* ring kernel 4: chunks c with c % 8 < keep8 are copied with an L2
                                evict_last policy, every other byte evict_first (0: no hints) */
   unsigned long long *trace; /* ring kernel 4: NULL, or [grid][k_end - k_begin][DSP_MK_TRACE] timings */
-  int32_t ahead;            /* ring kernels 4-5: when a producer finishes claiming step k, it prefetches
-                               into L2 the chunks at claim positions block + grid * i, i < ahead, of
-                               step k + 1 (W2 and base rows), so HBM keeps streaming through the grid
-                               barrier; 0: off */
   const uint16_t *w2p;      /* ring kernel 4: W2 packed (dsp_cuda_markov_pack_w2), one plain copy per
                                chunk landing conflict-free; NULL: copies of w2's rows (2-way conflicts) */
 } dsp_mk_args;

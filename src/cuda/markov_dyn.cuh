@@ -49,16 +49,6 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
 
-/* L2 prefetches of a W2 chunk (bulk) and of a unit's base box (tensor). */
-__device__ __forceinline__ void rd_prefetch(const void *src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void rd_prefetch_box(const CUtensorMap *tm, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(tm), "r"(c0), "r"(c1),
-               "r"(c2)
-               : "memory");
-}
-
 /* Row r's W2 fragment registers for k block j, lane quad q, from a packed
  * chunk (wgmma's layout, markov_wgmma.cuh): the pairs k = 32 j + 8 q + {0, 2,
  * 4, 6}, i.e. what a 16-byte load of plain rows gives. */
@@ -307,22 +297,6 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       while (one(p0) && one(p1) && one(p2)) {
       }
       if (trace) trace[(size_t)ks * DSP_MK_TRACE + 7] = wait;
-      /* this producer has claimed its last chunk of step k: while the grid finishes
-       * the step, prefetch the first chunks step k + 1 will hand out */
-      if (ks + 1 < nsteps && a.w2p) {
-        const int k1 = k + 1;
-        const bool rev1 = a.serpentine && (k1 & 1);
-        for (int i = 0; i < a.ahead; i++) {
-          const int c = (int)blockIdx.x + (int)gridDim.x * i;
-          if (c >= NCH) break;
-          const int ch = rev1 ? NCH - 1 - c : c, u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
-          rd_prefetch(a.w2p + (size_t)ch * (rg_w_bytes() / 2), (uint32_t)rg_w_bytes());
-          for (int ui = 0; ui < nu; ui++) {
-            const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr;
-            rd_prefetch_box(&tb, (u - seg * upr) * UNIT, k1 * bq, seg);
-          }
-        }
-      }
     }
     return;
   }
