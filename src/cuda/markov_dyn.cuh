@@ -129,13 +129,24 @@ __device__ __forceinline__ void rd_chunk(const dsp_mk_args &a, int k, int c, int
 /* Ring kernel 5: E (W1 rows of the previous tokens) into shared memory in
  * wgmma's layout, by the 256 consumer threads, then made visible to wgmma. */
 __device__ __forceinline__ void rd_gather_e(const dsp_mk_args &a, const int32_t *sprev, unsigned char *se, int tid) {
-  for (int i = tid; i < a.bq * (RP / 8); i += RG_NC * 32) {
-    const int b = i / (RP / 8), k = (i % (RP / 8)) * 8;
-    const uint4 v = __ldg((const uint4 *)(a.w1 + (size_t)sprev[b] * RP + k));
-    *(uint32_t *)(se + wg_pair(a.bq, b, k)) = v.x;
-    *(uint32_t *)(se + wg_pair(a.bq, b, k + 2)) = v.y;
-    *(uint32_t *)(se + wg_pair(a.bq, b, k + 4)) = v.z;
-    *(uint32_t *)(se + wg_pair(a.bq, b, k + 6)) = v.w;
+  constexpr int T = RG_NC * 32, L = 8; /* up to 8 loads in flight per thread: one W1 latency for bq <= 64 */
+  const int n = a.bq * (RP / 8);
+  for (int i0 = tid; i0 < n; i0 += L * T) {
+    uint4 v[L];
+#pragma unroll
+    for (int l = 0; l < L; l++) {
+      const int i = i0 + l * T;
+      if (i < n) v[l] = __ldg((const uint4 *)(a.w1 + (size_t)sprev[i / (RP / 8)] * RP + (i % (RP / 8)) * 8));
+    }
+#pragma unroll
+    for (int l = 0; l < L; l++) {
+      const int i = i0 + l * T, b = i / (RP / 8), k = (i % (RP / 8)) * 8;
+      if (i >= n) break;
+      *(uint32_t *)(se + wg_pair(a.bq, b, k)) = v[l].x;
+      *(uint32_t *)(se + wg_pair(a.bq, b, k + 2)) = v[l].y;
+      *(uint32_t *)(se + wg_pair(a.bq, b, k + 4)) = v[l].z;
+      *(uint32_t *)(se + wg_pair(a.bq, b, k + 6)) = v[l].w;
+    }
   }
   wg_proxy_fence();
   rg_consumers_sync();
@@ -209,7 +220,9 @@ __host__ __device__ inline size_t rd_smem_wg(int bq, int stages) {
 }
 
 /* WGN = 0: ring kernel 4 (mma.sync consumers); WGN = bq / 2: ring kernel 5
- * (two warpgroups of wgmma consumers; greedy fast path only, see markov.h). */
+ * (two warpgroups of wgmma consumers; greedy fast path only, see markov.h);
+ * WGN = bq: one warpgroup multiplies each chunk by all of E (W2 read once from
+ * shared memory), the other only keeps the ring's protocol. */
 template <int MT, bool SAMPLING, int WGN>
 __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -329,7 +342,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
       if constexpr (WGN > 0) {
-        if (ch >= 0) rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
+        if (ch >= 0 && (WGN != 16 * MT || warp < 4))
+          rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
       } else if (ch >= 0 && a.w2p) {
         rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
                                      best1, fb0, fb1, st, sseed, spos);

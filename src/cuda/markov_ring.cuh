@@ -157,11 +157,6 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
     const unsigned long long v = sbest[tid];
     sbest[tid] = 0ull;
     if (v) atomicMax(a.keys + (size_t)k * bq + tid, v);
-    /* the winner's W1 row is one of the blocks' candidates: into L2 now, so the
-     * E rebuild after the barrier does not wait on HBM */
-    if (v && a.persistent && ks + 1 < nsteps)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.w1 + (size_t)dsp_dev_key_id(v) * RP), "r"(RP * 2)
-                   : "memory");
   }
   /* the launch's end orders the keys before the select kernel; a persistent launch
    * orders them before its arrival at the grid barrier by the CTA barrier and

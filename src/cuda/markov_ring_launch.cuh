@@ -94,6 +94,15 @@ inline rd_fn rd_wg_kernel() {
     return rd_kernel<MT, false, 8 * MT>;
 }
 
+/* Ring kernel 5 with one computing warpgroup (N = bq <= 64). */
+template <int MT, bool SAMPLING>
+inline rd_fn rd_wg1_kernel() {
+  if constexpr (SAMPLING || MT > 4)
+    return nullptr;
+  else
+    return rd_kernel<MT, false, 16 * MT>;
+}
+
 /* Ring kernel 5 applies: greedy fast path, bq filling MT tiles, packed W2. */
 inline bool rd_wg_applies(const dsp_mk_args *a, int mt, bool sampling) {
   return !sampling && a->bq == 16 * mt && a->w2p && !a->fp32_add && (int64_t)a->nseg * (a->seg_rows >> 4) <= 16384;
@@ -105,7 +114,7 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
   const int ver = l ? l->ring : 1;
   const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
-  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = rd_wg_kernel<MT, SAMPLING>();
+  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = ver == 6 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
@@ -126,7 +135,7 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
         DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           optin - (int)f2.sharedSizeBytes));
       }
-      for (rd_fn kd : {kern4, kern5}) {
+      for (rd_fn kd : {kern4, rd_wg_kernel<MT, SAMPLING>(), rd_wg1_kernel<MT, SAMPLING>()}) {
         if (!kd) continue;
         DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, kd));
         DSP_CUDA_TRY(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -143,7 +152,7 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   cudaLaunchAttribute attr;
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
-  if (ver == 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
+  if (ver >= 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
     /* E takes shared memory: as many of the stages asked for as then fit */
     int dev = 0, optin = 0;
     DSP_CUDA_TRY(cudaGetDevice(&dev));
