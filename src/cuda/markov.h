@@ -97,8 +97,8 @@ typedef struct {
   int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
                       cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (chunks claimed
                       dynamically, packed W2, base by tensor boxes); 5: ring kernel 5 (ring kernel 4 with
-                      warpgroup products where it applies, else ring kernel 4); 0: the register kernel
-                      (always for strict) */
+                      warpgroup products where it applies, else ring kernel 4); 6: ring kernel 5 with the
+                      other warpgroup split (benchmarks); 0: the register kernel (always for strict) */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;
@@ -127,10 +127,12 @@ typedef struct {
  *     unchanged); every consumer thread releases the stages it read. Optional
  *     L2 hints (keep8).
  *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
- *     warpgroups, each multiplying every chunk (64 rows) by its half of the
- *     batch with 16 wgmma m64n(bq/2)k16 products (E in shared memory, both
- *     operands in wgmma's layout with the k pairs where the mma.sync kernels
- *     put them, markov_wgmma.cuh), then the same bf16 epilogue and keys. Greedy
+ *     warpgroups multiplying each chunk (64 rows) by E with 16 wgmma
+ *     m64nNk16 products: up to bq 32 one warpgroup takes all bq columns (W2
+ *     read once from shared memory; the other warpgroup only keeps the ring's
+ *     protocol), above it each takes half (E in shared memory, both operands
+ *     in wgmma's layout with the k pairs where the mma.sync kernels put them,
+ *     markov_wgmma.cuh), then the same bf16 epilogue and keys. Greedy
  *     steps of the fast path (bf16 add, <= 16384 units) at bq 16, 32, 64 or 128
  *     on sm_90a; any other launch runs ring kernel 4. Bit-identical to the
  *     others only where the device's wgmma sums as its mma.sync does: the head

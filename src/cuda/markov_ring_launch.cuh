@@ -114,7 +114,10 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
   const int ver = l ? l->ring : 1;
   const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
-  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = ver == 6 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
+  /* ring kernel 5: one computing warpgroup up to bq 32, two above (bench_tail on an H200:
+   * bq 32 0.169 vs 0.186 ms, bq 64 0.221 vs 0.202 ms); ver 6 takes the other split (benchmarks) */
+  const bool wg1 = (ver == 5) == (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
+  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = wg1 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
