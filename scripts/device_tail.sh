@@ -51,14 +51,14 @@ if [ "${TESTS:-1}" = 1 ]; then
   done
 fi
 if [ "${SAN:-0}" = 1 ]; then
-  stamp "compute-sanitizer on ring kernel 4"
+  stamp "compute-sanitizer with DSPARK_CUDA_TAIL=${SAN_TAIL:-5}"
   {
     for t in t_specials t_vocab_padding t_inputs_change; do
-      echo "== memcheck $t"; DSPARK_CUDA_TAIL=5 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "== memcheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done
     for t in t_rounding_ties t_vocab_padding t_inputs_change; do
-      echo "== racecheck $t"; DSPARK_CUDA_TAIL=5 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "== racecheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done
   } > "$OUT/sanitizer.log" 2>&1

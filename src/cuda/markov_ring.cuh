@@ -160,14 +160,15 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
   }
   /* the launch's end orders the keys before the select kernel; a persistent launch
    * orders them before its arrival at the grid barrier by the CTA barrier and
-   * thread 0's fence (as a cooperative grid sync does) */
+   * thread 0's release (the last step: its fence before the counting atomic) */
   if (!a.persistent) return false;
   const unsigned target = (unsigned)(ks + 1) * gridDim.x;
   rg_consumers_sync();
   if (ks + 1 < nsteps) {
     if (tid == 0) {
-      __threadfence();
-      atomicAdd(a.barrier, 1u);
+      /* a release reduction orders the block's keys (before the CTA barrier) before the
+       * arrival, with no fence round trip and no returned value to wait for */
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.barrier) : "memory");
       const unsigned long long t0 = mk_now_ns();
       while (mk_ld_acquire(a.barrier) < target) {
         __nanosleep(32);
