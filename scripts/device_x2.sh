@@ -1,7 +1,7 @@
 #!/bin/bash
 # On a 2-GPU machine (nvidia-h200-x2), from the repository root: build, the
-# NCCL tests with the default tail kernel and with ring kernel 4 forced (TP2
-# runs the multi-segment original path), the TP1 head benchmark with the
+# NCCL tests with the default tail kernel and with ring kernels 4 and 5 forced
+# (TP2 runs the multi-segment original path), the TP1 head benchmark with the
 # PyTorch peer, and the TP2 benchmark under mpirun. Logs go to $OUT.
 set -u
 OUT=${OUT:-/tmp/dspark_out}
@@ -17,11 +17,13 @@ if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 BIN=build-gpu/tests; [ -x $BIN/test_cuda_nccl ] || BIN=build-gpu
-stamp "test_cuda_nccl (default, then DSPARK_CUDA_TAIL=5)"
+stamp "test_cuda_nccl (default, then DSPARK_CUDA_TAIL=5 and 6)"
 timeout 150 $BIN/test_cuda_nccl > "$OUT/nccl.log" 2>&1; echo "rc=$?"
 grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|compar" "$OUT/nccl.log" | head -12
-DSPARK_CUDA_TAIL=5 timeout 150 $BIN/test_cuda_nccl > "$OUT/nccl_ring4.log" 2>&1; echo "rc=$?"
-grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|compar" "$OUT/nccl_ring4.log" | head -12
+for T in 5 6; do
+  DSPARK_CUDA_TAIL=$T timeout 150 $BIN/test_cuda_nccl > "$OUT/nccl_tail$T.log" 2>&1; echo "DSPARK_CUDA_TAIL=$T rc=$?"
+  grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|compar" "$OUT/nccl_tail$T.log" | head -12
+done
 stamp "TP2 bench (mpirun, broadcast on)"
 timeout 120 mpirun --allow-run-as-root -np 2 build-gpu/dspark bench head --backend cuda --rounds 3 --replays 20 \
   > "$OUT/bench_tp2.log" 2>&1
