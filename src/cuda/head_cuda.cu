@@ -379,8 +379,9 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring == 5 ? "shared-memory ring kernel 5 (ring kernel 4 with two wgmma warpgroups as consumers, greedy "
-                          "buckets of 16, 32, 64 or 128 rows; other launches ring kernel 4)"
+           h->ring == 5 ? "shared-memory ring kernel 5 (ring kernel 4's producer, wgmma consumers: one warpgroup per "
+                          "chunk up to 32 rows, two halves above; greedy buckets of 16, 32, 64 or 128 rows, other "
+                          "launches ring kernel 4)"
            : h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
                           "rows by tensor boxes per chunk; 1 producer thread + 8 consumer warps)"
            : h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
