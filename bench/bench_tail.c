@@ -92,7 +92,6 @@ int main(int argc, char **argv) {
 
   const variant vs[] = {
       {"register", 0, 0, 1, 0, 0, 0, 0},
-      {"ring 3", 3, 0, 1, 0, 0, 0, 0},
       {"ring 4", 4, 0, 1, 0, 0, 0, 0},
       {"ring 4, keep 3/8", 4, 3, 1, 0, 0, 0, 0},
       {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1},

@@ -68,10 +68,10 @@ fi
 
 if [ "$MODE" != test ] && [ "${NCU:-1}" = 1 ]; then
   stamp "ncu (tail kernels, one eager launch each)"
-  timeout 150 ncu --clock-control none -k 'regex:rg_kernel|mk_kernel' -c 2 --section SpeedOfLight \
+  timeout 150 ncu --clock-control none -k 'regex:rd_kernel|mk_kernel' -c 2 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     $BIN/bench_cuda_head --profile > "$OUT/ncu.log" 2>&1
-  grep -E "rg_kernel|mk_kernel|^ *Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit|Compute \(SM\) Throughput|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" "$OUT/ncu.log" | sed 's/_ZN[^ ]*_cu_[0-9a-f]*//' | head -40
+  grep -E "rd_kernel|mk_kernel|^ *Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit|Compute \(SM\) Throughput|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" "$OUT/ncu.log" | sed 's/_ZN[^ ]*_cu_[0-9a-f]*//' | head -40
 fi
 
 if [ "$MODE" != test ]; then

@@ -10,7 +10,7 @@ typedef struct {
   int graphs;             /* DSPARK_GRAPHS=0: run the CUDA head eagerly, without graphs (debugging) */
   int cuda_strict;        /* DSPARK_CUDA_STRICT=1: fixed-order fp32 products on the GPU (bitwise = CPU) */
   int cuda_tail;          /* DSPARK_CUDA_TAIL: Markov tail kernel, 0 = the fastest by timing at creation,
-                             1 register-streaming, 2-4 ring kernels 1-3, 5 ring kernel 4, 6 ring kernel 5 */
+                             1 register-streaming, 5 ring kernel 4, 6 ring kernel 5 (2-4: removed) */
 } dsp_env;
 
 const dsp_env *dsp_env_get(void);

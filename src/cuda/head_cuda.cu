@@ -61,8 +61,8 @@ struct dsp_cuda_head {
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
   dsp_path greedy_path;
-  int strict, ring, coop, sms; /* ring: 0 register kernel, 1-5 ring kernels 1-5 (markov_ring.cuh, markov_dyn.cuh) */
-  float t_kernel[6];     /* tail ms of the register and ring 1-5 kernels when chosen by timing (0: not timed) */
+  int strict, ring, coop, sms; /* ring: 0 register kernel, 4-5 ring kernels 4-5 (markov_dyn.cuh) */
+  float t_kernel[3];     /* tail ms of the register kernel and ring kernels 4, 5 when chosen by timing (0: not timed) */
   long long wg_compared, wg_differ; /* ring kernel 5's check (dsp_cuda_markov_wgmma_check); -1: refused */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
@@ -384,11 +384,6 @@ static void make_report(dsp_cuda_head *h) {
                           "launches ring kernel 4)"
            : h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
                           "rows by tensor boxes per chunk; 1 producer thread + 8 consumer warps)"
-           : h->ring == 3 ? "shared-memory ring kernel 3 (W2 by tensor copies, conflict-free fragment reads, cp.async base "
-                          "rows, 1 producer + 8 consumer warps)"
-           : h->ring == 2 ? "shared-memory ring kernel 2 (one bulk async copy per 32 KB chunk + cp.async base rows, "
-                          "1 producer + 8 consumer warps)"
-           : h->ring    ? "shared-memory ring kernel (bulk async copies, 1 producer + 8 consumer warps)"
                         : "register-streaming kernel (8 warps, L2 prefetch)",
            h->nb ? h->bk[h->nb - 1].grid[0] : 0,
            h->strict ? "strict fmaf chain (bitwise = CPU)"
@@ -397,10 +392,8 @@ static void make_report(dsp_cuda_head *h) {
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
     snprintf(h->report + n, sizeof h->report - n,
-             "; tail kernel chosen by timing: register %.3f ms, ring %.3f ms, ring 2 %.3f ms, ring 3 %.3f ms, ring 4 "
-             "%.3f ms (%d tensor copies per chunk), ring 5 %.3f ms",
-             (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2], (double)h->t_kernel[3],
-             (double)h->t_kernel[4], dsp_mk_ring3_boxes, (double)h->t_kernel[5]);
+             "; tail kernel chosen by timing: register %.3f ms, ring 4 %.3f ms, ring 5 %.3f ms",
+             (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2]);
   }
   if (h->wg_compared) {
     size_t n = strlen(h->report);
@@ -598,39 +591,41 @@ static dsp_status wg_check(dsp_cuda_head *h) {
  * all ranks pick the same kernel. */
 static dsp_status choose_kernel(dsp_cuda_head *h) {
   if (h->strict || h->tune.kernel != 0) return DSP_OK;
+  static const int rings[3] = {0, 4, 5}; /* the candidates: register kernel, ring kernels 4 and 5 */
   cu_bucket *bk = &h->bk[h->nb - 1];
   cudaEvent_t e0 = NULL, e1 = NULL;
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));
   dsp_status s = DSP_OK;
-  for (int r = 0; r < 6 && s == DSP_OK; r++) {
-    h->ring = r;
-    if (r == 5 && (h->wg_differ || h->wg_compared <= 0)) { /* ring kernel 5 refused by its check */
-      h->t_kernel[5] = 1e30f;
+  for (int c = 0; c < 3 && s == DSP_OK; c++) {
+    h->ring = rings[c];
+    if (c == 2 && (h->wg_differ || h->wg_compared <= 0)) { /* ring kernel 5 refused by its check */
+      h->t_kernel[2] = 1e30f;
       continue;
     }
     s = enqueue(h, bk, 0, 1); /* warm-up */
-    if (s != DSP_OK && r == 3) { /* rings 3-5 need the driver's tensor-map encoder: without it, no candidates */
+    if (s != DSP_OK && c == 1) { /* rings 4-5 need the driver's tensor-map encoder: without it, no candidates */
       cudaGetLastError();
-      h->t_kernel[3] = h->t_kernel[4] = h->t_kernel[5] = 1e30f;
+      h->t_kernel[1] = h->t_kernel[2] = 1e30f;
       s = DSP_OK;
       break;
     }
     if (s == DSP_OK && cudaEventRecord(e0, h->stream) != cudaSuccess) s = DSP_ERR_DEVICE;
     for (int i = 0; i < 3 && s == DSP_OK; i++) s = enqueue(h, bk, 0, 1);
     if (s == DSP_OK && (cudaEventRecord(e1, h->stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
-                        cudaEventElapsedTime(&h->t_kernel[r], e0, e1) != cudaSuccess))
-      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels (candidate %d): %s", __FILE__, __LINE__, r,
+                        cudaEventElapsedTime(&h->t_kernel[c], e0, e1) != cudaSuccess))
+      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels (candidate %d): %s", __FILE__, __LINE__, c,
                    cudaGetErrorString(cudaGetLastError()));
-    h->t_kernel[r] /= 3.0f;
+    h->t_kernel[c] /= 3.0f;
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   DSP_TRY(s);
-  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 6, DSP_F32, DSP_REDUCE_SUM));
-  h->ring = 0;
-  for (int r = 1; r < 6; r++)
-    if (h->t_kernel[r] < h->t_kernel[h->ring]) h->ring = r;
+  if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, h->t_kernel, h->t_kernel, 3, DSP_F32, DSP_REDUCE_SUM));
+  int best = 0;
+  for (int c = 1; c < 3; c++)
+    if (h->t_kernel[c] < h->t_kernel[best]) best = c;
+  h->ring = rings[best];
   return DSP_OK;
 }
 
@@ -747,14 +742,17 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
-  if (h->tune.kernel < 0 || h->tune.kernel > 6) {
+  if (h->tune.kernel < 0 || h->tune.kernel > 6 || (h->tune.kernel >= 2 && h->tune.kernel <= 4)) {
     const int k = h->tune.kernel;
     free(h);
-    return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL) outside 0-6", k);
+    return dsp_fail(DSP_ERR_ARG,
+                    "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL): 0 (fastest by timing), 1 (register), 5 "
+                    "(ring 4) or 6 (ring 5); ring kernels 1-3 (2-4) were removed",
+                    k);
   }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
   h->strict = h->tune.strict;
-  h->ring = h->strict ? 0 : h->tune.kernel >= 2 && h->tune.kernel <= 6 ? h->tune.kernel - 1 : 0;
+  h->ring = h->strict ? 0 : h->tune.kernel >= 5 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {

@@ -17,11 +17,11 @@ typedef struct {
   int force_collectives; /* 1: the multi-rank plan (NCCL calls in the graphs) even on one rank */
   int prefetch;          /* L2 prefetch distance in 16-row units, 0 = off; -1: default */
   int serpentine;        /* 1: odd steps walk their units backwards (L2 reuse); -1: default */
-  int kernel;            /* Markov step kernel: 1 register-streaming, 2 shared-memory ring (cuda/markov.h),
-                            3 ring 2 (one bulk copy per chunk), 4 ring 3 (W2 by tensor copies), 5 ring 4
-                            (chunks claimed dynamically, packed W2), 6 ring 5 (ring 4 with wgmma
-                            consumers where they apply; only after its check, else ring 4), 0 = the
-                            fastest of the six on this head, timed at creation; -1: default (0).
+  int kernel;            /* Markov step kernel (cuda/markov.h): 1 register-streaming, 5 ring 4 (chunks
+                            claimed dynamically, packed W2), 6 ring 5 (ring 4 with wgmma consumers where
+                            they apply; only after its check, else ring 4), 0 = the fastest of the three
+                            on this head, timed at creation; -1: default (0). 2-4 (ring kernels 1-3)
+                            were removed and are refused.
                             Strict mode always runs the register kernel. */
   int l2keep;            /* ring kernel 4: eighths of W2's chunks copied with an L2 evict_last policy (the
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */

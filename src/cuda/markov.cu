@@ -7,8 +7,6 @@
 #include "cuda/markov.h"
 #include "cuda/markov_wgmma.cuh"
 
-int dsp_mk_ring3_boxes = 0;
-
 typedef dsp_status (*mk_family_fn)(const dsp_mk_args *, const dsp_mk_launch *, cudaStream_t, int, size_t *, int *);
 
 static mk_family_fn mk_family(int sampling, int strict, int ring) {

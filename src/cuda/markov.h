@@ -94,35 +94,29 @@ typedef struct {
 
 typedef struct {
   int sampling, strict;
-  int ring;        /* 1: the ring kernel (below); 2: ring kernel 2 (one bulk copy per chunk, base rows by
-                      cp.async); 3: ring kernel 3 (W2 by tensor copies); 4: ring kernel 4 (chunks claimed
-                      dynamically, packed W2, base by tensor boxes); 5: ring kernel 5 (ring kernel 4 with
-                      warpgroup products where it applies, else ring kernel 4); 6: ring kernel 5 with the
-                      other warpgroup split (benchmarks); 0: the register kernel (always for strict) */
+  int ring;        /* 4: ring kernel 4 (below); 5: ring kernel 5 (ring kernel 4 with warpgroup products where
+                      it applies, else ring kernel 4); 6: ring kernel 5 with the other warpgroup split
+                      (benchmarks); 0: the register kernel (always for strict). Ring kernels 1-3 (a fixed
+                      range of units per block) were removed: bench/RESULTS.md has their history */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
 } dsp_mk_launch;
 
-/* Two kernels compute the same function with the same per-element order:
+/* The kernels compute the same function with the same per-element order:
  *   register kernel: every warp streams its units straight into registers
  *     (the next unit in flight while one computes) plus L2 prefetches; E in
  *     shared memory. Also runs strict mode.
- *   ring kernel: one producer warp per block copies the block's contiguous
- *     range of units (W2 rows and base rows, 4 units a chunk) into a ring of
- *     shared-memory stages with bulk asynchronous copies (cp.async.bulk,
- *     completing on mbarriers), running ahead across step boundaries; 8
- *     consumer warps keep their E fragments in registers, read W2 fragments
- *     from the ring and release each stage. The bytes in flight no longer
- *     depend on the registers: ~200 KB per SM.
- *   ring kernel 4: no block owns a fixed range: one producer thread per block
- *     claims 64-row chunks of each step from a global counter (three claims
- *     in flight), so a block that its memory serves slowly takes fewer chunks
- *     and the step ends when the last chunk does; a claim past the end puts an
- *     end-of-step marker in the ring. A chunk's W2 comes in one bulk copy
- *     (from w2p, W2 packed by chunks so that it lands in a conflict-free
+ *   ring kernel 4: a ring of shared-memory stages (~200 KB per SM) filled by
+ *     bulk asynchronous copies completing on mbarriers, running ahead across
+ *     step boundaries. No block owns a fixed range: one producer thread per
+ *     block claims 64-row chunks of each step from a global counter (three
+ *     claims in flight), so a block that its memory serves slowly takes fewer
+ *     chunks and the step ends when the last chunk does; a claim past the end
+ *     puts an end-of-step marker in the ring. A chunk's W2 comes in one bulk
+ *     copy (from w2p, W2 packed by chunks so that it lands in a conflict-free
  *     layout; or the plain rows) and its base rows in one tensor box per unit,
- *     so no thread issues per-row copies (ring kernel 3's 16-byte base copies
- *     capped its streaming at ~2.8 TB/s). Each consumer warp runs the two n8
+ *     so no thread issues per-row copies. 8 consumer warps keep their E
+ *     fragments in registers; each runs the two n8
  *     tiles of a unit as two interleaved mma chains (each chain's order
  *     unchanged); every consumer thread releases the stages it read. Optional
  *     L2 hints (keep8).
@@ -147,8 +141,6 @@ dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, 
 /* tokens[b] = id of max_r keys[r * bq + b] (0 when no candidate), b < bq. */
 dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
                                   cudaStream_t s);
-/* Tensor copies per chunk the last ring-3 launch used (1: the 3-D view, 8: the 2-D fallback; 0: none yet). */
-extern int dsp_mk_ring3_boxes;
 /* W2 packed for ring kernels 4-5: chunk c (rows 64c .. 64c + 63 of w2's
  * [rows][RP]) becomes one contiguous 32 KB block in wgmma's 64-byte-swizzled
  * K-major layout with the k pairs permuted as the mma.sync fragments group

@@ -1,9 +1,12 @@
-/* Ring kernel 4 of the fused Markov step (markov.h): ring kernel 3's stages,
- * tensor copies and epilogue, with the chunks of every step claimed from a
- * global counter instead of a fixed range per block (three claims in flight
- * per producer). Per element it runs the
- * same fragments through the same 16 mma groups in the same order, so it
- * agrees with every other tensor-core kernel bit for bit. Included after
+/* Ring kernels 4-5 of the fused Markov step (markov.h). No block owns a fixed
+ * range: one producer thread per block claims 64-row chunks of every step
+ * from a global counter (three claims in flight) and lands each chunk's
+ * packed W2 by one bulk copy and its base rows by one tensor box per unit;
+ * a claim past the end marks the step's end in the ring. Ring kernel 4's
+ * consumers are 8 mma.sync warps; ring kernel 5's are wgmma warpgroups
+ * (greedy fast path). Per element both run the same 16 k groups in the same
+ * order and slots, so they agree with every other tensor-core kernel bit for
+ * bit (ring 5: where dsp_cuda_markov_wgmma_check passes). Included after
  * markov_ring.cuh. CUDA C++ only. */
 #ifndef DSP_CUDA_MARKOV_DYN_CUH
 #define DSP_CUDA_MARKOV_DYN_CUH
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       rd_merge_wg<WGN>(a, fbw, warp >> 2, g, q, sbest);
       if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast)) rd_gather_e(a, sprev, se, tid);
     } else {
-      rg_step_end<MT>(a, ks, nsteps, fast, 0, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
+      rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
                       af);
     }
     if (trace && tid == 0) {

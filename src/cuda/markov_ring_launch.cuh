@@ -1,5 +1,5 @@
-/* Host side of the ring kernels (markov_ring.cuh, markov_dyn.cuh): stage
- * count, the W2 tensor map, instance choice by padded batch and launch.
+/* Host side of ring kernels 4-5 (markov_ring.cuh, markov_dyn.cuh): stage
+ * count, the base tensor map, instance choice by padded batch and launch.
  * CUDA C++ only. */
 #ifndef DSP_CUDA_MARKOV_RING_LAUNCH_CUH
 #define DSP_CUDA_MARKOV_RING_LAUNCH_CUH
@@ -19,10 +19,7 @@ inline int rg_stages_for(int bq, bool sampling) {
   return s > RG_MAXS ? RG_MAXS : s;
 }
 
-/* The tensor map of W2 for V 3: a 3-D view (32 k, rows, 8 k blocks) with box
- * (32, 64, 8), so one copy lands a chunk as [k block][row][32]; where the driver
- * refuses that view, a 2-D one (256 k, rows) with box (32, 64), 8 copies per
- * chunk, same placement. */
+/* The driver's tensor-map encoder, through the runtime (NULL where absent). */
 inline PFN_cuTensorMapEncodeTiled_v12000 rg_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
     void *p = NULL;
@@ -37,39 +34,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 rg_encoder() {
   return enc;
 }
 
-inline dsp_status rg_w2_map(const dsp_mk_args *a, CUtensorMap *tm, int *nbox) {
-  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
-  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: no cuTensorMapEncodeTiled");
-  const cuuint64_t rows = (cuuint64_t)a->nseg * (cuuint64_t)a->seg_rows;
-  const cuuint32_t es[3] = {1, 1, 1};
-  {
-    const cuuint64_t dims[3] = {32, rows, KB}, strides[2] = {RP * 2, 64};
-    const cuuint32_t box[3] = {32, RG_C * UNIT, KB};
-    if (enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->w2, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-        CUDA_SUCCESS) {
-      *nbox = 1;
-      dsp_mk_ring3_boxes = 1;
-      return DSP_OK;
-    }
-  }
-  const cuuint64_t dims[2] = {RP, rows}, strides[1] = {RP * 2};
-  const cuuint32_t box[2] = {32, RG_C * UNIT};
-  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->w2, dims, strides, box, es,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 3: cuTensorMapEncodeTiled failed (%d)", (int)r);
-  *nbox = KB;
-  dsp_mk_ring3_boxes = KB;
-  return DSP_OK;
-}
-
 /* The tensor map of the base logits for ring kernel 4: (columns ld, rows
  * k_end * bq, segments nseg) with box (16, bq, 1): one unit's base rows of one
  * step and segment, landing as [bq][16]. */
 inline dsp_status rd_base_map(const dsp_mk_args *a, CUtensorMap *tm) {
   const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
-  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 4: no cuTensorMapEncodeTiled");
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernels 4-5: no cuTensorMapEncodeTiled");
   const cuuint64_t rows = (cuuint64_t)a->k_end * (cuuint64_t)a->bq;
   const cuuint64_t dims[3] = {(cuuint64_t)a->ld, rows, (cuuint64_t)a->nseg};
   const cuuint64_t strides[2] = {(cuuint64_t)a->ld * 2,
@@ -111,73 +81,54 @@ inline bool rd_wg_applies(const dsp_mk_args *a, int mt, bool sampling) {
 template <int MT, bool SAMPLING>
 dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query, size_t *smem,
                         int *occ) {
-  typedef void (*rg_fn)(const dsp_mk_args, const CUtensorMap, const int);
-  const int ver = l ? l->ring : 1;
-  const rg_fn kern = ver == 3 ? rg_kernel<MT, SAMPLING, 3> : ver == 2 ? rg_kernel<MT, SAMPLING, 2> : rg_kernel<MT, SAMPLING, 1>;
-  /* ring kernel 5: one computing warpgroup up to bq 32, two above (bench_tail on an H200:
-   * bq 32 0.169 vs 0.186 ms, bq 64 0.221 vs 0.202 ms); ver 6 takes the other split (benchmarks) */
-  const bool wg1 = (ver == 5) == (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
-  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>, kern5 = wg1 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
+  const rd_fn kern4 = rd_kernel<MT, SAMPLING, 0>;
   if (query) {
     const int st = rg_stages_for(a->bq, SAMPLING);
     if (st < 2) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel: shared memory too small for 2 stages");
     const size_t bytes = rg_smem(a->bq, SAMPLING, st).total;
-    /* the instance serves several buckets (different bq, stages): allow the most */
+    /* the instances serve several buckets (different bq, stages): allow the most */
     int dev = 0, optin = 0;
     cudaFuncAttributes fa;
     DSP_CUDA_TRY(cudaGetDevice(&dev));
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kern));
-    DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      optin - (int)fa.sharedSizeBytes));
-    { /* the other ring instances have the same layout: raise their limits too */
-      const rg_fn ks[2] = {rg_kernel<MT, SAMPLING, 2>, rg_kernel<MT, SAMPLING, 3>};
-      cudaFuncAttributes f2;
-      for (int i = 0; i < 2; i++) {
-        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, ks[i]));
-        DSP_CUDA_TRY(cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          optin - (int)f2.sharedSizeBytes));
-      }
-      for (rd_fn kd : {kern4, rd_wg_kernel<MT, SAMPLING>(), rd_wg1_kernel<MT, SAMPLING>()}) {
-        if (!kd) continue;
-        DSP_CUDA_TRY(cudaFuncGetAttributes(&f2, kd));
-        DSP_CUDA_TRY(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          optin - (int)f2.sharedSizeBytes));
-      }
+    for (rd_fn kd : {kern4, rd_wg_kernel<MT, SAMPLING>(), rd_wg1_kernel<MT, SAMPLING>()}) {
+      if (!kd) continue;
+      DSP_CUDA_TRY(cudaFuncGetAttributes(&fa, kd));
+      DSP_CUDA_TRY(cudaFuncSetAttribute(kd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes));
     }
-    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern, RG_THREADS, bytes));
+    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, kern4, RG_THREADS, bytes));
     *smem = bytes;
     occ[1] = st; /* the caller passes int occ[2] */
     return DSP_OK;
   }
+  const int ver = l->ring;
+  if (ver < 4 || ver > 6) return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel %d: only ring kernels 4-5 exist", ver);
   if (a->stages < 2 || a->stages > RG_MAXS)
     return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
+  /* ring kernel 5: one computing warpgroup up to bq 32, two above (bench_tail on an H200:
+   * bq 32 0.169 vs 0.186 ms, bq 64 0.221 vs 0.202 ms); ver 6 takes the other split (benchmarks) */
+  const bool wg1 = (ver == 5) == (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
+  const rd_fn kern5 = wg1 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
   cudaLaunchAttribute attr;
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
+  dsp_mk_args b = *a;
+  rd_fn kern = kern4;
+  size_t bytes = rg_smem(a->bq, SAMPLING, a->stages).total;
   if (ver >= 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
     /* E takes shared memory: as many of the stages asked for as then fit */
     int dev = 0, optin = 0;
     DSP_CUDA_TRY(cudaGetDevice(&dev));
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    dsp_mk_args b = *a;
     while (b.stages > 2 && rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin) b.stages--;
     if (rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin)
       return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 5: shared memory too small for 2 stages and E");
-    const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rd_smem_wg(b.bq, b.stages), s, &attr);
-    DSP_TRY(rd_base_map(&b, &tm));
-    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern5, b, tm));
-    return DSP_OK;
+    kern = kern5;
+    bytes = rd_smem_wg(b.bq, b.stages);
   }
-  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, rg_smem(a->bq, SAMPLING, a->stages).total, s, &attr);
-  int nbox = 1;
-  if (ver >= 4) {
-    DSP_TRY(rd_base_map(a, &tm));
-    DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern4, *a, tm));
-    return DSP_OK;
-  }
-  if (ver == 3) DSP_TRY(rg_w2_map(a, &tm, &nbox));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a, tm, nbox));
+  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, bytes, s, &attr);
+  DSP_TRY(rd_base_map(&b, &tm));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, b, tm));
   return DSP_OK;
 }
 
