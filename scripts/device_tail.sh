@@ -1,8 +1,12 @@
 #!/bin/bash
 # One call on a GPU machine, from the repository root: build the CUDA backend,
-# run bench_tail (the tail kernels alone, with ring kernel 4's per-step trace)
-# and the GPU head tests; with MODE=bench also bench_cuda_head and the PyTorch
-# peer. Logs go to $OUT; the last lines printed are the summary.
+# run bench_tail (the tail kernels alone, with ring kernels 4-5's per-step
+# trace) and the GPU head tests; with MODE=bench also bench_cuda_head and the
+# PyTorch peer. nvidia-smi logs clocks, power and throttle reasons meanwhile.
+# Knobs: TAIL_ARGS (bench_tail argument sets separated by '|'), TESTS=0,
+# FORCE_TAILS (DSPARK_CUDA_TAIL values to rerun the tests with, default "5 6"),
+# SAN=1 and SAN_TAIL (compute-sanitizer on that kernel), NCU=1. Logs go to
+# $OUT; the last lines printed are the summary.
 set -u
 OUT=${OUT:-/tmp/dspark_out}
 MODE=${MODE:-tail}
