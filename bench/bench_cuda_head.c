@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
   w.w2_local = w.w2_full;
   w.has_w2_full = 1;
 
-  variant vs[24];
+  variant vs[20];
   int nv = 0;
 #define ADD(nm, pth, bc, ...)                    \
   do {                                           \

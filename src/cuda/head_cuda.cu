@@ -63,7 +63,8 @@ struct dsp_cuda_head {
   dsp_path greedy_path;
   int strict, ring, coop, sms; /* ring: 0 register kernel, 4-5 ring kernels 4-5 (markov_dyn.cuh) */
   float t_kernel[3];     /* tail ms of the register kernel and ring kernels 4, 5 when chosen by timing (0: not timed) */
-  long long wg_compared, wg_differ; /* ring kernel 5's check (dsp_cuda_markov_wgmma_check); -1: refused */
+  long long wg_compared, wg_differ; /* ring kernel 5's check here (dsp_cuda_markov_wgmma_check); -1: could not run */
+  int wg_ok;             /* the check passed on every rank: ring kernel 5 may run */
   cudaStream_t stream;
   dsp_cuda_lm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
@@ -401,7 +402,8 @@ static void make_report(dsp_cuda_head *h) {
       snprintf(h->report + n, sizeof h->report - n, "; ring kernel 5 not run (its wgmma check could not run here)");
     else
       snprintf(h->report + n, sizeof h->report - n, "; wgmma check: %lld of %lld products differ from mma.sync%s",
-               h->wg_differ, h->wg_compared, h->wg_differ ? " (ring kernel 5 not used)" : "");
+               h->wg_differ, h->wg_compared,
+               h->wg_ok ? "" : h->wg_differ ? " (ring kernel 5 not used)" : " (failed on another rank: ring kernel 5 not used)");
   }
 }
 
@@ -572,16 +574,15 @@ static dsp_status wg_check(dsp_cuda_head *h) {
     if (dsp_cuda_markov_wgmma_check(bq, 2 * h->sms, &c, &d) != DSP_OK) {
       cudaGetLastError();
       h->wg_compared = -1;
-      bad = 1.0f;
       break;
     }
     h->wg_compared += c;
     h->wg_differ += d;
   }
-  bad += (float)h->wg_differ;
+  if (h->wg_compared <= 0 || h->wg_differ) bad = 1.0f;
   if (h->multi) DSP_TRY(dsp_comm_allreduce(h->comm, &bad, &bad, 1, DSP_F32, DSP_REDUCE_SUM));
-  if (bad > 0 && h->ring == 5) h->ring = 4;
-  if (bad > 0 && h->wg_compared >= 0 && !h->wg_differ) h->wg_differ = -1; /* another rank's check failed */
+  h->wg_ok = bad == 0.0f;
+  if (!h->wg_ok && h->ring == 5) h->ring = 4;
   return DSP_OK;
 }
 
@@ -599,7 +600,7 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   dsp_status s = DSP_OK;
   for (int c = 0; c < 3 && s == DSP_OK; c++) {
     h->ring = rings[c];
-    if (c == 2 && (h->wg_differ || h->wg_compared <= 0)) { /* ring kernel 5 refused by its check */
+    if (c == 2 && !h->wg_ok) { /* ring kernel 5 refused by its check */
       h->t_kernel[2] = 1e30f;
       continue;
     }
