@@ -9,7 +9,14 @@
  * --warm 1 leaves the 256 MB write out (L2 keeps what the last launch left);
  * --graph 1 replays the launch and its two memsets as a CUDA graph, as the
  * head does (no trace then).
- * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] */
+ * --heat 1 runs, instead of the write, the LM head's product (cuda/lm_head.h,
+ * batch x gamma rows, hidden 7168, this vocabulary) before each launch: the
+ * tail then starts where it does in the head, at the clock the power
+ * controller leaves after that product, with L2 full of its data.
+ * --only I runs variant I (0-based, of the table's order) after the register
+ * kernel (the tokens' reference) and no other.
+ * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] [--heat 0]
+ *                   [--only -1] */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +26,7 @@
 
 #include "bench_util.h"
 #include "core/status.h"
+#include "cuda/lm_head.h"
 #include "cuda/markov.h"
 
 typedef struct {
@@ -27,11 +35,12 @@ typedef struct {
 } variant;
 
 int main(int argc, char **argv) {
-  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0;
+  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
               : !strcmp(argv[i], "--reps") ? &reps : !strcmp(argv[i], "--warm") ? &warm
-              : !strcmp(argv[i], "--graph") ? &graph : NULL;
+              : !strcmp(argv[i], "--graph") ? &graph : !strcmp(argv[i], "--heat") ? &heat
+              : !strcmp(argv[i], "--only") ? &only : NULL;
     if (!d) {
       fprintf(stderr, "bench_tail: unknown option %s\n", argv[i]);
       return 2;
@@ -74,6 +83,27 @@ int main(int argc, char **argv) {
   fill(h, nw, 3, 1.0f / 16.0f * 1.7f); /* W2 rows past V stay random: their ids are not real, never selected */
   CK(cudaMemcpy(w2, h, nw * 2, cudaMemcpyHostToDevice));
   CKD(dsp_cuda_markov_pack_w2(w2, rows, w2p, 0));
+  /* --heat: the LM head's product, as the head runs it before the tail */
+  const int64_t HID = 7168, LM_M = G * B;
+  dsp_cuda_lm *lm = NULL;
+  uint16_t *lm_w = NULL, *lm_a = NULL, *lm_out = NULL;
+  if (heat) {
+    CK(cudaMalloc((void **)&lm_w, (size_t)rows * HID * 2));
+    CK(cudaMalloc((void **)&lm_a, (size_t)LM_M * HID * 2));
+    CK(cudaMalloc((void **)&lm_out, (size_t)LM_M * rows * 2));
+    uint16_t *hl = malloc((size_t)HID * 65536 * 2);
+    if (!hl) return 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += 65536) { /* random, like real weights: zeros draw less power */
+      const int64_t n = rows - r0 < 65536 ? rows - r0 : 65536;
+      fill(hl, (size_t)(n * HID), 10 + (uint64_t)r0, 0.02f);
+      CK(cudaMemcpy(lm_w + r0 * HID, hl, (size_t)(n * HID) * 2, cudaMemcpyHostToDevice));
+    }
+    fill(hl, (size_t)(LM_M * HID), 9, 1.7f);
+    CK(cudaMemcpy(lm_a, hl, (size_t)(LM_M * HID) * 2, cudaMemcpyHostToDevice));
+    free(hl);
+    CKD(dsp_cuda_lm_create(rows, HID, 0, DSP_LM_PREFERRED, &lm));
+    CKD(dsp_cuda_lm_prepare(lm, LM_M));
+  }
   fill(h, nw, 2, 1.7f);
   CK(cudaMemcpy(w1, h, nw * 2, cudaMemcpyHostToDevice));
   fill(h, nb, 4, 3.0f);
@@ -88,7 +118,9 @@ int main(int argc, char **argv) {
   printf("device %s, %d SMs, L2 %d MiB (persisting max %d MiB); batch %d, gamma %ld, vocab %ld; ring stages %d; "
          "%ld reps per variant, %s, %s\n",
          prop.name, sms, prop.l2CacheSize >> 20, prop.persistingL2CacheMaxSize >> 20, bq, G, V, stages, reps,
-         warm ? "warm L2 (no write between launches)" : "a 256 MB write before each", graph ? "graph replays" : "stream launches");
+         heat ? "the LM head's product before each" : warm ? "warm L2 (no write between launches)"
+                                                      : "a 256 MB write before each",
+         graph ? "graph replays" : "stream launches");
 
   const variant vs[] = {
       {"register", 0, 0, 1, 0, 0, 0, 0},
@@ -111,6 +143,7 @@ int main(int argc, char **argv) {
   const double step_bytes = (double)rows * DSP_MK_RP * 2 + (double)bq * rows * 2;
   int bad = 0;
   for (int i = 0; i < nv; i++) {
+    if (only >= 0 && i != 0 && i != only) continue;
     const variant *v = &vs[i];
     CK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, v->setaside ? (size_t)prop.persistingL2CacheMaxSize : 0));
     dsp_mk_args a;
@@ -134,7 +167,10 @@ int main(int argc, char **argv) {
     const int traced = v->trace && !graph;
     for (int r = -3; r < (int)reps + traced; r++) {
       a.trace = r == (int)reps ? trace : NULL;
-      if (!warm) CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
+      if (heat)
+        CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, LM_M, rows, st));
+      else if (!warm)
+        CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
       CK(cudaEventRecord(ev[2 * (r + 3)], st));
       if (ge) {
         CK(cudaGraphLaunch(ge, st));

@@ -3,9 +3,10 @@
 # run bench_tail (the tail kernels alone, with ring kernels 4-5's per-step
 # trace) and the GPU head tests; with MODE=bench also bench_cuda_head and the
 # PyTorch peer. nvidia-smi logs clocks, power and throttle reasons meanwhile.
-# Knobs: TAIL_ARGS (bench_tail argument sets separated by '|'), TESTS=0,
+# Knobs: TAIL_ARGS (bench_tail argument sets separated by '|'; none: skip), TESTS=0,
 # FORCE_TAILS (DSPARK_CUDA_TAIL values to rerun the tests with, default "5 6"),
-# SAN=1 and SAN_TAIL (compute-sanitizer on that kernel), NCU=1. Logs go to
+# SAN=1 and SAN_TAIL (compute-sanitizer on that kernel), NCU=1, LM_ARGS (run
+# bench_lm, the cuBLASLt sweep, with these arguments; "-" for defaults). Logs go to
 # $OUT; the last lines printed are the summary.
 set -u
 OUT=${OUT:-/tmp/dspark_out}
@@ -16,7 +17,7 @@ stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
 stamp build
 if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build build-gpu -j16 --target dspark test_cuda_head bench_tail bench_cuda_head; } > "$OUT/build.log" 2>&1; then
+       cmake --build build-gpu -j16 --target dspark test_cuda_head bench_tail bench_cuda_head bench_lm; } > "$OUT/build.log" 2>&1; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 BIN=build-gpu/tests; [ -x $BIN/bench_tail ] || BIN=build-gpu
@@ -27,11 +28,18 @@ SMI=$!
 # TAIL_ARGS: one or more argument sets for bench_tail, separated by '|'
 IFS='|' read -ra RUNS <<< "${TAIL_ARGS:-}"
 [ ${#RUNS[@]} = 0 ] && RUNS=("")
+[ "${TAIL_ARGS:-}" = none ] && RUNS=()
 for i in "${!RUNS[@]}"; do
   stamp "bench_tail ${RUNS[$i]}"
   timeout 200 $BIN/bench_tail ${RUNS[$i]} > "$OUT/bench_tail_$i.log" 2>&1
   head -80 "$OUT/bench_tail_$i.log"
 done
+if [ -n "${LM_ARGS:-}" ]; then
+  stamp "bench_lm ${LM_ARGS}"
+  [ "$LM_ARGS" = - ] && LM_ARGS=
+  timeout 300 $BIN/bench_lm $LM_ARGS > "$OUT/bench_lm.log" 2>&1
+  echo "bench_lm rc=$?"; tail -22 "$OUT/bench_lm.log"
+fi
 if [ "${NCU:-0}" = 1 ]; then
   stamp "ncu (ring kernel 4, one launch) and its SASS"
   timeout 240 ncu --clock-control none -k regex:rd_kernel -c 1 --set full --import-source no -o /tmp/rd -f \

@@ -675,37 +675,53 @@ static void t_lm_invariance(void **st) {
   assert_int_equal(cudaMalloc(&o3, (size_t)(M * N) * 2), cudaSuccess);
   cudaMemcpy(da, a, (size_t)(M * K) * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
-  dsp_cuda_lm *full = NULL, *shard = NULL;
-  assert_int_equal(dsp_cuda_lm_create(N, K, 0, &full), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_create(1024, K, 0, &shard), DSP_OK);
-  print_message("LM head: %s\n", dsp_cuda_lm_describe(full));
-  assert_int_equal(dsp_cuda_lm_prepare(full, M), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_prepare(full, 112), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_prepare(shard, M), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_run(full, da, dw, o1, M, N, 0), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_run(full, da, dw, o2, 112, N, 0), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_run(shard, da, (uint16_t *)dw + 2048 * K, o3, M, 1024, 0), DSP_OK);
-  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-  uint16_t *h1 = malloc((size_t)(M * N) * 2), *h2 = malloc((size_t)(112 * N) * 2), *h3 = malloc((size_t)(M * 1024) * 2);
-  cudaMemcpy(h1, o1, (size_t)(M * N) * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(h2, o2, (size_t)(112 * N) * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(h3, o3, (size_t)(M * 1024) * 2, cudaMemcpyDeviceToHost);
-  assert_memory_equal(h1, h2, (size_t)(112 * N) * 2); /* rows of M = 112 inside M = 896 */
-  long shard_diff = 0, cpu_diff = 0;
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t j = 0; j < 1024; j++) shard_diff += h3[i * 1024 + j] != h1[i * N + 2048 + j];
-  for (int64_t i = 0; i < 64; i++)
-    for (int64_t j = 0; j < N; j++) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; k++) acc = fmaf(tr_val(a[i * K + k]), tr_val(w[j * K + k]), acc);
-      cpu_diff += tr_bits(acc) != h1[i * N + j];
-    }
-  print_message("LM head: shard [2048, 3072) vs full: %ld differ; vs CPU order (64 rows): %ld of %lld differ\n",
-                shard_diff, cpu_diff, (long long)(64 * N));
-  assert_int_equal(shard_diff, 0);
-  assert_true(cpu_diff * 20 < 64 * N);
-  dsp_cuda_lm_free(full);
-  dsp_cuda_lm_free(shard);
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  const int sm90 = major == 9 && minor == 0;
+  for (int choice = DSP_LM_PREFERRED; choice <= DSP_LM_HEURISTIC; choice++) {
+    uint16_t *h1, *h2, *h3;
+    dsp_cuda_lm *full = NULL, *shard = NULL;
+    assert_int_equal(dsp_cuda_lm_create(N, K, 0, choice, &full), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_create(1024, K, 0, choice, &shard), DSP_OK);
+    print_message("LM head: %s\n", dsp_cuda_lm_describe(full));
+    if (choice == DSP_LM_PREFERRED && sm90) /* the fixed sm_90 configuration must be the one tested */
+      assert_non_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
+    if (choice == DSP_LM_HEURISTIC) assert_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
+    assert_int_equal(dsp_cuda_lm_prepare(full, M), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_prepare(full, 112), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_prepare(shard, M), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_run(full, da, dw, o1, M, N, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_run(full, da, dw, o2, 112, N, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_run(shard, da, (uint16_t *)dw + 2048 * K, o3, M, 1024, 0), DSP_OK);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    h1 = malloc((size_t)(M * N) * 2);
+    h2 = malloc((size_t)(112 * N) * 2);
+    h3 = malloc((size_t)(M * 1024) * 2);
+    cudaMemcpy(h1, o1, (size_t)(M * N) * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(h2, o2, (size_t)(112 * N) * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(h3, o3, (size_t)(M * 1024) * 2, cudaMemcpyDeviceToHost);
+    assert_memory_equal(h1, h2, (size_t)(112 * N) * 2); /* rows of M = 112 inside M = 896 */
+    long shard_diff = 0, cpu_diff = 0;
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < 1024; j++) shard_diff += h3[i * 1024 + j] != h1[i * N + 2048 + j];
+    for (int64_t i = 0; i < 64; i++)
+      for (int64_t j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) acc = fmaf(tr_val(a[i * K + k]), tr_val(w[j * K + k]), acc);
+        cpu_diff += tr_bits(acc) != h1[i * N + j];
+      }
+    print_message("LM head: shard [2048, 3072) vs full: %ld differ; vs CPU order (64 rows): %ld of %lld differ\n",
+                  shard_diff, cpu_diff, (long long)(64 * N));
+    assert_int_equal(shard_diff, 0);
+    assert_true(cpu_diff * 20 < 64 * N);
+    dsp_cuda_lm_free(full);
+    dsp_cuda_lm_free(shard);
+    free(h1);
+    free(h2);
+    free(h3);
+  }
   cudaFree(da);
   cudaFree(dw);
   cudaFree(o1);
@@ -713,9 +729,6 @@ static void t_lm_invariance(void **st) {
   cudaFree(o3);
   free(a);
   free(w);
-  free(h1);
-  free(h2);
-  free(h3);
 }
 
 /* ---- errors are statuses, not crashes ------------------------------------------- */

@@ -112,7 +112,7 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->serpentine = -1;
   t->kernel = -1;
   t->l2keep = -1;
-  t->lm_autotune = 0;
+  t->lm_choice = 0;
 }
 
 static dsp_status dev_alloc(dsp_cuda_head *h, void **p, size_t bytes) {
@@ -534,7 +534,8 @@ static dsp_status autotune_lm(dsp_cuda_head *h) {
 /* Kernel instances, launch sizes and the LM-head algorithm for every bucket. */
 static dsp_status prepare_kernels(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, h->device));
-  DSP_TRY(dsp_cuda_lm_create(h->vrp, h->hp, h->strict, &h->lm));
+  DSP_TRY(dsp_cuda_lm_create(h->vrp, h->hp, h->strict, h->tune.lm_choice == 2 ? DSP_LM_HEURISTIC : DSP_LM_PREFERRED,
+                              &h->lm));
   for (int i = 0; i < h->nb; i++) {
     cu_bucket *b = &h->bk[i];
     DSP_TRY(dsp_cuda_lm_prepare(h->lm, gamma_of(h) * b->bq));
@@ -691,7 +692,7 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
     DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
   }
   DSP_TRY(prepare_kernels(h));
-  if (h->tune.lm_autotune) DSP_TRY(autotune_lm(h));
+  if (h->tune.lm_choice == 1) DSP_TRY(autotune_lm(h));
   if (h->tune.graphs) {
     h->coop = dsp_cuda_markov_coop_capturable(h->stream);
   } else {

@@ -25,8 +25,10 @@ typedef struct {
                             Strict mode always runs the register kernel. */
   int l2keep;            /* ring kernel 4: eighths of W2's chunks copied with an L2 evict_last policy (the
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */
-  int lm_autotune;       /* 1: time the LM head's candidate algorithms at creation and keep the fastest
-                            (benchmarks; 0, the default, keeps the heuristic's first: see cuda/lm_head.h) */
+  int lm_choice;         /* LM-head algorithm: 0 the pinned default (sm_90's preferred configuration where
+                            cuBLASLt runs it, else the heuristic's first: see cuda/lm_head.h); 1 time the
+                            candidates at creation and keep the fastest (benchmarks); 2 the heuristic's
+                            first even on sm_90 (benchmarks) */
 } dsp_cuda_tuning;
 
 void dsp_cuda_tuning_default(dsp_cuda_tuning *t);

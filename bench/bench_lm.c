@@ -1,0 +1,241 @@
+/* Sweep of cuBLASLt configurations for the LM-head product (cuda/lm_head.h):
+ * out[m][n] = a[m][k] . w[n][k], bf16 operands, fp32 accumulate, bf16 out,
+ * arranged as lm_head.cu arranges it (cuBLASLt's M = vocabulary rows, N =
+ * token rows). Every algorithm id, tile, stage count and cluster shape that
+ * cuBLASLt accepts single-pass (split-K 1, no reduction, workspace <= 4 MiB)
+ * is timed once; the fastest 12 and the head's two choices (the preferred
+ * sm_90 configuration and the heuristic's first) are then timed again in rounds that alternate between them (medians), so
+ * the card's power-cap clock drift falls on all of them alike. Question it
+ * answers: does a tile whose token side fits M exactly (224 = 32 x 7) beat the
+ * pinned 256x128 tile, which pads 224 token rows to 256?
+ * BENCH_LM_ALL=1 prints every configuration's single timing.
+ * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "cuda/lm_head.h"
+
+#define CKL(call)                                                                                          \
+  do {                                                                                                     \
+    cublasStatus_t e_ = (call);                                                                            \
+    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasLtGetStatusString(e_));          \
+      exit(1);                                                                                             \
+    }                                                                                                      \
+  } while (0)
+
+#define MAXCFG 4096
+#define WS_LIMIT ((size_t)4 << 20)
+
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  int id;
+  uint32_t tile, stages;
+  uint16_t cluster;
+  size_t ws;
+  float once, med;
+} config;
+
+static cublasLtHandle_t lt;
+static cublasLtMatmulDesc_t op;
+static cublasLtMatrixLayout_t la, lb, ld;
+static void *dw, *da, *dout, *dws;
+static cudaStream_t st;
+static cudaEvent_t e0, e1;
+
+static float time_algo(const cublasLtMatmulAlgo_t *algo, size_t ws, int reps) {
+  const float alpha = 1.0f, beta = 0.0f;
+  float t[64];
+  if (reps > 64) reps = 64;
+  for (int r = 0; r < reps; r++) {
+    CK(cudaEventRecord(e0, st));
+    CKL(cublasLtMatmul(lt, op, &alpha, dw, la, da, lb, &beta, dout, ld, dout, ld, algo, dws, ws, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&t[r], e0, e1));
+  }
+  return median(t, reps);
+}
+
+static int by_once(const void *x, const void *y) {
+  float a = ((const config *)x)->once, b = ((const config *)y)->once;
+  return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv) {
+  long M = 224, N = 163840, K = 7168, rounds = 5, reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    long *d = !strcmp(argv[i], "--m") ? &M : !strcmp(argv[i], "--n") ? &N : !strcmp(argv[i], "--k") ? &K
+              : !strcmp(argv[i], "--rounds") ? &rounds : !strcmp(argv[i], "--reps") ? &reps : NULL;
+    if (!d) {
+      fprintf(stderr, "bench_lm: unknown option %s\n", argv[i]);
+      return 2;
+    }
+    *d = atol(argv[i + 1]);
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("bench_lm: no CUDA device\n");
+    return 77;
+  }
+  if (M < 1 || N < 8 || K < 8 || N % 8 || K % 8 || rounds < 1 || rounds > 50 || reps < 1 || reps > 64) {
+    fprintf(stderr, "bench_lm: m >= 1, n and k positive multiples of 8, rounds 1..50, reps 1..64\n");
+    return 2;
+  }
+  const size_t nw = (size_t)N * K, na = (size_t)M * K;
+  uint16_t *h = malloc(nw * 2);
+  if (!h) return 1;
+  CK(cudaMalloc(&dw, nw * 2));
+  CK(cudaMalloc(&da, na * 2));
+  CK(cudaMalloc(&dout, (size_t)M * N * 2));
+  CK(cudaMalloc(&dws, WS_LIMIT));
+  fill(h, nw, 1, 0.05f);
+  CK(cudaMemcpy(dw, h, nw * 2, cudaMemcpyHostToDevice));
+  fill(h, na, 2, 1.0f);
+  CK(cudaMemcpy(da, h, na * 2, cudaMemcpyHostToDevice));
+  free(h);
+  CK(cudaStreamCreate(&st));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  CKL(cublasLtCreate(&lt));
+  CKL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CKL(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K));
+  CKL(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K));
+  CKL(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));
+
+  int ids[256], nid = 0;
+  CKL(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               CUDA_R_16BF, 256, ids, &nid));
+  static config cfg[MAXCFG];
+  int ncfg = 0, tried = 0;
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1};
+  for (int a = 0; a < nid; a++) {
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               CUDA_R_16BF, ids[a], &base) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    size_t sz = 0;
+    uint32_t tiles[1024], stages[256];
+    int nt = 1, ns = 1;
+    tiles[0] = CUBLASLT_MATMUL_TILE_UNDEFINED;
+    stages[0] = CUBLASLT_MATMUL_STAGES_UNDEFINED;
+    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, NULL, 0, &sz) == CUBLAS_STATUS_SUCCESS &&
+        sz > 0 && sz <= sizeof tiles) {
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sz, &sz);
+      nt = (int)(sz / 4);
+    }
+    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, NULL, 0, &sz) ==
+            CUBLAS_STATUS_SUCCESS &&
+        sz > 0 && sz <= sizeof stages) {
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, sz, &sz);
+      ns = (int)(sz / 4);
+    }
+    for (int t = 0; t < nt; t++)
+      for (int s = 0; s < ns; s++)
+        for (int c = 0; c < 4 && ncfg < MAXCFG; c++) {
+          cublasLtMatmulAlgo_t al = base;
+          const int32_t one = 1;
+          const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+          cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], 4);
+          cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[s], 4);
+          cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, 4);
+          cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, 4);
+          if (cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &clusters[c], 2) !=
+                  CUBLAS_STATUS_SUCCESS &&
+              c > 0)
+            continue;
+          tried++;
+          cublasLtMatmulHeuristicResult_t r;
+          if (cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &al, &r) != CUBLAS_STATUS_SUCCESS ||
+              r.workspaceSize > WS_LIMIT)
+            continue;
+          config *q = &cfg[ncfg++];
+          q->algo = al;
+          q->id = ids[a];
+          q->tile = tiles[t];
+          q->stages = stages[s];
+          q->cluster = clusters[c];
+          q->ws = r.workspaceSize;
+        }
+  }
+  printf("bench_lm: M %ld (tokens), N %ld (vocabulary), K %ld; %d algorithm ids, %d configurations tried, %d "
+         "accepted single-pass\n",
+         M, N, K, nid, tried, ncfg);
+  /* the head's pinned configuration, through the head's own code */
+  dsp_cuda_lm *lms[2] = {NULL, NULL};
+  for (int c = 0; c < 2; c++) {
+    CKD(dsp_cuda_lm_create(N, K, 0, c ? DSP_LM_HEURISTIC : DSP_LM_PREFERRED, &lms[c]));
+    CKD(dsp_cuda_lm_prepare(lms[c], M));
+    printf("%s: %s\n", c ? "heuristic's first" : "head default", dsp_cuda_lm_describe(lms[c]));
+  }
+  fflush(stdout);
+
+  /* pass 1: every accepted configuration once (after one untimed run) */
+  int ok = 0;
+  for (int i = 0; i < ncfg; i++) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t e = cublasLtMatmul(lt, op, &alpha, dw, la, da, lb, &beta, dout, ld, dout, ld, &cfg[i].algo, dws,
+                                      cfg[i].ws, st);
+    if (e != CUBLAS_STATUS_SUCCESS || cudaStreamSynchronize(st) != cudaSuccess) {
+      cudaGetLastError();
+      cfg[i].once = 1e30f;
+      continue;
+    }
+    usleep(3000); /* let the power controller settle: each config starts from similar clocks */
+    cfg[i].once = time_algo(&cfg[i].algo, cfg[i].ws, 1);
+    ok++;
+  }
+  qsort(cfg, (size_t)ncfg, sizeof *cfg, by_once);
+  if (getenv("BENCH_LM_ALL")) /* every configuration's single timing, fastest first */
+    for (int i = 0; i < ncfg; i++)
+      printf("all: algo %d tile %u stages %u cluster %u ws %zu: %.3f ms\n", cfg[i].id, cfg[i].tile, cfg[i].stages,
+             (unsigned)cfg[i].cluster, cfg[i].ws, cfg[i].once);
+  const int top = ncfg < 12 ? ncfg : 12;
+  /* pass 2: the fastest `top` and the two head choices, alternating in rounds */
+  float *tm = calloc((size_t)(top + 2) * (size_t)rounds, sizeof *tm);
+  if (!tm) return 1;
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < top; i++) tm[i * rounds + r] = time_algo(&cfg[i].algo, cfg[i].ws, (int)reps);
+    for (int c = 0; c < 2; c++) {
+      float t[64];
+      for (int q = 0; q < reps; q++) {
+        CK(cudaEventRecord(e0, st));
+        CKD(dsp_cuda_lm_run(lms[c], da, dw, dout, M, N, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[q], e0, e1));
+      }
+      tm[(top + c) * rounds + r] = median(t, (int)reps);
+    }
+  }
+  const double gflop = 2.0 * (double)M * (double)N * (double)K * 1e-9;
+  printf("%d ran; fastest %d, then %ld rounds x %ld launches alternating (medians of round medians):\n", ok, top,
+         rounds, reps);
+  printf("%-6s %-6s %-7s %-8s %-6s %10s %10s %9s\n", "algo", "tile", "stages", "cluster", "ws", "once ms",
+         "median ms", "TFLOP/s");
+  for (int i = 0; i <= top + 1; i++) {
+    float med = median(&tm[i * rounds], (int)rounds);
+    if (i < top)
+      printf("%-6d %-6u %-7u %-8u %-6zu %10.3f %10.3f %9.1f\n", cfg[i].id, cfg[i].tile, cfg[i].stages,
+             (unsigned)cfg[i].cluster, cfg[i].ws, cfg[i].once, med, gflop / med);
+    else
+      printf("%-38s %10s %10.3f %9.1f\n", i == top ? "head default (lm_head.cu)" : "heuristic's first", "", med,
+             gflop / med);
+  }
+  printf("tile ids: cublasLtMatmulTile_t (e.g. 24 = 256x128, 414 = 128x224, 509 = 256x224); cluster: "
+         "cublasLtClusterShape_t (0 auto, 2 1x1x1, 3 2x1x1, 5 1x2x1)\n");
+  dsp_cuda_lm_free(lms[0]);
+  dsp_cuda_lm_free(lms[1]);
+  return 0;
+}
