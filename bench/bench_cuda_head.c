@@ -208,6 +208,7 @@ int main(int argc, char **argv) {
   ADD("ring 4, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.graphs = 0);
   ADD("ring 5 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6);
   ADD("ring 5, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.per_step = 1);
+  ADD("ring 5, no resident chunks", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.resident = 0);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
   ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
       v_->t.per_step = 1);

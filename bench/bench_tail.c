@@ -31,7 +31,7 @@
 
 typedef struct {
   const char *name;
-  int ring, keep8, serpentine, setaside, trace, stages, packed;
+  int ring, keep8, serpentine, setaside, trace, stages, packed, resident;
 } variant;
 
 int main(int argc, char **argv) {
@@ -123,12 +123,14 @@ int main(int argc, char **argv) {
          graph ? "graph replays" : "stream launches");
 
   const variant vs[] = {
-      {"register", 0, 0, 1, 0, 0, 0, 0},
-      {"ring 4", 4, 0, 1, 0, 0, 0, 0},
-      {"ring 4, keep 3/8", 4, 3, 1, 0, 0, 0, 0},
-      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1},
-      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1},
-      {"ring 5, other warpgroup split", 6, 3, 1, 0, 0, 0, 1},
+      {"register", 0, 0, 1, 0, 0, 0, 0, 0},
+      {"ring 4", 4, 0, 1, 0, 0, 0, 0, 0},
+      {"ring 4, keep 3/8", 4, 3, 1, 0, 0, 0, 0, 0},
+      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1, 0},
+      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1, 0},
+      {"ring 5, other warpgroup split", 6, 3, 1, 0, 0, 0, 1, 0},
+      {"ring 5, 1 resident chunk/wg", 5, 3, 1, 0, 0, 0, 1, 1},
+      {"ring 5, 2 resident chunks/wg", 5, 3, 1, 0, 1, 0, 1, 2},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
@@ -152,6 +154,7 @@ int main(int argc, char **argv) {
     a.bq = bq, a.anchor = d_anc, a.tokens = tokens, a.keys = keys, a.barrier = barrier;
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
     a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2p = v->packed ? w2p : NULL;
+    a.resident = v->resident;
     dsp_mk_launch l = {0, 0, v->ring, sms, 1};
     cudaGraphExec_t ge = NULL;
     if (graph) {

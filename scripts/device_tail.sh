@@ -5,7 +5,8 @@
 # PyTorch peer. nvidia-smi logs clocks, power and throttle reasons meanwhile.
 # Knobs: TAIL_ARGS (bench_tail argument sets separated by '|'; none: skip), TESTS=0,
 # FORCE_TAILS (DSPARK_CUDA_TAIL values to rerun the tests with, default "5 6"),
-# SAN=1 and SAN_TAIL (compute-sanitizer on that kernel), NCU=1, LM_ARGS (run
+# SAN=1 and SAN_TAIL (compute-sanitizer on that kernel; SAN_MEM_TESTS and
+# SAN_RACE_TESTS pick the tests), NCU=1, LM_ARGS (run
 # bench_lm, the cuBLASLt sweep, with these arguments; "-" for defaults). Logs go to
 # $OUT; the last lines printed are the summary.
 set -u
@@ -65,11 +66,11 @@ fi
 if [ "${SAN:-0}" = 1 ]; then
   stamp "compute-sanitizer with DSPARK_CUDA_TAIL=${SAN_TAIL:-5}"
   {
-    for t in t_specials t_vocab_padding t_inputs_change; do
+    for t in ${SAN_MEM_TESTS:-t_specials t_vocab_padding t_inputs_change}; do
       echo "== memcheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done
-    for t in t_rounding_ties t_vocab_padding t_inputs_change; do
+    for t in ${SAN_RACE_TESTS:-t_rounding_ties t_vocab_padding t_inputs_change}; do
       echo "== racecheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done

@@ -34,6 +34,7 @@ extern "C" {
 #define MAX_BUCKETS 32
 #define DEFAULT_PREFETCH 4
 #define DEFAULT_L2KEEP 3 /* ring kernel 4: 3/8 of W2 evict_last (bench_tail: 0.181 -> 0.174 ms on an H200) */
+#define DEFAULT_RESIDENT 2 /* ring kernel 5: W2 chunks per warpgroup kept in registers (cuda/markov.h) */
 
 typedef struct {
   int size, bq;          /* bucket batch size, padded to a multiple of 16 */
@@ -112,6 +113,7 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->serpentine = -1;
   t->kernel = -1;
   t->l2keep = -1;
+  t->resident = -1;
   t->lm_choice = 0;
 }
 
@@ -286,6 +288,7 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.barrier = h->d_barrier;
   a.serpentine = h->tune.serpentine;
   a.keep8 = h->tune.l2keep;
+  a.resident = h->tune.resident;
   a.prefetch = h->tune.prefetch;
   a.stages = bk->stages[sampling];
   if (sampling)
@@ -373,6 +376,12 @@ static void make_report(dsp_cuda_head *h) {
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, h->device) == cudaSuccess) snprintf(dev, sizeof dev, "%s", prop.name);
   cu_plan pg = plan_of(h, 0);
+  char ring5[320];
+  snprintf(ring5, sizeof ring5,
+           "shared-memory ring kernel 5 (ring kernel 4's producer, wgmma consumers: up to 32 rows the two warpgroups "
+           "take the chunks in turn, %d W2 chunks resident in each one's registers; two halves of every chunk above; "
+           "greedy buckets of 16, 32, 64 or 128 rows, other launches ring kernel 4)",
+           h->tune.resident);
   snprintf(h->report, sizeof h->report,
            "%s; cuda: %s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s, %s (%d "
            "blocks), products %s",
@@ -380,9 +389,7 @@ static void make_report(dsp_cuda_head *h) {
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
-           h->ring == 5 ? "shared-memory ring kernel 5 (ring kernel 4's producer, wgmma consumers: one warpgroup per "
-                          "chunk up to 32 rows, two halves above; greedy buckets of 16, 32, 64 or 128 rows, other "
-                          "launches ring kernel 4)"
+           h->ring == 5 ? ring5
            : h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
                           "rows by tensor boxes per chunk; 1 producer thread + 8 consumer warps)"
                         : "register-streaming kernel (8 warps, L2 prefetch)",
@@ -753,6 +760,7 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
                     k);
   }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
+  if (h->tune.resident < 0) h->tune.resident = DEFAULT_RESIDENT;
   h->strict = h->tune.strict;
   h->ring = h->strict ? 0 : h->tune.kernel >= 5 ? h->tune.kernel - 1 : 0;
   dsp_status s = create_body(h, comm, w);

@@ -25,6 +25,8 @@ typedef struct {
                             Strict mode always runs the register kernel. */
   int l2keep;            /* ring kernel 4: eighths of W2's chunks copied with an L2 evict_last policy (the
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */
+  int resident;          /* ring kernel 5 (one warpgroup per chunk): W2 chunks each warpgroup keeps in
+                            registers through the tail (dsp_mk_args.resident); -1: default (2) */
   int lm_choice;         /* LM-head algorithm: 0 the pinned default (sm_90's preferred configuration where
                             cuBLASLt runs it, else the heuristic's first: see cuda/lm_head.h); 1 time the
                             candidates at creation and keep the fastest (benchmarks); 2 the heuristic's

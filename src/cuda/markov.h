@@ -84,6 +84,9 @@ typedef struct {
   unsigned long long *trace; /* ring kernel 4: NULL, or [grid][k_end - k_begin][DSP_MK_TRACE] timings */
   const uint16_t *w2p;      /* ring kernel 4: W2 packed (dsp_cuda_markov_pack_w2), one plain copy per
                                chunk landing conflict-free; NULL: copies of w2's rows (2-way conflicts) */
+  int32_t resident;         /* ring kernel 5 where one warpgroup takes all bq columns (bq <= 32, or 64 with
+                               ring 6): W2 chunks each warpgroup keeps in registers through a persistent
+                               launch (0 = none; at most 2 for bq <= 32, 1 for bq 64) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernel 4): globaltimer ns when the step's work began
@@ -122,9 +125,13 @@ typedef struct {
  *     L2 hints (keep8).
  *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
  *     warpgroups multiplying each chunk (64 rows) by E with 16 wgmma
- *     m64nNk16 products: up to bq 32 one warpgroup takes all bq columns (W2
- *     read once from shared memory; the other warpgroup only keeps the ring's
- *     protocol), above it each takes half (E in shared memory, both operands
+ *     m64nNk16 products: up to bq 32 the two warpgroups take the chunks in
+ *     turn, each with all bq columns (W2 read once from shared memory), and
+ *     each keeps `resident` chunks of W2 in registers for the whole launch
+ *     (a producer warpgroup hands its registers over with setmaxnreg), so
+ *     after step 0 only their base rows move: 4 of 64 KB per SM, a fifth of
+ *     W2 at vocab 163840, out of the L2 traffic that bounds a step; above
+ *     bq 32 each warpgroup takes half the columns of every chunk (E in shared memory, both operands
  *     in wgmma's layout with the k pairs where the mma.sync kernels put them,
  *     markov_wgmma.cuh), then the same bf16 epilogue and keys. Greedy
  *     steps of the fast path (bf16 add, <= 16384 units) at bq 16, 32, 64 or 128
@@ -153,8 +160,9 @@ dsp_status dsp_cuda_markov_pack_w2(const uint16_t *w2, int64_t rows, uint16_t *p
 /* Ring kernel 5's products against ring kernel 4's on this device: `trials`
  * random 64-row chunks of bf16 W2 and bq rows of E (exponents over 2^-24 ..
  * 2^24, signs random, so sums cancel) multiplied both ways through the
- * kernels' own packing, gather and fragment code; *differ counts fp32 results
- * whose bits differ, of *compared. DSP_ERR_DEVICE where wgmma is not built
+ * kernels' own packing, gather and fragment code (for bq <= 64 also with W2
+ * from registers, as ring kernel 5's resident chunks: then twice as many
+ * comparisons); *differ counts fp32 results whose bits differ, of *compared. DSP_ERR_DEVICE where wgmma is not built
  * (not sm_90a) or bq is not 16, 32, 64 or 128. */
 dsp_status dsp_cuda_markov_wgmma_check(int bq, int trials, long long *compared, long long *differ);
 /* 1 when a cooperative launch can be captured into a CUDA graph here. */

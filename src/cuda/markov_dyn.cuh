@@ -161,10 +161,8 @@ __device__ __forceinline__ void rd_gather_e(const dsp_mk_args &a, const int32_t 
  * wg N + 8 j + 2 q (+ 1)); fb[2 j + p] keeps the best 32-bit key of column
  * 8 j + 2 q + p, its position 2 u + (row g + 8) below 0xFFFF. */
 template <int N>
-__device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, int upr, uint32_t ws, const uint16_t *bs,
-                                            uint32_t se, int wg, int w4, int g, int q, uint32_t (&fb)[N / 4]) {
-  float d[N / 2];
-  wg_product<N>(d, ws, se, a.bq, wg * N);
+__device__ __forceinline__ void rd_epi_wg(const dsp_mk_args &a, const float (&d)[N / 2], int c, int U, int upr,
+                                          const uint16_t *bs, int wg, int w4, int g, int q, uint32_t (&fb)[N / 4]) {
   const int u0 = c * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
   if (w4 >= nu) return;
   const int u = u0 + w4, seg = a.nseg == 1 ? 0 : u / upr, l0 = (u - seg * upr) * UNIT;
@@ -189,6 +187,14 @@ __device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, 
     fb[2 * j] = max(fb[2 * j], max(k00, k10));
     fb[2 * j + 1] = max(fb[2 * j + 1], max(k01, k11));
   }
+}
+
+template <int N>
+__device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, int upr, uint32_t ws, const uint16_t *bs,
+                                            uint32_t se, int wg, int w4, int g, int q, uint32_t (&fb)[N / 4]) {
+  float d[N / 2];
+  wg_product<N>(d, ws, se, a.bq, wg * N);
+  rd_epi_wg<N>(a, d, c, U, upr, bs, wg, w4, g, q, fb);
 }
 
 /* Ring kernel 5's step end: the 32-bit keys widened with their ids, reduced
@@ -218,16 +224,26 @@ __device__ __forceinline__ void rd_merge_wg(const dsp_mk_args &a, const uint32_t
 __host__ __device__ inline size_t rd_e_offset(int bq, int stages) {
   return (rg_smem(bq, false, stages).total - 1024 + 1023) & ~(size_t)1023;
 }
-__host__ __device__ inline size_t rd_smem_wg(int bq, int stages) {
-  return rd_e_offset(bq, stages) + (size_t)bq * RP * 2 + 1024;
+/* Then the base rows of the block's resident chunks (ring kernel 5 with N =
+ * bq): nres chunks of [RG_C units][bq][16], as a stage holds them. */
+__host__ __device__ inline size_t rd_rb_offset(int bq, int stages) {
+  return (rd_e_offset(bq, stages) + (size_t)bq * RP * 2 + 1023) & ~(size_t)1023;
 }
+__host__ __device__ inline size_t rd_chunk_base_bytes(int bq) { return (size_t)RG_C * bq * UNIT * 2; }
+__host__ __device__ inline size_t rd_smem_wg(int bq, int stages, int nres) {
+  return rd_rb_offset(bq, stages) + (size_t)nres * rd_chunk_base_bytes(bq) + 1024;
+}
+/* Chunks per warpgroup an instance can hold in registers (64 registers each). */
+__host__ __device__ constexpr int rd_res_max(int mt, int wgn) { return wgn == 16 * mt ? (mt <= 2 ? 2 : 1) : 0; }
 
 /* WGN = 0: ring kernel 4 (mma.sync consumers); WGN = bq / 2: ring kernel 5
- * (two warpgroups of wgmma consumers; greedy fast path only, see markov.h);
- * WGN = bq: one warpgroup multiplies each chunk by all of E (W2 read once from
- * shared memory), the other only keeps the ring's protocol. */
+ * (two warpgroups of wgmma consumers, each with half of E on every chunk;
+ * greedy fast path only, see markov.h); WGN = bq: the two warpgroups take the
+ * chunks in turn, each multiplying its chunk by all of E (W2 read once from
+ * shared memory). */
 template <int MT, bool SAMPLING, int WGN>
-__global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
+__global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1)
+    rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
   const int bq = a.bq, S = a.stages;
@@ -240,13 +256,25 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   uint64_t *sseed = (uint64_t *)(smem + L.seed);
   int64_t *spos = (int64_t *)(smem + L.pos);
   __shared__ int slast;
-  __shared__ int shdr[RG_MAXS]; /* the chunk in each stage, -1: end of step */
+  __shared__ int shdr[RG_MAXS]; /* the chunk in each stage, -1: end of step, -2 - i: resident slot i (step 0) */
+  __shared__ __align__(8) uint64_t rbar[2]; /* resident chunks' base rows: full, empty */
   __shared__ unsigned long long stc[5]; /* trace scratch of thread 0 (no registers held across the loop) */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int upr = a.seg_rows >> 4, U = a.nseg * upr, NCH = (U + RG_C - 1) / RG_C, nsteps = a.k_end - a.k_begin;
   unsigned *claims = a.barrier + 1;
   unsigned long long *trace = a.trace ? a.trace + (size_t)blockIdx.x * nsteps * DSP_MK_TRACE : NULL;
+  /* Resident chunks (ring kernel 5 with N = bq): each warpgroup keeps `resw` chunks of
+   * W2 in registers for the whole launch, so after step 0 only their base rows move;
+   * block b owns chunks [b nrb, b nrb + nrb), the claims cover the rest from dyn0.
+   * Off unless every block gets its share and the last (possibly partial) chunk
+   * stays dynamic. */
+  constexpr int RES = rd_res_max(MT, WGN);
+  int resw = RES ? (a.resident < RES ? a.resident : RES) : 0;
+  if (resw < 0 || NCH <= (int)gridDim.x * 2 * resw) resw = 0;
+  const int nrb = 2 * resw, res0 = (int)blockIdx.x * nrb, dyn0 = (int)gridDim.x * nrb, NCHD = NCH - dyn0;
+  unsigned char *rbuf = smem + rd_rb_offset(bq, S);
+  const size_t CBB = rd_chunk_base_bytes(bq);
 
   if (tid == 0) {
     for (int s = 0; s < S; s++) {
@@ -254,16 +282,19 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC * 32); /* every consumer thread arrives: each orders
                                                                its own reads of the stage before the refill */
     }
+    rg_bar_init(rg_saddr(&rbar[0]), 1);
+    rg_bar_init(rg_saddr(&rbar[1]), RG_NC * 32);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
   __syncthreads();
 
-  if (warp == RG_NC) {
+  if (warp >= RG_NC) {
     /* producer (one thread): claim a chunk, wait for a free stage, copy the chunk's
      * W2 rows (one bulk copy, contiguous) and its base rows (one tensor box per
      * unit) into it; a claim past the end marks the step's end */
-    if (lane != 0) return;
+    if constexpr (WGN == 16 * MT) wg_setmaxnreg_dec<RG_PRODUCER_REGS>();
+    if (warp != RG_NC || lane != 0) return;
     const bool hint = a.keep8 > 0;
     const uint64_t pol_keep = rd_policy(true), pol_stream = rd_policy(false);
     int s = 0, r = 0; /* stage and round of the next copy (no divisions in the loop) */
@@ -276,10 +307,19 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
        * its own register (a loop unrolled by three): moving a pending atomic's result
        * would wait for it. */
       unsigned p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
-      auto one = [&](unsigned &p) -> bool {
-        const int c = (int)p;
-        const bool valid = c < NCH;
-        if (valid) p = atomicAdd(&claims[k], 1u);
+      if (nrb && ks > 0) { /* the resident chunks' base rows, once their last readers are done */
+        const uint32_t rf = rg_saddr(&rbar[0]);
+        if (ks > 1) rg_bar_wait(rg_saddr(&rbar[1]), (uint32_t)(ks - 2) & 1u);
+        rg_bar_expect(rf, (uint32_t)(nrb * CBB));
+        for (int i = 0; i < nrb; i++)
+          for (int ui = 0; ui < RG_C; ui++) {
+            const int u = (res0 + i) * RG_C + ui, seg = a.nseg == 1 ? 0 : u / upr;
+            rd_tcopy_base(rg_saddr(rbuf + i * CBB + (size_t)ui * bq * UNIT * 2), &tb, (u - seg * upr) * UNIT, k * bq,
+                          seg, rf, hint, pol_stream);
+          }
+      }
+      /* stage s gets chunk ch (tag: what the consumers see, -1 = end of step) */
+      auto fill = [&](int ch, int tag) {
         if (r > 0) {
           const unsigned long long w0 = trace ? rd_clock() : 0;
           rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
@@ -287,9 +327,8 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
         }
         const uint32_t full = rg_saddr(&bars[s]);
         const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
-        const int ch = rev ? NCH - 1 - c : c;
-        shdr[s] = valid ? ch : -1;
-        if (valid) {
+        shdr[s] = tag;
+        if (tag != -1) {
           const int u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
           const uint64_t pw = (ch & 7) < a.keep8 ? pol_keep : pol_stream;
           if (a.w2p) { /* the packed chunk: a whole 32 KB block (zero rows past the end) */
@@ -308,6 +347,15 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
           rg_bar_arrive(full);
         }
         if (++s == S) s = 0, r++;
+      };
+      if (ks == 0)
+        for (int i = 0; i < nrb; i++) fill(res0 + i, -2 - i); /* resident chunks: loaded once */
+      auto one = [&](unsigned &p) -> bool {
+        const int c = (int)p;
+        const bool valid = c < NCHD;
+        if (valid) p = atomicAdd(&claims[k], 1u);
+        const int ch = dyn0 + (rev ? NCHD - 1 - c : c);
+        fill(valid ? ch : -1, valid ? ch : -1);
         return valid;
       };
       while (one(p0) && one(p1) && one(p2)) {
@@ -318,9 +366,13 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
   }
 
   /* consumers */
+  if constexpr (WGN == 16 * MT) wg_setmaxnreg_inc<RG_CONSUMER_REGS>();
   const int mt = MT == 1 ? 0 : warp % MT;
   const bool active = mt * 16 < bq;
   uint4 af[2 * KB]; /* ring kernel 4 only */
+  /* this warpgroup's resident chunks as wgmma A fragments: two named arrays, each
+   * indexed only by constants, so both stay in registers */
+  uint32_t fr0[16][4], fr1[16][4];
   constexpr int NF = WGN ? WGN / 4 : 1;
   uint32_t fbw[NF];
   unsigned char *se = smem + rd_e_offset(bq, S);
@@ -338,15 +390,44 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
 #pragma unroll
     for (int i = 0; i < NF; i++) fbw[i] = 0u;
     if (trace && tid == 0) stc[0] = mk_now_ns(), stc[1] = rd_clock(), stc[2] = 0, stc[3] = 0;
+    unsigned nch = 0; /* chunks seen this step (ring kernel 5 with N = bq: who takes the next) */
+    if constexpr (RES > 0) {
+      if (resw && ks > 0) { /* the resident chunks first: their W2 is already here */
+        const int wg = warp >> 2;
+        rg_bar_wait(rg_saddr(&rbar[0]), (uint32_t)(ks - 1) & 1u);
+        auto one_res = [&](const uint32_t(&f)[16][4], int j) {
+          const int slot = wg * resw + j;
+          float d[WGN / 2];
+          wg_product_rs<WGN>(d, f, rg_saddr(se), bq, 0);
+          rd_epi_wg<WGN>(a, d, res0 + slot, U, upr, (const uint16_t *)(rbuf + slot * CBB), 0, warp & 3, g, q, fbw);
+        };
+        one_res(fr0, 0);
+        if (RES > 1 && resw > 1) one_res(fr1, 1);
+        rg_bar_arrive(rg_saddr(&rbar[1]));
+      }
+    }
     for (;;) {
       if (trace && tid == 0) stc[4] = rd_clock();
       rg_bar_wait(rg_saddr(&bars[s]), ph);
       if (trace && tid == 0) stc[2] += rd_clock() - stc[4];
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
-      if constexpr (WGN > 0) {
-        if (ch >= 0 && (WGN != 16 * MT || warp < 4))
-          rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
+      if constexpr (WGN == 16 * MT) {
+        /* each warpgroup multiplies every other chunk by all of E: while one runs its
+         * epilogue, the other's wgmma chain runs (both see every stage in order, so
+         * they agree on the count; the keys' max does not depend on who took what) */
+        if (ch >= 0 && (nch++ & 1) == (warp >> 2))
+          rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), 0, warp & 3, g, q, fbw);
+        if (RES > 0 && ch <= -2 && (-2 - ch) / resw == (warp >> 2)) { /* step 0: a resident chunk arrives */
+          const int slot = -2 - ch;
+          if (slot % resw == 0)
+            wg_load_a(fr0, (const unsigned char *)ws, warp & 3, g, q);
+          else if (RES > 1)
+            wg_load_a(fr1, (const unsigned char *)ws, warp & 3, g, q);
+          rd_chunk_wg<WGN>(a, res0 + slot, U, upr, rg_saddr(ws), bs, rg_saddr(se), 0, warp & 3, g, q, fbw);
+        }
+      } else if constexpr (WGN > 0) {
+        if (ch >= 0) rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
       } else if (ch >= 0 && a.w2p) {
         rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
                                      best1, fb0, fb1, st, sseed, spos);
@@ -356,7 +437,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       }
       rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
       if (++s == S) s = 0, ph ^= 1u;
-      if (ch < 0) break;
+      if (ch == -1) break;
       if (trace && tid == 0) stc[3]++;
     }
     if (trace && tid == 0) {
@@ -365,7 +446,7 @@ __global__ void __launch_bounds__(RG_THREADS, 1) rd_kernel(const dsp_mk_args a, 
       stc[1] = rd_clock();
     }
     if constexpr (WGN > 0) {
-      rd_merge_wg<WGN>(a, fbw, warp >> 2, g, q, sbest);
+      rd_merge_wg<WGN>(a, fbw, WGN == 16 * MT ? 0 : warp >> 2, g, q, sbest);
       if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast)) rd_gather_e(a, sprev, se, tid);
     } else {
       rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,

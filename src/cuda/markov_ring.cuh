@@ -20,6 +20,13 @@ namespace {
 constexpr int RG_C = 4;                 /* units per chunk (64 W2 rows, 32 KB) */
 constexpr int RG_NC = 8;                /* consumer warps */
 constexpr int RG_THREADS = (RG_NC + 1) * 32;
+/* Ring kernel 5 with one warpgroup per chunk: a whole producer warpgroup, so
+ * that registers can move to the consumers (setmaxnreg works on warpgroups):
+ * the producer's 4 warps drop to RG_PRODUCER_REGS, the consumers' 8 rise to
+ * RG_CONSUMER_REGS (4 x 56 + 8 x 224 warps' worth fits 64K registers). */
+constexpr int RG_THREADS_WG = (RG_NC + 4) * 32;
+constexpr int RG_PRODUCER_REGS = 56;
+constexpr int RG_CONSUMER_REGS = 224;
 constexpr int RG_MAXS = 8;              /* most ring stages */
 
 __host__ __device__ inline size_t rg_w_bytes() { return (size_t)RG_C * UNIT * RP * 2; }

@@ -120,13 +120,16 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     int dev = 0, optin = 0;
     DSP_CUDA_TRY(cudaGetDevice(&dev));
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    while (b.stages > 2 && rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin) b.stages--;
-    if (rd_smem_wg(b.bq, b.stages) + 1024 > (size_t)optin)
+    const int rmax = wg1 ? rd_res_max(MT, 16 * MT) : 0;
+    b.resident = b.resident < 0 ? 0 : b.resident > rmax ? rmax : b.resident;
+    const int nres = 2 * b.resident; /* chunks per block whose base rows need a place */
+    while (b.stages > 2 && rd_smem_wg(b.bq, b.stages, nres) + 1024 > (size_t)optin) b.stages--;
+    if (rd_smem_wg(b.bq, b.stages, nres) + 1024 > (size_t)optin)
       return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernel 5: shared memory too small for 2 stages and E");
     kern = kern5;
-    bytes = rd_smem_wg(b.bq, b.stages);
+    bytes = rd_smem_wg(b.bq, b.stages, nres);
   }
-  const cudaLaunchConfig_t cfg = mk_config(l, RG_THREADS, bytes, s, &attr);
+  const cudaLaunchConfig_t cfg = mk_config(l, kern == kern5 && wg1 ? RG_THREADS_WG : RG_THREADS, bytes, s, &attr);
   DSP_TRY(rd_base_map(&b, &tm));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, b, tm));
   return DSP_OK;

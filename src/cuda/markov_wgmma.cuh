@@ -73,6 +73,19 @@ __device__ __forceinline__ void wg_commit_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #endif
 }
+/* Register reallocation between warpgroups (all warps of a warpgroup run it). */
+template <int R>
+__device__ __forceinline__ void wg_setmaxnreg_dec() {
+#if DSP_WG_OK
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void wg_setmaxnreg_inc() {
+#if DSP_WG_OK
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+#endif
+}
 /* Generic-proxy writes to shared memory (E) made visible to wgmma's reads. */
 __device__ __forceinline__ void wg_proxy_fence() {
 #if DSP_WG_OK
@@ -127,12 +140,69 @@ __device__ __forceinline__ void wg_mma<64>(float (&d)[32], uint64_t da, uint64_t
       : "memory");
 }
 
+/* The same product with A from registers: a[4] = this thread's fragment of
+ * the 64 x 16 A tile (warp w of the warpgroup holds rows 16 w .. 16 w + 15:
+ * {row g, cols 2q, 2q+1}, {row g+8, same}, {row g, cols 2q+8, 2q+9}, {row g+8,
+ * same}, as mma.sync's A). */
+template <int N>
+__device__ __forceinline__ void wg_mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db);
+
+template <>
+__device__ __forceinline__ void wg_mma_rs<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %13, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wg_mma_rs<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %21, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wg_mma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
+      : "memory");
+}
+
 #else
 template <int N>
 __device__ __forceinline__ void wg_mma(float (&)[N / 2], uint64_t, uint64_t) {
   __trap(); /* not built for sm_90a: the launcher never selects these */
 }
+template <int N>
+__device__ __forceinline__ void wg_mma_rs(float (&)[N / 2], const uint32_t (&)[4], uint64_t) {
+  __trap();
+}
 #endif
+
+/* This thread's A fragments of a whole 64-row tile at shared address `tile`
+ * (layout above) for all 16 k groups: fr[i] = wg_mma_rs's a for group i, the
+ * same positions wgmma reads from the tile, so a product from registers sees
+ * the same pairs in the same slots as wg_product. w4: warp in the warpgroup. */
+__device__ __forceinline__ void wg_load_a(uint32_t (&fr)[16][4], const unsigned char *tile, int w4, int g, int q) {
+  const int r = 16 * w4 + g;
+  const unsigned char *t = tile + 4 * q;
+#pragma unroll
+  for (int i = 0; i < 16; i++) {
+    fr[i][0] = *(const uint32_t *)(t + wg_swz(64, r, 2 * i));
+    fr[i][1] = *(const uint32_t *)(t + wg_swz(64, r + 8, 2 * i));
+    fr[i][2] = *(const uint32_t *)(t + wg_swz(64, r, 2 * i + 1));
+    fr[i][3] = *(const uint32_t *)(t + wg_swz(64, r + 8, 2 * i + 1));
+  }
+}
 
 /* One 64 x N product over all 256 k: A rows [0, 64) of the tile at `a_tile`
  * (64 rows), B rows [b0, b0 + N) of the tile at `b_tile` (b_rows rows), onto
@@ -144,6 +214,18 @@ __device__ __forceinline__ void wg_product(float (&d)[N / 2], uint32_t a_tile, u
   wg_fence();
 #pragma unroll
   for (int i = 0; i < 16; i++) wg_mma<N>(d, wg_desc_k(a_tile, 64, 0, i), wg_desc_k(b_tile, b_rows, b0, i));
+  wg_commit_wait();
+}
+
+/* wg_product with A from registers (fragments from wg_load_a). */
+template <int N>
+__device__ __forceinline__ void wg_product_rs(float (&d)[N / 2], const uint32_t (&fr)[16][4], uint32_t b_tile,
+                                              int b_rows, int b0) {
+#pragma unroll
+  for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
+  wg_fence();
+#pragma unroll
+  for (int i = 0; i < 16; i++) wg_mma_rs<N>(d, fr[i], wg_desc_k(b_tile, b_rows, b0, i));
   wg_commit_wait();
 }
 
