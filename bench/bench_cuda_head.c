@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
       v_->t.prefetch = 0; v_->t.serpentine = 0);
   ADD("original + NCCL bcast (TP1)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.force_collectives = 1);
   ADD("LM head autotuned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 1);
-  ADD("LM head heuristic's first", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 2);
+  ADD("LM head 168x128 (bench_lm)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 2);
   ADD("strict (fmaf chain)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.strict = 1);
 
   if (profile) {

@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     fill(hl, (size_t)(LM_M * HID), 9, 1.7f);
     CK(cudaMemcpy(lm_a, hl, (size_t)(LM_M * HID) * 2, cudaMemcpyHostToDevice));
     free(hl);
-    CKD(dsp_cuda_lm_create(rows, HID, 0, DSP_LM_PREFERRED, &lm));
+    CKD(dsp_cuda_lm_create(rows, HID, 0, DSP_LM_HEURISTIC, &lm));
     CKD(dsp_cuda_lm_prepare(lm, LM_M));
   }
   fill(h, nw, 2, 1.7f);

@@ -711,7 +711,7 @@ static void t_lm_invariance(void **st) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   const int sm90 = major == 9 && minor == 0;
-  for (int choice = DSP_LM_PREFERRED; choice <= DSP_LM_HEURISTIC; choice++) {
+  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_PREFERRED; choice++) {
     uint16_t *h1, *h2, *h3;
     dsp_cuda_lm *full = NULL, *shard = NULL;
     assert_int_equal(dsp_cuda_lm_create(N, K, 0, choice, &full), DSP_OK);

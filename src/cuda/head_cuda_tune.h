@@ -27,10 +27,9 @@ typedef struct {
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */
   int resident;          /* ring kernel 5 (one warpgroup per chunk): W2 chunks each warpgroup keeps in
                             registers through the tail (dsp_mk_args.resident); -1: default (2) */
-  int lm_choice;         /* LM-head algorithm: 0 the pinned default (sm_90's preferred configuration where
-                            cuBLASLt runs it, else the heuristic's first: see cuda/lm_head.h); 1 time the
-                            candidates at creation and keep the fastest (benchmarks); 2 the heuristic's
-                            first even on sm_90 (benchmarks) */
+  int lm_choice;         /* LM-head algorithm: 0 the pinned default (the heuristic's first, see
+                            cuda/lm_head.h); 1 time the candidates at creation and keep the fastest
+                            (benchmarks); 2 the fixed sm_90 configuration of bench_lm's sweep (benchmarks) */
 } dsp_cuda_tuning;
 
 void dsp_cuda_tuning_default(dsp_cuda_tuning *t);

@@ -177,14 +177,15 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
   return s;
 }
 
-/* The preferred configuration on sm_90 (cublasLt's algorithm ids and tiles are
- * per architecture): algorithm 66, tile 168x128 (vocabulary x tokens), stages
- * 64xAUTO, cluster 1x2x1 (two CTAs on the token side share each weight tile),
- * single-pass. bench/bench_lm.c times every single-pass configuration cuBLASLt
- * accepts; on an H200 (2026-11-29) this one was the fastest at M = 224 and
- * 256, 3.5% ahead of the heuristic's first (256x128), rounds alternating. A
- * fixed choice, not a timed one, so every rank and every run agrees on it;
- * like every candidate it is checked before use, else the heuristic's stays. */
+/* A fixed sm_90 configuration (cublasLt's algorithm ids and tiles are per
+ * architecture), offered to benchmarks (DSP_LM_PREFERRED): algorithm 66, tile
+ * 168x128 (vocabulary x tokens), stages 64xAUTO, cluster 1x2x1, single-pass.
+ * bench/bench_lm.c times every single-pass configuration cuBLASLt accepts; on
+ * an H200 (2026-11-29) this one was the fastest with GEMMs back to back (M =
+ * 224: 0.921 against 0.970 ms for the heuristic's 256x128), but inside the
+ * head's proposal it gained nothing at TP1 (1.082 against 1.074 ms) and lost
+ * 40 us at TP2 (81920 rows per rank: 7.4 waves of 168-row tiles against 4.85
+ * of 256), so it is not the default. Checked like every candidate. */
 static int try_preferred(dsp_cuda_lm *lm) {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -299,7 +300,7 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
   }
   if (s == DSP_OK && choice == DSP_LM_PREFERRED && try_preferred(lm)) {
     found = 1;
-    describe_algo(lm, "pinned: the preferred sm_90 configuration (bench_lm)");
+    describe_algo(lm, "pinned: the preferred sm_90 configuration (bench_lm), asked for");
   }
   if (s == DSP_OK && found && lm->ws_limit) {
     size_t most = 0;

@@ -1,10 +1,8 @@
 /* The LM-head product on the GPU (contract 2): out[m][n] = bf16(sum_k a[m][k] *
  * w[n][k]) with bf16 operands, fp32 accumulation and one rounding.
  *
- * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm. On sm_90
- * it is a fixed preferred configuration (lm_head.cu: try_preferred, measured
- * by bench/bench_lm.c) when cuBLASLt accepts it; otherwise, or when asked, it
- * is the heuristic's first candidate for a canonical shape that depends only on K
+ * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm: the
+ * heuristic's first candidate for a canonical shape that depends only on K
  * (M = 256, N = 65536), made single-pass (split-K = 1, no reduction scheme),
  * so no reduction across CTAs exists; workspace-free candidates first, else a
  * bounded workspace (H = 7168 on an H200 gets one of 4 bytes); then it is
@@ -35,10 +33,10 @@ extern "C" {
 
 typedef struct dsp_cuda_lm dsp_cuda_lm;
 
-enum { DSP_LM_PREFERRED = 0, DSP_LM_HEURISTIC = 1 };
+enum { DSP_LM_HEURISTIC = 0, DSP_LM_PREFERRED = 1 };
 /* A product with N weight rows of K columns (K % 8 == 0, N % 8 == 0); choice:
- * DSP_LM_PREFERRED (the default) or DSP_LM_HEURISTIC (the heuristic's first
- * candidate even where the preferred configuration runs: benchmarks). */
+ * DSP_LM_HEURISTIC (the default, see above) or DSP_LM_PREFERRED (the fixed
+ * sm_90 configuration where cuBLASLt runs it: benchmarks). */
 dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_lm **out);
 /* Checks that the pinned algorithm runs M rows (call once per M before capture). */
 dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m);
@@ -51,7 +49,7 @@ dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void *w, void *
  * on shard invariance keep the default, the heuristic's first candidate). */
 dsp_status dsp_cuda_lm_autotune(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m, int64_t ldo,
                                 cudaStream_t s);
-/* "cublasLt algo 66 tile 197 stages 35 cluster 5, ... (pinned: ...)" or "strict fmaf chain". */
+/* "cublasLt algo 66 tile 24 stages 35 cluster 5, ... (pinned, ...)" or "strict fmaf chain". */
 const char *dsp_cuda_lm_describe(const dsp_cuda_lm *lm);
 void dsp_cuda_lm_free(dsp_cuda_lm *lm);
 
