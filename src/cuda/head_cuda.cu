@@ -400,7 +400,8 @@ static void make_report(dsp_cuda_head *h) {
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
     snprintf(h->report + n, sizeof h->report - n,
-             "; tail kernels timed at creation (ring 5 is taken wherever its check passed, else the faster): "
+             "; tail kernels timed at creation (ring 5 is taken for one persistent launch where its check "
+             "passed, else the faster): "
              "register %.3f ms, ring 4 %.3f ms, ring 5 %.3f ms",
              (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2]);
   }
@@ -658,12 +659,15 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   int best = 0;
   for (int c = 1; c < 3; c++)
     if (h->t_kernel[c] < h->t_kernel[best]) best = c;
-  /* Ring kernel 5 wherever its check passed, whatever the timing says: timed here,
-   * alone, it ranked behind ring kernel 4 (0.163-0.167 against 0.182-0.196 ms),
-   * yet inside the proposal, after the LM head, it was the faster tail in every
-   * call (H200, 2026-11-29, bench_cuda_head rounds: 0.202-0.208 against
-   * 0.210-0.216 ms). Timing still decides between the other two. */
-  if (h->wg_ok && h->t_kernel[2] < 1e29f) best = 2;
+  /* Ring kernel 5 wherever its check passed and the greedy tail is one persistent
+   * launch, whatever the timing says: timed here, alone, it ranked behind ring
+   * kernel 4 (0.163-0.167 against 0.182-0.196 ms), yet inside the proposal, after
+   * the LM head, it was the faster tail in every call (H200, 2026-11-29,
+   * bench_cuda_head rounds: 0.202-0.208 against 0.210-0.216 ms). With one launch
+   * per step (TP paths with per-step collectives) it is slower (TP2 tails:
+   * original 0.301 against 0.251, sharded 0.237 against 0.199 ms), and there,
+   * as between the other two, timing decides. */
+  if (h->wg_ok && h->t_kernel[2] < 1e29f && !plan_of(h, 0).per_step) best = 2;
   h->ring = rings[best];
   return DSP_OK;
 }
