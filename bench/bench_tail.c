@@ -133,6 +133,10 @@ int main(int argc, char **argv) {
       {"ring 5, 2 resident chunks/wg", 5, 3, 1, 0, 1, 0, 1, 2},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
+  if (only >= nv) {
+    fprintf(stderr, "bench_tail: --only %ld: the variants are 0..%d\n", only, nv - 1);
+    return 2;
+  }
   int32_t *ref = malloc((size_t)(G * bq) * 4), *got = malloc((size_t)(G * bq) * 4);
   unsigned long long *tr = malloc((size_t)sms * G * DSP_MK_TRACE * 8);
   float *ms = malloc((size_t)reps * sizeof *ms);
