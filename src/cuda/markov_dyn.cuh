@@ -4,7 +4,9 @@
  * packed W2 by one bulk copy and its base rows by one tensor box per unit;
  * a claim past the end marks the step's end in the ring. Ring kernel 4's
  * consumers are 8 mma.sync warps; ring kernel 5's are wgmma warpgroups
- * (greedy fast path). Per element both run the same 16 k groups in the same
+ * (greedy fast path), which up to bq 32 also keep a few W2 chunks resident in
+ * registers for the whole launch (loaded through the ring at step 0; later
+ * steps move only their base rows), the claims covering the rest. Per element both run the same 16 k groups in the same
  * order and slots, so they agree with every other tensor-core kernel bit for
  * bit (ring 5: where dsp_cuda_markov_wgmma_check passes). Included after
  * markov_ring.cuh. CUDA C++ only. */
