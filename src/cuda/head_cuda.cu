@@ -400,9 +400,7 @@ static void make_report(dsp_cuda_head *h) {
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
     size_t n = strlen(h->report);
     snprintf(h->report + n, sizeof h->report - n,
-             "; tail kernels timed at creation (ring 5 is taken for one persistent launch where its check "
-             "passed, else the faster): "
-             "register %.3f ms, ring 4 %.3f ms, ring 5 %.3f ms",
+             "; tail kernel chosen by timing: register %.3f ms, ring 4 %.3f ms, ring 5 %.3f ms",
              (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2]);
   }
   if (h->wg_compared) {
@@ -596,14 +594,31 @@ static dsp_status wg_check(dsp_cuda_head *h) {
   return DSP_OK;
 }
 
-/* DSPARK default: time the Markov tail of the largest bucket with each kernel
- * (they compute the same bits, cuda/markov.h) and keep the faster. Every rank
- * runs the same sequence and the times are summed over the communicator, so
- * all ranks pick the same kernel. */
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* DSPARK default. Ring kernel 5 wherever its check passed (on every rank) and
+ * the greedy tail is one persistent launch, untimed: timed here, alone, it
+ * ranked behind ring kernel 4 (0.163-0.167 against 0.182-0.196 ms), yet inside
+ * the proposal, after the LM head, it was the faster tail in every call (H200,
+ * 2026-11-29, bench_cuda_head rounds: 0.202-0.208 against 0.210-0.216 ms).
+ * Otherwise (per-step launches, where ring 5 is slower: TP2 tails original
+ * 0.301 against 0.251, sharded 0.237 against 0.199 ms) time the Markov tail of
+ * the largest bucket with each kernel (they compute the same bits,
+ * cuda/markov.h) and keep the faster. Every rank runs the same sequence and the
+ * times are summed over the communicator, so all ranks pick the same kernel. */
 static dsp_status choose_kernel(dsp_cuda_head *h) {
   if (h->strict || h->tune.kernel != 0) return DSP_OK;
-  static const int rings[3] = {0, 4, 5}; /* the candidates: register kernel, ring kernels 4 and 5 */
   cu_bucket *bk = &h->bk[h->nb - 1];
+  if (h->wg_ok && !plan_of(h, 0).per_step) {
+    h->ring = 5;
+    if (enqueue(h, bk, 0, 1) == DSP_OK) return DSP_OK; /* it launches: the tensor-map encoder is there */
+    cudaGetLastError();
+    dsp_error_clear();
+  }
+  static const int rings[3] = {0, 4, 5}; /* the candidates: register kernel, ring kernels 4 and 5 */
   cudaEvent_t e0 = NULL, e1 = NULL;
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));
@@ -643,13 +658,8 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
         s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing the tail kernels (candidate %d): %s", __FILE__, __LINE__, c,
                      cudaGetErrorString(cudaGetLastError()));
     }
-  for (int c = 0; c < 3 && s == DSP_OK; c++) { /* median of the rounds (insertion sort) */
-    for (int x = 1; x < ROUNDS; x++)
-      for (int y = x; y > 0 && tr[c][y - 1] > tr[c][y]; y--) {
-        const float z = tr[c][y];
-        tr[c][y] = tr[c][y - 1];
-        tr[c][y - 1] = z;
-      }
+  for (int c = 0; c < 3 && s == DSP_OK; c++) { /* median of the rounds */
+    qsort(tr[c], ROUNDS, sizeof tr[c][0], cmp_float);
     h->t_kernel[c] = live[c] ? tr[c][ROUNDS / 2] : 1e30f;
   }
   cudaEventDestroy(e0);
@@ -659,15 +669,6 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   int best = 0;
   for (int c = 1; c < 3; c++)
     if (h->t_kernel[c] < h->t_kernel[best]) best = c;
-  /* Ring kernel 5 wherever its check passed and the greedy tail is one persistent
-   * launch, whatever the timing says: timed here, alone, it ranked behind ring
-   * kernel 4 (0.163-0.167 against 0.182-0.196 ms), yet inside the proposal, after
-   * the LM head, it was the faster tail in every call (H200, 2026-11-29,
-   * bench_cuda_head rounds: 0.202-0.208 against 0.210-0.216 ms). With one launch
-   * per step (TP paths with per-step collectives) it is slower (TP2 tails:
-   * original 0.301 against 0.251, sharded 0.237 against 0.199 ms), and there,
-   * as between the other two, timing decides. */
-  if (h->wg_ok && h->t_kernel[2] < 1e29f && !plan_of(h, 0).per_step) best = 2;
   h->ring = rings[best];
   return DSP_OK;
 }
@@ -934,11 +935,6 @@ extern "C" const char *dsp_cuda_head_report(const dsp_cuda_head *h) { return h->
 extern "C" void dsp_cuda_head_memory(const dsp_cuda_head *h, size_t *buffers, size_t *graphs) {
   *buffers = h->bytes_buffers;
   *graphs = h->bytes_graphs;
-}
-
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
 }
 
 static dsp_status time_runs(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only, int replays,
