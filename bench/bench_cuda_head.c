@@ -23,15 +23,6 @@
 #include "cuda/head_cuda.h"
 #include "cuda/head_cuda_tune.h"
 
-#define CKB(call)                                                                                   \
-  do {                                                                                              \
-    cublasStatus_t b_ = (call);                                                                     \
-    if (b_ != CUBLAS_STATUS_SUCCESS) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasLtGetStatusString(b_));   \
-      exit(1);                                                                                      \
-    }                                                                                               \
-  } while (0)
-
 /* Device-to-device copy of 1 GiB: bytes read + written per second. */
 static double measure_copy_tbps(void) {
   const size_t n = (size_t)1 << 30;

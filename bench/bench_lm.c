@@ -21,15 +21,6 @@
 #include "bench_util.h"
 #include "cuda/lm_head.h"
 
-#define CKL(call)                                                                                          \
-  do {                                                                                                     \
-    cublasStatus_t e_ = (call);                                                                            \
-    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasLtGetStatusString(e_));          \
-      exit(1);                                                                                             \
-    }                                                                                                      \
-  } while (0)
-
 #define MAXCFG 4096
 #define WS_LIMIT ((size_t)4 << 20)
 
@@ -55,7 +46,7 @@ static float time_algo(const cublasLtMatmulAlgo_t *algo, size_t ws, int reps) {
   if (reps > 64) reps = 64;
   for (int r = 0; r < reps; r++) {
     CK(cudaEventRecord(e0, st));
-    CKL(cublasLtMatmul(lt, op, &alpha, dw, la, da, lb, &beta, dout, ld, dout, ld, algo, dws, ws, st));
+    CKB(cublasLtMatmul(lt, op, &alpha, dw, la, da, lb, &beta, dout, ld, dout, ld, algo, dws, ws, st));
     CK(cudaEventRecord(e1, st));
     CK(cudaEventSynchronize(e1));
     CK(cudaEventElapsedTime(&t[r], e0, e1));
@@ -104,17 +95,17 @@ int main(int argc, char **argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
 
-  CKL(cublasLtCreate(&lt));
-  CKL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CKB(cublasLtCreate(&lt));
+  CKB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CKL(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K));
-  CKL(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K));
-  CKL(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));
+  CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CKB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K));
+  CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K));
+  CKB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N));
 
   int ids[256], nid = 0;
-  CKL(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+  CKB(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
                                CUDA_R_16BF, 256, ids, &nid));
   static config cfg[MAXCFG];
   int ncfg = 0, tried = 0;

@@ -1,8 +1,9 @@
-/* Shared by the CUDA benchmark programs (bench_cuda_head, bench_tail): checked
- * calls that end the program with file and line, the median, and the uniform
- * bf16 fill of synthetic weights. */
+/* Shared by the CUDA benchmark programs (bench_cuda_head, bench_tail, bench_lm):
+ * checked CUDA, cuBLASLt and dspark calls that end the program with file and
+ * line, the median, and the uniform bf16 fill of synthetic weights. */
 #ifndef DSP_BENCH_UTIL_H
 #define DSP_BENCH_UTIL_H
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,14 @@
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
       exit(1);                                                                                \
     }                                                                                         \
+  } while (0)
+#define CKB(call)                                                                                   \
+  do {                                                                                              \
+    cublasStatus_t b_ = (call);                                                                     \
+    if (b_ != CUBLAS_STATUS_SUCCESS) {                                                              \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasLtGetStatusString(b_));   \
+      exit(1);                                                                                      \
+    }                                                                                               \
   } while (0)
 #define CKD(call)                                                                             \
   do {                                                                                        \
