@@ -86,7 +86,8 @@ typedef struct {
                                chunk landing conflict-free; NULL: copies of w2's rows (2-way conflicts) */
   int32_t resident;         /* ring kernel 5 where one warpgroup takes all bq columns (bq <= 32, or 64 with
                                ring 6): W2 chunks each warpgroup keeps in registers through a persistent
-                               launch (0 = none; at most 2 for bq <= 32, 1 for bq 64) */
+                               launch (0 = none; at most 2 for bq <= 32, 1 for bq 64; per-step launches
+                               keep none) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernel 4): globaltimer ns when the step's work began

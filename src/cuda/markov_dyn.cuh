@@ -6,9 +6,10 @@
  * consumers are 8 mma.sync warps; ring kernel 5's are wgmma warpgroups
  * (greedy fast path), which up to bq 32 also keep a few W2 chunks resident in
  * registers for the whole launch (loaded through the ring at step 0; later
- * steps move only their base rows), the claims covering the rest. Per element both run the same 16 k groups in the same
- * order and slots, so they agree with every other tensor-core kernel bit for
- * bit (ring 5: where dsp_cuda_markov_wgmma_check passes). Included after
+ * steps move only their base rows), the claims covering the rest. Per element
+ * both run the same 16 k groups in the same order and slots, so they agree
+ * with every other tensor-core kernel bit for bit (ring 5: where
+ * dsp_cuda_markov_wgmma_check passes). Included after
  * markov_ring.cuh. CUDA C++ only. */
 #ifndef DSP_CUDA_MARKOV_DYN_CUH
 #define DSP_CUDA_MARKOV_DYN_CUH
@@ -50,6 +51,17 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
         : "memory");
   else
     rg_tcopy3(dst, tm, c0, c1, c2, bar);
+}
+
+/* Step k's base rows of units u0 .. u0 + nu - 1 into dst ([unit][bq][16]), one
+ * tensor box per unit, completing on `bar`. */
+__device__ __forceinline__ void rd_copy_base_rows(uint32_t dst, const CUtensorMap *tm, const dsp_mk_args &a, int u0,
+                                                  int nu, int upr, int k, uint32_t bar, bool hint, uint64_t pol) {
+  for (int ui = 0; ui < nu; ui++) {
+    const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr;
+    rd_tcopy_base(dst + (uint32_t)((size_t)ui * a.bq * UNIT * 2), tm, (u - seg * upr) * UNIT, k * a.bq, seg, bar, hint,
+                  pol);
+  }
 }
 
 __device__ __forceinline__ unsigned long long rd_clock() { return clock64(); }
@@ -314,11 +326,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
         if (ks > 1) rg_bar_wait(rg_saddr(&rbar[1]), (uint32_t)(ks - 2) & 1u);
         rg_bar_expect(rf, (uint32_t)(nrb * CBB));
         for (int i = 0; i < nrb; i++)
-          for (int ui = 0; ui < RG_C; ui++) {
-            const int u = (res0 + i) * RG_C + ui, seg = a.nseg == 1 ? 0 : u / upr;
-            rd_tcopy_base(rg_saddr(rbuf + i * CBB + (size_t)ui * bq * UNIT * 2), &tb, (u - seg * upr) * UNIT, k * bq,
-                          seg, rf, hint, pol_stream);
-          }
+          rd_copy_base_rows(rg_saddr(rbuf + i * CBB), &tb, a, (res0 + i) * RG_C, RG_C, upr, k, rf, hint, pol_stream);
       }
       /* stage s gets chunk ch (tag: what the consumers see, -1 = end of step) */
       auto fill = [&](int ch, int tag) {
@@ -340,11 +348,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
             rg_bar_expect(full, (uint32_t)(nu * UNIT * (RP + bq) * 2));
             rd_copy(dst, a.w2 + (size_t)u0 * UNIT * RP, (uint32_t)(nu * UNIT * RP * 2), full, hint, pw);
           }
-          for (int ui = 0; ui < nu; ui++) {
-            const int u = u0 + ui, seg = a.nseg == 1 ? 0 : u / upr;
-            rd_tcopy_base(dst + (uint32_t)(rg_w_bytes() + (size_t)ui * bq * UNIT * 2), &tb, (u - seg * upr) * UNIT,
-                          k * bq, seg, full, hint, pol_stream);
-          }
+          rd_copy_base_rows(dst + (uint32_t)rg_w_bytes(), &tb, a, u0, nu, upr, k, full, hint, pol_stream);
         } else {
           rg_bar_arrive(full);
         }

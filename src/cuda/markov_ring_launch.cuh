@@ -120,7 +120,8 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     int dev = 0, optin = 0;
     DSP_CUDA_TRY(cudaGetDevice(&dev));
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const int rmax = wg1 ? rd_res_max(MT, 16 * MT) : 0;
+    /* registers outlive a step only within one launch: per-step launches keep none */
+    const int rmax = wg1 && b.persistent ? rd_res_max(MT, 16 * MT) : 0;
     b.resident = b.resident < 0 ? 0 : b.resident > rmax ? rmax : b.resident;
     const int nres = 2 * b.resident; /* chunks per block whose base rows need a place */
     while (b.stages > 2 && rd_smem_wg(b.bq, b.stages, nres) + 1024 > (size_t)optin) b.stages--;
