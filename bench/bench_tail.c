@@ -15,6 +15,8 @@
  * controller leaves after that product, with L2 full of its data.
  * --only I runs variant I (0-based, of the table's order) after the register
  * kernel (the tokens' reference) and no other.
+ * The barrier, the claims and the keys share one allocation, cleared by one
+ * memset per launch, as in the head.
  * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] [--heat 0]
  *                   [--only -1] */
 #include <cuda_runtime.h>
@@ -74,8 +76,10 @@ int main(int argc, char **argv) {
   CK(cudaMalloc((void **)&base, nb * 2));
   CK(cudaMalloc((void **)&d_anc, (size_t)bq * 4));
   CK(cudaMalloc((void **)&tokens, (size_t)(G * bq) * 4));
-  CK(cudaMalloc((void **)&keys, (size_t)(G * bq) * 8));
-  CK(cudaMalloc((void **)&barrier, (size_t)(1 + G) * 4));
+  /* [barrier, claims: 1 + G u32, padded to 16 bytes][keys: G x bq] */
+  const size_t sync0 = ((size_t)(1 + G) * 4 + 15) & ~(size_t)15, sync_b = sync0 + (size_t)(G * bq) * 8;
+  CK(cudaMalloc((void **)&barrier, sync_b));
+  keys = (unsigned long long *)((char *)barrier + sync0);
   CK(cudaMalloc((void **)&trace, (size_t)sms * G * DSP_MK_TRACE * 8));
   CK(cudaMalloc(&flush, flush_bytes));
   uint16_t *w2p;
@@ -164,8 +168,7 @@ int main(int argc, char **argv) {
     if (graph) {
       cudaGraph_t g;
       CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-      CK(cudaMemsetAsync(keys, 0, (size_t)(G * bq) * 8, st));
-      CK(cudaMemsetAsync(barrier, 0, (size_t)(1 + G) * 4, st));
+      CK(cudaMemsetAsync(barrier, 0, sync_b, st));
       CKD(dsp_cuda_markov_launch(&a, &l, st));
       CK(cudaStreamEndCapture(st, &g));
       CK(cudaGraphInstantiate(&ge, g, 0));
@@ -174,6 +177,7 @@ int main(int argc, char **argv) {
     const int traced = v->trace && !graph;
     for (int r = -3; r < (int)reps + traced; r++) {
       a.trace = r == (int)reps ? trace : NULL;
+      if (a.trace) CK(cudaMemsetAsync(trace, 0, (size_t)sms * G * DSP_MK_TRACE * 8, st)); /* a step may leave fields unset */
       if (heat)
         CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, LM_M, rows, st));
       else if (!warm)
@@ -182,8 +186,7 @@ int main(int argc, char **argv) {
       if (ge) {
         CK(cudaGraphLaunch(ge, st));
       } else {
-        CK(cudaMemsetAsync(keys, 0, (size_t)(G * bq) * 8, st));
-        CK(cudaMemsetAsync(barrier, 0, (size_t)(1 + G) * 4, st));
+        CK(cudaMemsetAsync(barrier, 0, sync_b, st));
         CKD(dsp_cuda_markov_launch(&a, &l, st));
       }
       CK(cudaEventRecord(ev[2 * (r + 3) + 1], st));
@@ -203,16 +206,22 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
     float *x = malloc((size_t)sms * sizeof *x);
     printf("  step | work us med/max | last block ends after med (us) | barrier us (last end -> first/last go) | "
-           "full-wait %% | chunks min/max | producer empty-wait %%\n");
+           "full-wait %% | chunks min/max | producer empty-wait %% | last end -> last merged, last arrived, "
+           "winners known first/last (us)\n");
     unsigned long long prev_go = 0;
     for (long k = 0; k < G; k++) {
-      unsigned long long max_end = 0, min_go = ~0ull, max_go = 0;
+      unsigned long long max_end = 0, min_go = ~0ull, max_go = 0, max_merged = 0, max_out = 0, min_known = ~0ull,
+                         max_known = 0;
       long cmin = 1 << 30, cmax = 0;
       for (int b = 0; b < sms; b++) {
         const unsigned long long *t = tr + ((size_t)b * G + k) * DSP_MK_TRACE;
         if (t[1] > max_end) max_end = t[1];
         if (t[2] < min_go) min_go = t[2];
         if (t[2] > max_go) max_go = t[2];
+        if (t[8] > max_merged) max_merged = t[8];
+        if (t[9] > max_out) max_out = t[9];
+        if (t[10] && t[10] < min_known) min_known = t[10];
+        if (t[10] > max_known) max_known = t[10];
         if ((long)t[6] < cmin) cmin = (long)t[6];
         if ((long)t[6] > cmax) cmax = (long)t[6];
       }
@@ -235,9 +244,12 @@ int main(int argc, char **argv) {
         x[b] = t[3] ? 100.0f * (float)t[7] / (float)(t[3] + t[4]) : 0.0f;
       }
       pw = median(x, sms);
-      printf("  %4ld | %6.2f / %6.2f | %6.2f | %6.2f / %6.2f | %5.1f | %3ld / %3ld | %5.1f\n", k, wmed, wmax, endmed,
-             (double)((long long)min_go - (long long)max_end) / 1e3, (double)((long long)max_go - (long long)max_end) / 1e3,
-             fw, cmin, cmax, pw);
+      const double rel = (double)max_end;
+      const int mid = k + 1 < G; /* the last step has no barrier */
+      printf("  %4ld | %6.2f / %6.2f | %6.2f | %6.2f / %6.2f | %5.1f | %3ld / %3ld | %5.1f | %5.2f, %5.2f, %5.2f / %5.2f\n",
+             k, wmed, wmax, endmed, ((double)min_go - rel) / 1e3, ((double)max_go - rel) / 1e3, fw, cmin, cmax, pw,
+             ((double)max_merged - rel) / 1e3, mid ? ((double)max_out - rel) / 1e3 : 0.0,
+             mid ? ((double)min_known - rel) / 1e3 : 0.0, mid ? ((double)max_known - rel) / 1e3 : 0.0);
       if (k) printf("         step go-to-go %.2f us\n", (double)(max_go - prev_go) / 1e3);
       prev_go = max_go;
     }

@@ -90,11 +90,13 @@ typedef struct {
                                keep none) */
 } dsp_mk_args;
 
-/* Per block and step (ring kernel 4): globaltimer ns when the step's work began
- * (E ready), ended (its last chunk done) and the grid barrier released it;
- * SM cycles of the work and of the barrier; consumer warp 0's cycles waiting
- * for full stages; chunks done; producer cycles waiting for empty stages. */
-#define DSP_MK_TRACE 8
+/* Per block and step (ring kernels 4-5): globaltimer ns when the step's work
+ * began (E ready), ended (its last chunk done) and the grid barrier released
+ * it; SM cycles of the work and of the barrier; consumer warp 0's cycles
+ * waiting for full stages; chunks done; producer cycles waiting for empty
+ * stages; ns when the block's keys were merged, when they left (the arrival
+ * at the grid barrier) and when the block knew the winners. */
+#define DSP_MK_TRACE 11
 
 typedef struct {
   int sampling, strict;

@@ -454,12 +454,13 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
       tr[0] = stc[0], tr[1] = mk_now_ns(), tr[3] = rd_clock() - stc[1], tr[5] = stc[2], tr[6] = stc[3];
       stc[1] = rd_clock();
     }
+    unsigned long long *trk = trace ? trace + (size_t)ks * DSP_MK_TRACE : NULL;
     if constexpr (WGN > 0) {
       rd_merge_wg<WGN>(a, fbw, WGN == 16 * MT ? 0 : warp >> 2, g, q, sbest);
-      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast)) rd_gather_e(a, sprev, se, tid);
+      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk)) rd_gather_e(a, sprev, se, tid);
     } else {
       rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
-                      af);
+                      af, trk);
     }
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;

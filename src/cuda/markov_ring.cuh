@@ -124,12 +124,14 @@ __device__ __forceinline__ void rg_tcopy3(uint32_t dst, const CUtensorMap *tm, i
  * global atomicMax per row); persistent launches then wait at the grid
  * barrier (a.barrier[0]) and every block reads the winners into sprev
  * (block 0 writes the tokens); after the last step the block that arrives
- * last writes the tokens. Returns 1 when the caller must rebuild E from sprev
- * for the next step. */
+ * last writes the tokens. Returns 1 when the caller must rebuild E from
+ * sprev for the next step. tr: this step's trace record or NULL. */
 __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int nsteps, int tid,
-                                            unsigned long long *sbest, int32_t *sprev, int *slast) {
+                                            unsigned long long *sbest, int32_t *sprev, int *slast,
+                                            unsigned long long *tr) {
   const int k = a.k_begin + ks, bq = a.bq;
   rg_consumers_sync();
+  if (tr && tid == 0) tr[8] = mk_now_ns();
   if (tid < bq) {
     const unsigned long long v = sbest[tid];
     sbest[tid] = 0ull;
@@ -146,6 +148,7 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
       /* a release reduction orders the block's keys (before the CTA barrier) before the
        * arrival, with no fence round trip and no returned value to wait for */
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.barrier) : "memory");
+      if (tr) tr[9] = mk_now_ns();
       const unsigned long long t0 = mk_now_ns();
       while (mk_ld_acquire(a.barrier) < target) {
         __nanosleep(32);
@@ -159,6 +162,7 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
       sprev[tid] = id;
       if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
     }
+    if (tr && tid == 0) tr[10] = mk_now_ns();
     rg_consumers_sync();
     return true;
   }
@@ -183,7 +187,8 @@ template <int MT>
 __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int nsteps, bool fast, uint32_t fb0,
                                             uint32_t fb1, unsigned long long best0, unsigned long long best1,
                                             bool active, int mt, int g, int q, int tid, unsigned long long *sbest,
-                                            int32_t *sprev, int *slast, uint4 (&af)[2 * KB]) {
+                                            int32_t *sprev, int *slast, uint4 (&af)[2 * KB],
+                                            unsigned long long *tr) {
   const int upr = a.seg_rows >> 4;
   if (fast) {
     const uint32_t f[2] = {fb0, fb1};
@@ -206,7 +211,7 @@ __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int ns
     if (best0) atomicMax(sbest + mt * 16 + g, best0);
     if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
   }
-  if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, slast) && active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, slast, tr) && active) rg_load_e<MT>(a, sprev, mt, g, q, af);
 }
 
 }  // namespace
