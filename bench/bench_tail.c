@@ -135,6 +135,10 @@ int main(int argc, char **argv) {
       {"ring 5, other warpgroup split", 6, 3, 1, 0, 0, 0, 1, 0},
       {"ring 5, 1 resident chunk/wg", 5, 3, 1, 0, 0, 0, 1, 1},
       {"ring 5, 2 resident chunks/wg", 5, 3, 1, 0, 1, 0, 1, 2},
+      {"ring 5, 2 resident, keep 4/8", 5, 4, 1, 0, 1, 0, 1, 2},
+      {"ring 5, 2 resident, keep 5/8", 5, 5, 1, 0, 1, 0, 1, 2},
+      {"ring 5, 2 resident, 4 stages", 5, 3, 1, 0, 1, 4, 1, 2},
+      {"ring 5, 2 resident, keep 2/8", 5, 2, 1, 0, 1, 0, 1, 2},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   if (only >= nv) {
