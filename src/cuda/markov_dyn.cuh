@@ -211,25 +211,36 @@ __device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, 
   rd_epi_wg<N>(a, d, c, U, upr, bs, wg, w4, g, q, fb);
 }
 
-/* Ring kernel 5's step end: the 32-bit keys widened with their ids, reduced
- * over the 8 lanes of a column (g) and the block (shared atomics). */
-template <int N>
-__device__ __forceinline__ void rd_merge_wg(const dsp_mk_args &a, const uint32_t (&fb)[N / 4], int wg, int g, int q,
-                                            unsigned long long *sbest) {
-  const int upr = a.seg_rows >> 4;
+/* Ring kernel 5's step end: the 32-bit keys widened with their ids and
+ * reduced over the 8 lanes of a column (g); each warp stores its column keys
+ * to sk[warp][column] and, after a consumer barrier, thread c < bq takes the
+ * max over the warps that cover column c into sbest[c]. (64-bit atomicMax on
+ * shared memory is a compare-and-swap loop: 8 warps x 8 keys of each
+ * thread contending on 32 words took ~1.5 us per step.) */
+template <int N, bool WHOLE>
+__device__ __forceinline__ void rd_merge_wg(const dsp_mk_args &a, const uint32_t (&fb)[N / 4], int warp, int g, int q,
+                                            int tid, unsigned long long *sk, unsigned long long *sbest) {
+  const int upr = a.seg_rows >> 4, bq = a.bq, c0 = WHOLE ? 0 : (warp >> 2) * N;
 #pragma unroll
   for (int i = 0; i < N / 4; i++) {
     unsigned long long key = 0ull;
     if (fb[i]) {
       const uint32_t sq = 0xFFFFu - (fb[i] & 0xFFFFu);
-      const int uu = (int)(sq >> 1), seg = uu / upr;
+      const int uu = (int)(sq >> 1), seg = a.nseg == 1 ? 0 : uu / upr;
       const int64_t id = (int64_t)(a.seg_rank0 + seg) * a.vr + (uu - seg * upr) * UNIT + (sq & 1u) * 8 + g;
       key = dsp_dev_key(mk_unord(fb[i] >> 16), (uint32_t)id);
     }
     key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 4));
     key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 8));
     key = mk_max(key, __shfl_xor_sync(0xffffffffu, key, 16));
-    if (g == 0 && key) atomicMax(sbest + wg * N + 8 * (i >> 1) + 2 * q + (i & 1), key);
+    if (g == 0) sk[warp * bq + c0 + 8 * (i >> 1) + 2 * q + (i & 1)] = key;
+  }
+  rg_consumers_sync();
+  if (tid < bq) {
+    const int w0 = WHOLE ? 0 : 4 * (tid / N), w1 = WHOLE ? RG_NC : w0 + 4;
+    unsigned long long v = 0ull;
+    for (int w = w0; w < w1; w++) v = mk_max(v, sk[w * bq + tid]);
+    sbest[tid] = v;
   }
 }
 
@@ -244,8 +255,12 @@ __host__ __device__ inline size_t rd_rb_offset(int bq, int stages) {
   return (rd_e_offset(bq, stages) + (size_t)bq * RP * 2 + 1023) & ~(size_t)1023;
 }
 __host__ __device__ inline size_t rd_chunk_base_bytes(int bq) { return (size_t)RG_C * bq * UNIT * 2; }
+/* Then the step end's key scratch: [RG_NC warps][bq] 64-bit keys. */
+__host__ __device__ inline size_t rd_sk_offset(int bq, int stages, int nres) {
+  return rd_rb_offset(bq, stages) + (size_t)nres * rd_chunk_base_bytes(bq);
+}
 __host__ __device__ inline size_t rd_smem_wg(int bq, int stages, int nres) {
-  return rd_rb_offset(bq, stages) + (size_t)nres * rd_chunk_base_bytes(bq) + 1024;
+  return rd_sk_offset(bq, stages, nres) + (size_t)RG_NC * bq * 8 + 1024;
 }
 /* Chunks per warpgroup an instance can hold in registers (64 registers each). */
 __host__ __device__ constexpr int rd_res_max(int mt, int wgn) { return wgn == 16 * mt ? (mt <= 2 ? 2 : 1) : 0; }
@@ -456,7 +471,8 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     }
     unsigned long long *trk = trace ? trace + (size_t)ks * DSP_MK_TRACE : NULL;
     if constexpr (WGN > 0) {
-      rd_merge_wg<WGN>(a, fbw, WGN == 16 * MT ? 0 : warp >> 2, g, q, sbest);
+      rd_merge_wg<WGN, WGN == 16 * MT>(a, fbw, warp, g, q, tid,
+                                       (unsigned long long *)(smem + rd_sk_offset(bq, S, 2 * a.resident)), sbest);
       if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk)) rd_gather_e(a, sprev, se, tid);
     } else {
       rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
