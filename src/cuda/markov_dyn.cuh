@@ -216,7 +216,7 @@ __device__ __forceinline__ void rd_chunk_wg(const dsp_mk_args &a, int c, int U, 
  * to sk[warp][column] and, after a consumer barrier, thread c < bq takes the
  * max over the warps that cover column c into sbest[c]. (64-bit atomicMax on
  * shared memory is a compare-and-swap loop: 8 warps x 8 keys of each
- * thread contending on 32 words took ~1.5 us per step.) */
+ * thread contending on 32 words: the step end came ~1 us later, bench/RESULTS.md v28) */
 template <int N, bool WHOLE>
 __device__ __forceinline__ void rd_merge_wg(const dsp_mk_args &a, const uint32_t (&fb)[N / 4], int warp, int g, int q,
                                             int tid, unsigned long long *sk, unsigned long long *sbest) {
