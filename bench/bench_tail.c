@@ -1,13 +1,14 @@
 /* Benchmark of the Markov tail kernels alone (cuda/markov.h), one GPU: gamma
  * steps in one persistent launch over random W2, W1 and base, each kernel and
  * L2 option timed with CUDA events (medians), the tokens checked equal across
- * all of them, and for ring kernel 4 a per-step breakdown from its in-kernel
- * trace (where a step's time goes: work, the spread of the blocks' finishing
- * times, the grid barrier, waits for data). Before each timed launch a 256 MB
+ * all of them, and for ring kernels 4-5 a per-step breakdown from their
+ * in-kernel trace (where a step's time goes: work, the spread of the blocks'
+ * finishing times, waits for data, and the grid barrier split into the keys'
+ * merge, the arrival, learning the winners and the E gather). Before each timed launch a 256 MB
  * buffer is written, as the LM head's stream would, so L2 holds no W2 except
  * what a policy kept.
  * --warm 1 leaves the 256 MB write out (L2 keeps what the last launch left);
- * --graph 1 replays the launch and its two memsets as a CUDA graph, as the
+ * --graph 1 replays the launch and its memset as a CUDA graph, as the
  * head does (no trace then).
  * --heat 1 runs, instead of the write, the LM head's product (cuda/lm_head.h,
  * batch x gamma rows, hidden 7168, this vocabulary) before each launch: the
