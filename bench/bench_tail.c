@@ -4,9 +4,9 @@
  * all of them, and for ring kernels 4-5 a per-step breakdown from their
  * in-kernel trace (where a step's time goes: work, the spread of the blocks'
  * finishing times, waits for data, and the grid barrier split into the keys'
- * merge, the arrival, learning the winners and the E gather). Before each timed launch a 256 MB
- * buffer is written, as the LM head's stream would, so L2 holds no W2 except
- * what a policy kept.
+ * merge, the arrival, learning the winners and the E gather). Before each
+ * timed launch a 256 MB buffer is written, as the LM head's stream would, so
+ * L2 holds no W2 except what a policy kept.
  * --warm 1 leaves the 256 MB write out (L2 keeps what the last launch left);
  * --graph 1 replays the launch and its memset as a CUDA graph, as the
  * head does (no trace then).
