@@ -5,7 +5,10 @@
  * card's two ceilings measured in the same run (device copy bandwidth, bf16
  * matrix rate), the floors they give, peak device memory, and checks that
  * every variant proposes the same tokens. --json FILE also writes the numbers
- * (bench/torch_peer.py's table reads it).
+ * (bench/torch_peer.py's table reads it). Where NVML answers, it then runs the
+ * default head's full proposals, and then its tails, back to back for ~1.5 s
+ * each and prints joules per run against the card's power limit: under a
+ * sustained load the limit allows no less than joules / watts per run.
  * usage: bench_cuda_head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256]
  *                        [--hidden 7168] [--rounds 5] [--replays 40] [--json F] */
 #define _POSIX_C_SOURCE 200809L
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_power.h"
 #include "bench_util.h"
 #include "core/status.h"
 #include "cuda/head_cuda.h"
@@ -178,7 +182,7 @@ int main(int argc, char **argv) {
   w.w2_local = w.w2_full;
   w.has_w2_full = 1;
 
-  variant vs[20];
+  variant vs[24];
   int nv = 0;
 #define ADD(nm, pth, bc, ...)                    \
   do {                                           \
@@ -198,6 +202,7 @@ int main(int argc, char **argv) {
   ADD("ring 4, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.per_step = 1);
   ADD("ring 4, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.graphs = 0);
   ADD("ring 5 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6);
+  ADD("ring 5, no PDL", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.pdl = 0);
   ADD("ring 5, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.per_step = 1);
   ADD("ring 5, no resident chunks", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.resident = 0);
   ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
@@ -329,6 +334,34 @@ int main(int argc, char **argv) {
       CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 0, (int)replays, &vs[i].full[r], &vs[i].tail[r]));
       if (i == 0) CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 1, (int)replays, &vs[i].sfull[r], &vs[i].stail[r]));
     }
+  }
+
+  /* energy under a sustained load (after the rounds: the card is at its steady clock) */
+  bench_power pw;
+  if (bench_power_open(&pw, 0)) {
+    const double lim = bench_power_limit_w(&pw);
+    double jr[2] = {0, 0};
+    for (int which = 0; which < 2; which++) {
+      const int n = which ? 8000 : 1500; /* ~1.5 s each */
+      float med = 0;
+      struct timespec t0, t1;
+      CK(cudaDeviceSynchronize());
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      const double e0 = bench_power_joules(&pw);
+      CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, n, which ? NULL : &med, which ? &med : NULL));
+      const double e1 = bench_power_joules(&pw);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+      jr[which] = (e1 - e0) / (n + 3); /* dsp_cuda_head_time runs 3 unmeasured warm-ups */
+      printf("energy (NVML, %s): %s x %d back to back: %.4f J each, %.0f W mean over %.2f s, median %.3f ms; "
+             "the %.0f W limit allows >= %.3f ms each; SM clock at the end %u MHz\n",
+             vs[0].name, which ? "tails" : "full proposals", n + 3, jr[which], (e1 - e0) / wall, wall, med, lim,
+             lim > 0 ? jr[which] / lim * 1e3 : 0.0, bench_power_sm_mhz(&pw));
+    }
+    printf("energy: LM head (full - tail) %.4f J per proposal: >= %.3f ms at the limit\n", jr[0] - jr[1],
+           lim > 0 ? (jr[0] - jr[1]) / lim * 1e3 : 0.0);
+  } else {
+    printf("energy: NVML not available, not measured\n");
   }
 
   /* work and floors (one rank) */

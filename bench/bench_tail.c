@@ -16,10 +16,14 @@
  * controller leaves after that product, with L2 full of its data.
  * --only I runs variant I (0-based, of the table's order) after the register
  * kernel (the tokens' reference) and no other.
+ * --pdl 1 (implies --heat 1) then times the LM head's product and ring kernel
+ * 5's tail (2 resident chunks, keep 3/8) back to back, reading the product as
+ * base, the tail launched plainly or programmatically (PDL: it may start as the
+ * product ends) in alternate repetitions, and traces one launch of each.
  * The barrier, the claims and the keys share one allocation, cleared by one
  * memset per launch, as in the head.
  * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] [--heat 0]
- *                   [--only -1] */
+ *                   [--only -1] [--pdl 0] */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,13 +41,83 @@ typedef struct {
   int ring, keep8, serpentine, setaside, trace, stages, packed, resident;
 } variant;
 
+/* --pdl: see the header. Returns 1 when the two launches' tokens differ. */
+static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w, uint16_t *lm_out, const uint16_t *w1,
+                     const uint16_t *w2p, const int32_t *anc, int32_t *tokens, unsigned long long *keys,
+                     unsigned *barrier, unsigned long long *trace, size_t sync_b, int rows, long V, int bq, long G,
+                     int sms, int reps, cudaStream_t st) {
+  dsp_mk_args a;
+  memset(&a, 0, sizeof a);
+  a.w2 = NULL, a.w2p = w2p, a.w1 = w1, a.base = lm_out, a.vr = rows, a.vocab = V, a.ld = rows, a.seg_rows = rows;
+  a.nseg = 1, a.bq = bq, a.anchor = anc, a.tokens = tokens, a.keys = keys, a.barrier = barrier;
+  a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = 1, a.prefetch = 4, a.keep8 = 3;
+  a.resident = 2;
+  size_t smem;
+  int occ;
+  CKD(dsp_cuda_markov_prepare(bq, 0, 0, 1, &smem, &occ, &a.stages));
+  const int64_t M = G * bq;
+  float *ms[2] = {malloc((size_t)reps * sizeof(float)), malloc((size_t)reps * sizeof(float))};
+  float *dif = malloc((size_t)reps * sizeof(float));
+  int32_t *tok[2] = {malloc((size_t)M * 4), malloc((size_t)M * 4)};
+  unsigned long long *tr = malloc((size_t)sms * G * DSP_MK_TRACE * 8);
+  cudaEvent_t *ev = malloc((size_t)(reps + 3) * 4 * sizeof *ev);
+  for (int i = 0; i < (reps + 3) * 4; i++) CK(cudaEventCreate(&ev[i]));
+  /* reps alternate plain / PDL; the memset comes before the product, as in the head */
+  for (int r = -3; r < reps; r++)
+    for (int p = 0; p < 2; p++) {
+      dsp_mk_launch l = {0, 0, 5, sms, 1, p};
+      cudaEvent_t *e = ev + ((size_t)(r + 3) * 2 + p) * 2;
+      CK(cudaMemsetAsync(barrier, 0, sync_b, st));
+      CK(cudaEventRecord(e[0], st));
+      CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, M, rows, st));
+      CKD(dsp_cuda_markov_launch(&a, &l, st));
+      CK(cudaEventRecord(e[1], st));
+    }
+  CK(cudaStreamSynchronize(st));
+  for (int r = 0; r < reps; r++) {
+    for (int p = 0; p < 2; p++) CK(cudaEventElapsedTime(&ms[p][r], ev[((size_t)(r + 3) * 2 + p) * 2],
+                                                        ev[((size_t)(r + 3) * 2 + p) * 2 + 1]));
+    dif[r] = (ms[0][r] - ms[1][r]) * 1e3f;
+  }
+  printf("LM head + ring 5 tail, %d alternating pairs: plain %.3f ms, PDL %.3f ms, plain - PDL per pair: median %.2f us\n",
+         reps, median(ms[0], reps), median(ms[1], reps), median(dif, reps));
+  /* one traced launch of each: when step 0's consumers started (relative to the earliest block), its work */
+  for (int p = 0; p < 2; p++) {
+    dsp_mk_launch l = {0, 0, 5, sms, 1, p};
+    a.trace = trace;
+    CK(cudaMemsetAsync(trace, 0, (size_t)sms * G * DSP_MK_TRACE * 8, st));
+    CK(cudaMemsetAsync(barrier, 0, sync_b, st));
+    CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, M, rows, st));
+    CKD(dsp_cuda_markov_launch(&a, &l, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(tok[p], tokens, (size_t)M * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
+    unsigned long long s0 = ~0ull, s1 = 0, e1 = 0;
+    float *w = malloc((size_t)sms * sizeof *w);
+    for (int b = 0; b < sms; b++) {
+      const unsigned long long *t = tr + (size_t)b * G * DSP_MK_TRACE;
+      if (t[0] < s0) s0 = t[0];
+      if (t[0] > s1) s1 = t[0];
+      if (t[1] > e1) e1 = t[1];
+      w[b] = (float)(t[1] - t[0]) / 1e3f;
+    }
+    printf("  %s: step 0 starts spread over %.2f us, work med %.2f us, first start -> last end %.2f us\n",
+           p ? "PDL  " : "plain", (double)(s1 - s0) / 1e3, median(w, sms), (double)(e1 - s0) / 1e3);
+    free(w);
+  }
+  long diff = 0;
+  for (int64_t j = 0; j < M; j++) diff += tok[0][j] != tok[1][j];
+  printf("  tokens: %ld of %lld differ between the plain and the PDL launch\n", diff, (long long)M);
+  return diff != 0;
+}
+
 int main(int argc, char **argv) {
-  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1;
+  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1, pdl = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
               : !strcmp(argv[i], "--reps") ? &reps : !strcmp(argv[i], "--warm") ? &warm
               : !strcmp(argv[i], "--graph") ? &graph : !strcmp(argv[i], "--heat") ? &heat
-              : !strcmp(argv[i], "--only") ? &only : NULL;
+              : !strcmp(argv[i], "--only") ? &only : !strcmp(argv[i], "--pdl") ? &pdl : NULL;
     if (!d) {
       fprintf(stderr, "bench_tail: unknown option %s\n", argv[i]);
       return 2;
@@ -55,6 +129,7 @@ int main(int argc, char **argv) {
     printf("bench_tail: no CUDA device\n");
     return 77;
   }
+  if (pdl) heat = 1;
   if (B < 1 || B > DSP_MK_MAXBQ || G < 1 || G > 64 || V < 16 || reps < 1 || reps > 1000) {
     fprintf(stderr, "bench_tail: batch 1..%d, gamma 1..64, vocab >= 16, reps 1..1000\n", DSP_MK_MAXBQ);
     return 2;
@@ -168,7 +243,7 @@ int main(int argc, char **argv) {
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
     a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2p = v->packed ? w2p : NULL;
     a.resident = v->resident;
-    dsp_mk_launch l = {0, 0, v->ring, sms, 1};
+    dsp_mk_launch l = {0, 0, v->ring, sms, 1, 0};
     cudaGraphExec_t ge = NULL;
     if (graph) {
       cudaGraph_t g;
@@ -262,5 +337,7 @@ int main(int argc, char **argv) {
   }
   CK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
   printf("parity: %s\n", bad ? "TOKENS DIFFER" : "all variants gave the register kernel's tokens");
+  if (pdl && B == bq) bad |= pdl_pairs(lm, lm_a, lm_w, lm_out, w1, w2p, d_anc, tokens, keys, barrier, trace, sync_b,
+                                       rows, V, bq, G, sms, (int)reps, st);
   return bad;
 }

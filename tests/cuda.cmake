@@ -11,7 +11,7 @@ dsp_test(test_cuda_nccl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c LABEL
 # scripts/device_check.sh on the GPU machine.
 add_executable(bench_cuda_head ${PROJECT_SOURCE_DIR}/bench/bench_cuda_head.c)
 target_include_directories(bench_cuda_head PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(bench_cuda_head PRIVATE dspark)
+target_link_libraries(bench_cuda_head PRIVATE dspark ${CMAKE_DL_LIBS})
 set_target_properties(bench_cuda_head PROPERTIES LINKER_LANGUAGE CUDA)
 
 # The tail kernels alone, with ring kernel 4's per-step trace (bench/bench_tail.c).

@@ -574,21 +574,25 @@ static void t_plans(void **st) {
   /* the reference runs the default: the kernel chosen by timing, one persistent launch, graphs */
   /* cfg_mid has 626 chunks of 64 rows, so ring kernel 5 (bq 16: one warpgroup per chunk)
    * keeps 4 chunks per block of 132 resident by default, and the odd tail stays dynamic */
-  struct { const char *name; int kernel, per_step, graphs, prefetch, serpentine, l2keep, resident; } v[] = {
-      {"register kernel", 1, 0, -1, -1, -1, 0, -1},
-      {"register kernel, per-step", 1, 1, -1, -1, -1, 0, -1},
-      {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0, 0, -1},
-      {"register kernel, deep prefetch", 1, 0, -1, 12, 1, 0, -1},
-      {"ring 4", 5, 0, -1, -1, -1, 0, -1},
-      {"ring 4, per-step kernels", 5, 1, -1, -1, -1, 0, -1},
-      {"ring 4, no serpentine, eager", 5, 0, 0, -1, 0, 0, -1},
-      {"ring 4, L2 keep 3/8", 5, 0, -1, -1, -1, 3, -1},
-      {"ring 4, L2 keep 8/8, per-step", 5, 1, -1, -1, -1, 8, -1},
-      {"ring 5 (2 resident chunks per warpgroup)", 6, 0, -1, -1, -1, 0, -1},
-      {"ring 5, per-step kernels", 6, 1, -1, -1, -1, 0, -1},
-      {"ring 5, no serpentine, eager, no L2 hints", 6, 0, 0, -1, 0, 0, -1},
-      {"ring 5, no resident chunks", 6, 0, -1, -1, -1, 0, 0},
-      {"ring 5, 1 resident chunk per warpgroup", 6, 0, -1, -1, -1, 0, 1},
+  /* nopdl: the tail launched after the LM head's product has ended (the default starts it as the product ends) */
+  struct { const char *name; int kernel, per_step, graphs, prefetch, serpentine, l2keep, resident, nopdl; } v[] = {
+      {"register kernel", 1, 0, -1, -1, -1, 0, -1, 0},
+      {"register kernel, per-step", 1, 1, -1, -1, -1, 0, -1, 0},
+      {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0, 0, -1, 0},
+      {"register kernel, deep prefetch", 1, 0, -1, 12, 1, 0, -1, 0},
+      {"ring 4", 5, 0, -1, -1, -1, 0, -1, 0},
+      {"ring 4, per-step kernels", 5, 1, -1, -1, -1, 0, -1, 0},
+      {"ring 4, no serpentine, eager", 5, 0, 0, -1, 0, 0, -1, 0},
+      {"ring 4, L2 keep 3/8", 5, 0, -1, -1, -1, 3, -1, 0},
+      {"ring 4, L2 keep 8/8, per-step", 5, 1, -1, -1, -1, 8, -1, 0},
+      {"ring 5 (2 resident chunks per warpgroup)", 6, 0, -1, -1, -1, 0, -1, 0},
+      {"ring 5, per-step kernels", 6, 1, -1, -1, -1, 0, -1, 0},
+      {"ring 5, no serpentine, eager, no L2 hints", 6, 0, 0, -1, 0, 0, -1, 0},
+      {"ring 5, no resident chunks", 6, 0, -1, -1, -1, 0, 0, 0},
+      {"ring 5, 1 resident chunk per warpgroup", 6, 0, -1, -1, -1, 0, 1, 0},
+      {"register kernel, no PDL", 1, 0, -1, -1, -1, 0, -1, 1},
+      {"ring 5, no PDL", 6, 0, -1, -1, -1, 0, -1, 1},
+      {"ring 4, no PDL, eager", 5, 0, 0, -1, -1, 0, -1, 1},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     dsp_cuda_tuning t;
@@ -600,6 +604,7 @@ static void t_plans(void **st) {
     t.serpentine = v[i].serpentine;
     t.l2keep = v[i].l2keep ? v[i].l2keep : -1;
     t.resident = v[i].resident;
+    t.pdl = v[i].nopdl ? 0 : -1;
     dsp_cuda_head *h = make_head(&m, &t);
     compare_heads(ref, h, &c, &in, v[i].name);
     dsp_cuda_head_free(h);

@@ -63,6 +63,7 @@ struct dsp_cuda_head {
   int has_full;
   dsp_path greedy_path;
   int strict, ring, coop, sms; /* ring: 0 register kernel, 4-5 ring kernels 4-5 (markov_dyn.cuh) */
+  int pdl;               /* the persistent tail starts while the LM head's product finishes (PDL) */
   float t_kernel[3];     /* tail ms of the register kernel and ring kernels 4, 5 when chosen by timing (0: not timed) */
   long long wg_compared, wg_differ; /* ring kernel 5's check here (dsp_cuda_markov_wgmma_check); -1: could not run */
   int wg_ok;             /* the check passed on every rank: ring kernel 5 may run */
@@ -115,6 +116,7 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->l2keep = -1;
   t->resident = -1;
   t->lm_choice = 0;
+  t->pdl = -1;
 }
 
 static dsp_status dev_alloc(dsp_cuda_head *h, void **p, size_t bytes) {
@@ -248,12 +250,13 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   const size_t es = logit_size(h);
   cudaStream_t s = h->stream;
   const cu_plan p = plan_of(h, sampling);
+  /* one memset node clears the barrier, the claim counters and the keys (they share an allocation);
+     before the LM head's product, so that the tail's launch follows the product directly (PDL) */
+  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
   if (!tail_only) {
     DSP_TRY(dsp_cuda_lm_run(h->lm, bk->hidden, h->d_lm, h->d_base_local, M, h->vrp, s));
     if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
   }
-  /* one memset node clears the barrier, the claim counters and the keys (they share an allocation) */
-  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
 
   dsp_mk_args a;
   memset(&a, 0, sizeof a);
@@ -293,7 +296,9 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.stages = bk->stages[sampling];
   if (sampling)
     a.logits = (p.full || !h->multi) ? h->d_logits : (char *)h->d_logits + (size_t)h->rank * (size_t)(M * h->vrp) * es;
-  dsp_mk_launch l = {sampling, h->strict, h->ring, bk->grid[sampling], h->coop};
+  dsp_mk_launch l = {sampling, h->strict, h->ring, bk->grid[sampling], h->coop, 0};
+  /* PDL only where the product is the kernel right before (no collective in between) */
+  l.pdl = h->pdl && !tail_only && !p.full && !p.per_step;
   if (!p.per_step) {
     a.k_begin = 0;
     a.k_end = (int32_t)G;
@@ -388,6 +393,8 @@ static void make_report(dsp_cuda_head *h) {
            path_text(h, path, sizeof path), dev, h->buckets_str, h->ngraphs, h->ngraphs ? "" : ": DSPARK_GRAPHS=0, eager",
            (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
            pg.per_step ? "per-step kernels"
+           : h->pdl    ? (h->coop ? "one persistent cooperative kernel launched as the LM head's product ends (PDL)"
+                                  : "one persistent kernel (plain launch) launched as the LM head's product ends (PDL)")
                        : (h->coop ? "one persistent cooperative kernel" : "one persistent kernel (plain launch)"),
            h->ring == 5 ? ring5
            : h->ring == 4 ? "shared-memory ring kernel 4 (chunks claimed dynamically; packed W2 by one bulk copy and base "
@@ -740,6 +747,7 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
   } else {
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->coop, cudaDevAttrCooperativeLaunch, h->device));
   }
+  h->pdl = h->tune.pdl && !h->strict && dsp_cuda_markov_pdl_capturable(h->stream, h->coop);
   DSP_TRY(wg_check(h));
   DSP_TRY(choose_kernel(h));
   if (h->tune.graphs) DSP_TRY(capture_all(h));
@@ -785,6 +793,7 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (!h->tune.buckets) h->tune.buckets = env->buckets;
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
+  if (h->tune.pdl < 0) h->tune.pdl = 1;
   if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
   if (h->tune.kernel < 0 || h->tune.kernel > 6 || (h->tune.kernel >= 2 && h->tune.kernel <= 4)) {
     const int k = h->tune.kernel;

@@ -30,6 +30,10 @@ typedef struct {
   int lm_choice;         /* LM-head algorithm: 0 the pinned default (the heuristic's first, see
                             cuda/lm_head.h); 1 time the candidates at creation and keep the fastest
                             (benchmarks); 2 the fixed sm_90 configuration of bench_lm's sweep (benchmarks) */
+  int pdl;               /* 0: the persistent tail waits for the LM head's product to end before it
+                            launches; -1 / 1: it launches as the product finishes (programmatic dependent
+                            launch, where this device can capture it) and reads base only after
+                            griddepcontrol.wait */
 } dsp_cuda_tuning;
 
 void dsp_cuda_tuning_default(dsp_cuda_tuning *t);

@@ -1,5 +1,5 @@
-/* Fused Markov step: instance dispatch, the token select, and the probe for
- * cooperative launches inside CUDA graphs (see markov.h). */
+/* Fused Markov step: instance dispatch, the token select, and the probes for
+ * cooperative and programmatic (PDL) launches inside CUDA graphs (see markov.h). */
 #include <string.h>
 
 #include "cuda/check.h"
@@ -77,6 +77,14 @@ __global__ void mk_probe_kernel(int *x) {
   if (x) *x = 1;
 }
 
+/* The probe's second kernel: waits for the first, as the tail kernels do. */
+__global__ void mk_probe_dep_kernel(int *x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  if (x) *x = 2;
+}
+
 int dsp_cuda_markov_coop_capturable(cudaStream_t s) {
   int dev = 0, coop = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
@@ -109,6 +117,52 @@ int dsp_cuda_markov_coop_capturable(cudaStream_t s) {
     if (x) cudaGraphExecDestroy(x);
   }
   if (g) cudaGraphDestroy(g);
+  cudaGetLastError(); /* a refused capture leaves a non-sticky error behind */
+  return ok;
+}
+
+int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop) {
+  int dev = 0, cc = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cc < 9) {
+    cudaGetLastError();
+    return 0;
+  }
+  int *x = NULL;
+  if (cudaMalloc((void **)&x, sizeof *x) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaGraph_t g = NULL;
+  int ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (ok) {
+    mk_probe_kernel<<<1, 32, 0, s>>>(x);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(32);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeCooperative;
+    attr[1].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = coop ? 2 : 1;
+    const cudaError_t e1 = cudaLaunchKernelEx(&cfg, mk_probe_dep_kernel, x);
+    const cudaError_t e2 = cudaStreamEndCapture(s, &g);
+    ok = e1 == cudaSuccess && e2 == cudaSuccess && g != NULL;
+  }
+  int got = 0;
+  if (ok) {
+    cudaGraphExec_t ge = NULL;
+    ok = cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    if (ok)
+      ok = cudaGraphLaunch(ge, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess &&
+           cudaMemcpy(&got, x, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess && got == 2;
+    if (ge) cudaGraphExecDestroy(ge);
+  }
+  if (g) cudaGraphDestroy(g);
+  cudaFree(x);
   cudaGetLastError(); /* a refused capture leaves a non-sticky error behind */
   return ok;
 }

@@ -88,6 +88,8 @@ typedef struct {
                                ring 6): W2 chunks each warpgroup keeps in registers through a persistent
                                launch (0 = none; at most 2 for bq <= 32, 1 for bq 64; per-step launches
                                keep none) */
+  int32_t early;            /* set by the launch when dsp_mk_launch.pdl: ring kernels prefetch their
+                               resident chunks' W2 into L2 before waiting for the LM head */
 } dsp_mk_args;
 
 /* Per block and step (ring kernels 4-5): globaltimer ns when the step's work
@@ -106,6 +108,9 @@ typedef struct {
                       range of units per block) were removed: bench/RESULTS.md has their history */
   int grid;        /* blocks */
   int cooperative; /* launch with the cooperative attribute */
+  int pdl;         /* programmatic dependent launch: the kernel may start while the kernel before it
+                      (the LM head's product) finishes; it reads base only after griddepcontrol.wait.
+                      Only where that product is the stream's previous operation */
 } dsp_mk_launch;
 
 /* The kernels compute the same function with the same per-element order:
@@ -170,6 +175,10 @@ dsp_status dsp_cuda_markov_pack_w2(const uint16_t *w2, int64_t rows, uint16_t *p
 dsp_status dsp_cuda_markov_wgmma_check(int bq, int trials, long long *compared, long long *differ);
 /* 1 when a cooperative launch can be captured into a CUDA graph here. */
 int dsp_cuda_markov_coop_capturable(cudaStream_t s);
+/* 1 when a kernel launched with programmatic stream serialization (and the
+ * cooperative attribute when coop) after another kernel can be captured into a
+ * graph, instantiated and replayed here. */
+int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop);
 
 /* One instance per (MT, sampling, strict) family; defined in markov_*.cu. */
 dsp_status dsp_mk_launch_g(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s, int query,

@@ -140,8 +140,8 @@ __device__ __forceinline__ void mk_gather_frag(const uint16_t *w1, const int32_t
 }
 
 /* A tail kernel's launch: l->grid blocks of `threads`, `smem` bytes of dynamic
- * shared memory, cooperative when l->cooperative (*attr holds the attribute and
- * must live until the launch). */
+ * shared memory, cooperative when l->cooperative, programmatic (PDL) when
+ * l->pdl (attr[2] holds the attributes and must live until the launch). */
 inline cudaLaunchConfig_t mk_config(const dsp_mk_launch *l, int threads, size_t smem, cudaStream_t s,
                                     cudaLaunchAttribute *attr) {
   cudaLaunchConfig_t cfg = {};
@@ -149,13 +149,25 @@ inline cudaLaunchConfig_t mk_config(const dsp_mk_launch *l, int threads, size_t 
   cfg.blockDim = dim3((unsigned)threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  attr->id = cudaLaunchAttributeCooperative;
-  attr->val.cooperative = 1;
+  cfg.attrs = attr;
   if (l->cooperative) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+    attr[cfg.numAttrs++].val.cooperative = 1;
+  }
+  if (l->pdl) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
   return cfg;
+}
+
+/* Waits until the grid this one may overlap (a launch with l->pdl) has finished
+ * and its writes are visible; returns at once in a plain launch. Every read of
+ * base comes after it. */
+__device__ __forceinline__ void mk_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 /* The strict chain over 256 k for one (batch row, W2 row). */
@@ -414,6 +426,7 @@ __global__ void __launch_bounds__(DSP_MK_THREADS, 1) mk_kernel(const dsp_mk_args
   __syncthreads();
   mk_gather<STRICT>(a.w1, sprev, se, bq, tid);
   __syncthreads();
+  mk_dep_wait(); /* base comes from the LM head's product */
 
   /* two unit buffers used in turn (no register copies): A holds the item being
    * computed while B's loads fly, then the other way round */
@@ -536,8 +549,8 @@ dsp_status mk_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     *smem = bytes;
     return DSP_OK;
   }
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = mk_config(l, DSP_MK_THREADS, bytes, s, &attr);
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = mk_config(l, DSP_MK_THREADS, bytes, s, attr);
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, *a));
   return DSP_OK;
 }

@@ -109,10 +109,11 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
    * bq 32 0.169 vs 0.186 ms, bq 64 0.221 vs 0.202 ms); ver 6 takes the other split (benchmarks) */
   const bool wg1 = (ver == 5) == (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
   const rd_fn kern5 = wg1 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
-  cudaLaunchAttribute attr;
+  cudaLaunchAttribute attr[2];
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
   dsp_mk_args b = *a;
+  b.early = l->pdl;
   rd_fn kern = kern4;
   size_t bytes = rg_smem(a->bq, SAMPLING, a->stages).total;
   if (ver >= 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
@@ -130,7 +131,7 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     kern = kern5;
     bytes = rd_smem_wg(b.bq, b.stages, nres);
   }
-  const cudaLaunchConfig_t cfg = mk_config(l, kern == kern5 && wg1 ? RG_THREADS_WG : RG_THREADS, bytes, s, &attr);
+  const cudaLaunchConfig_t cfg = mk_config(l, kern == kern5 && wg1 ? RG_THREADS_WG : RG_THREADS, bytes, s, attr);
   DSP_TRY(rd_base_map(&b, &tm));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, b, tm));
   return DSP_OK;
