@@ -7,8 +7,9 @@
  * every variant proposes the same tokens. --json FILE also writes the numbers
  * (bench/torch_peer.py's table reads it). Where NVML answers, it then runs the
  * default head's full proposals, and then its tails, back to back for ~1.5 s
- * each and prints joules per run against the card's power limit: under a
- * sustained load the limit allows no less than joules / watts per run.
+ * each (and those of the head with bench_lm's fastest LM configuration) and
+ * prints joules per run against the card's power limit: under a sustained
+ * load the limit allows no less than joules / watts per run.
  * usage: bench_cuda_head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256]
  *                        [--hidden 7168] [--rounds 5] [--replays 40] [--json F] */
 #define _POSIX_C_SOURCE 200809L
@@ -336,30 +337,34 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* energy under a sustained load (after the rounds: the card is at its steady clock) */
+  /* energy under a sustained load (after the rounds), for the default head and the one with
+     bench_lm's fastest LM-head configuration */
   bench_power pw;
   if (bench_power_open(&pw, 0)) {
     const double lim = bench_power_limit_w(&pw);
-    double jr[2] = {0, 0};
-    for (int which = 0; which < 2; which++) {
-      const int n = which ? 8000 : 1500; /* ~1.5 s each */
-      float med = 0;
-      struct timespec t0, t1;
-      CK(cudaDeviceSynchronize());
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      const double e0 = bench_power_joules(&pw);
-      CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, n, which ? NULL : &med, which ? &med : NULL));
-      const double e1 = bench_power_joules(&pw);
-      clock_gettime(CLOCK_MONOTONIC, &t1);
-      const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-      jr[which] = (e1 - e0) / (n + 3); /* dsp_cuda_head_time runs 3 unmeasured warm-ups */
-      printf("energy (NVML, %s): %s x %d back to back: %.4f J each, %.0f W mean over %.2f s, median %.3f ms; "
-             "the %.0f W limit allows >= %.3f ms each; SM clock at the end %u MHz\n",
-             vs[0].name, which ? "tails" : "full proposals", n + 3, jr[which], (e1 - e0) / wall, wall, med, lim,
-             lim > 0 ? jr[which] / lim * 1e3 : 0.0, bench_power_sm_mhz(&pw));
+    for (int i = 0; i < nv; i++) {
+      if (i != 0 && vs[i].t.lm_choice != 2) continue;
+      double jr[2] = {0, 0};
+      for (int which = 0; which < 2; which++) {
+        const int n = which ? 8000 : 1500; /* ~1.5 s each */
+        float med = 0;
+        struct timespec t0, t1;
+        CK(cudaDeviceSynchronize());
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double e0 = bench_power_joules(&pw);
+        CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 0, n, which ? NULL : &med, which ? &med : NULL));
+        const double e1 = bench_power_joules(&pw);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        jr[which] = (e1 - e0) / (n + 3); /* dsp_cuda_head_time runs 3 unmeasured warm-ups */
+        printf("energy (NVML, %s): %s x %d back to back: %.4f J each, %.0f W mean over %.2f s, median %.3f ms; "
+               "the %.0f W limit allows >= %.3f ms each; SM clock at the end %u MHz\n",
+               vs[i].name, which ? "tails" : "full proposals", n + 3, jr[which], (e1 - e0) / wall, wall, med, lim,
+               lim > 0 ? jr[which] / lim * 1e3 : 0.0, bench_power_sm_mhz(&pw));
+      }
+      printf("energy (%s): LM head (full - tail) %.4f J per proposal: >= %.3f ms at the limit\n", vs[i].name,
+             jr[0] - jr[1], lim > 0 ? (jr[0] - jr[1]) / lim * 1e3 : 0.0);
     }
-    printf("energy: LM head (full - tail) %.4f J per proposal: >= %.3f ms at the limit\n", jr[0] - jr[1],
-           lim > 0 ? (jr[0] - jr[1]) / lim * 1e3 : 0.0);
   } else {
     printf("energy: NVML not available, not measured\n");
   }

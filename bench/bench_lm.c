@@ -9,15 +9,21 @@
  * answers: does a tile whose token side fits M exactly (224 = 32 x 7) beat the
  * pinned 256x128 tile, which pads 224 token rows to 256?
  * BENCH_LM_ALL=1 prints every configuration's single timing.
+ * Where NVML answers (bench_power.h), the fastest 4 and the head's two choices
+ * then each run back to back for ~1.5 s: joules per product, mean watts, and
+ * the time per product the card's power limit allows under that sustained load.
  * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] */
+#define _POSIX_C_SOURCE 200809L
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "bench_power.h"
 #include "bench_util.h"
 #include "cuda/lm_head.h"
 
@@ -52,6 +58,30 @@ static float time_algo(const cublasLtMatmulAlgo_t *algo, size_t ws, int reps) {
     CK(cudaEventElapsedTime(&t[r], e0, e1));
   }
   return median(t, reps);
+}
+
+/* n products back to back (a cuBLASLt algorithm, or the head's product when lm
+ * is set): joules per product, mean watts and wall ms per product. */
+static void energy_run(const bench_power *pw, const cublasLtMatmulAlgo_t *algo, size_t ws, dsp_cuda_lm *lm,
+                       int64_t M, int64_t N, int n, double *j, double *w, double *ms) {
+  const float alpha = 1.0f, beta = 0.0f;
+  struct timespec t0, t1;
+  CK(cudaStreamSynchronize(st));
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double e0 = bench_power_joules(pw);
+  for (int i = 0; i < n; i++) {
+    if (lm)
+      CKD(dsp_cuda_lm_run(lm, da, dw, dout, M, N, st));
+    else
+      CKB(cublasLtMatmul(lt, op, &alpha, dw, la, da, lb, &beta, dout, ld, dout, ld, algo, dws, ws, st));
+  }
+  CK(cudaStreamSynchronize(st));
+  const double e1 = bench_power_joules(pw);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  *j = (e1 - e0) / n;
+  *w = (e1 - e0) / wall;
+  *ms = wall / n * 1e3;
 }
 
 static int by_once(const void *x, const void *y) {
@@ -226,6 +256,29 @@ int main(int argc, char **argv) {
   }
   printf("tile ids: cublasLtMatmulTile_t (e.g. 24 = 256x128, 414 = 128x224, 509 = 256x224); cluster: "
          "cublasLtClusterShape_t (0 auto, 2 1x1x1, 3 2x1x1, 5 1x2x1)\n");
+  bench_power pw;
+  if (bench_power_open(&pw, 0)) {
+    const double lim = bench_power_limit_w(&pw);
+    const int ne = top < 4 ? top : 4;
+    printf("energy (NVML), each configuration back to back for ~1.5 s; power limit %.0f W:\n", lim);
+    printf("%-38s %9s %8s %9s %10s %9s\n", "configuration", "J each", "pJ/flop", "mean W", "ms each", "limit ms");
+    for (int i = 0; i < ne + 2; i++) {
+      double j, w, ms;
+      const int n = (int)(1.5 / (1e-3 * (double)median(&tm[(i < ne ? i : top + i - ne) * rounds], (int)rounds)));
+      energy_run(&pw, i < ne ? &cfg[i].algo : NULL, i < ne ? cfg[i].ws : 0, i < ne ? NULL : lms[i - ne], M, N,
+                 n > 0 ? n : 1, &j, &w, &ms);
+      char name[64];
+      if (i < ne)
+        snprintf(name, sizeof name, "algo %d tile %u stages %u cluster %u", cfg[i].id, cfg[i].tile, cfg[i].stages,
+                 (unsigned)cfg[i].cluster);
+      else
+        snprintf(name, sizeof name, "%s", i == ne ? "head default (heuristic's first)" : "preferred sm_90 config");
+      printf("%-38s %9.4f %8.3f %9.0f %10.3f %9.3f\n", name, j, j / (gflop * 1e9) * 1e12, w, ms,
+             lim > 0 ? j / lim * 1e3 : 0.0);
+    }
+  } else {
+    printf("energy: NVML not available, not measured\n");
+  }
   dsp_cuda_lm_free(lms[0]);
   dsp_cuda_lm_free(lms[1]);
   return 0;

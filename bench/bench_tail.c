@@ -38,7 +38,7 @@
 
 typedef struct {
   const char *name;
-  int ring, keep8, serpentine, setaside, trace, stages, packed, resident;
+  int ring, keep8, serpentine, setaside, trace, stages, packed, resident, pause;
 } variant;
 
 /* --pdl: see the header. Returns 1 when the two launches' tokens differ. */
@@ -203,18 +203,19 @@ int main(int argc, char **argv) {
          graph ? "graph replays" : "stream launches");
 
   const variant vs[] = {
-      {"register", 0, 0, 1, 0, 0, 0, 0, 0},
-      {"ring 4", 4, 0, 1, 0, 0, 0, 0, 0},
-      {"ring 4, keep 3/8", 4, 3, 1, 0, 0, 0, 0, 0},
-      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1, 0},
-      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1, 0},
-      {"ring 5, other warpgroup split", 6, 3, 1, 0, 0, 0, 1, 0},
-      {"ring 5, 1 resident chunk/wg", 5, 3, 1, 0, 0, 0, 1, 1},
-      {"ring 5, 2 resident chunks/wg", 5, 3, 1, 0, 1, 0, 1, 2},
-      {"ring 5, 2 resident, keep 4/8", 5, 4, 1, 0, 1, 0, 1, 2},
-      {"ring 5, 2 resident, keep 5/8", 5, 5, 1, 0, 1, 0, 1, 2},
-      {"ring 5, 2 resident, 4 stages", 5, 3, 1, 0, 1, 4, 1, 2},
-      {"ring 5, 2 resident, keep 2/8", 5, 2, 1, 0, 1, 0, 1, 2},
+      {"register", 0, 0, 1, 0, 0, 0, 0, 0, 0},
+      {"ring 4", 4, 0, 1, 0, 0, 0, 0, 0, 0},
+      {"ring 4, keep 3/8", 4, 3, 1, 0, 0, 0, 0, 0, 0},
+      {"ring 4, packed W2, keep 3/8", 4, 3, 1, 0, 1, 0, 1, 0, 0},
+      {"ring 5 (wgmma), keep 3/8", 5, 3, 1, 0, 1, 0, 1, 0, 0},
+      {"ring 5, other warpgroup split", 6, 3, 1, 0, 0, 0, 1, 0, 0},
+      {"ring 5, 1 resident chunk/wg", 5, 3, 1, 0, 0, 0, 1, 1, 0},
+      {"ring 5, 2 resident chunks/wg", 5, 3, 1, 0, 1, 0, 1, 2, 0},
+      {"ring 5, 2 resident, keep 4/8", 5, 4, 1, 0, 1, 0, 1, 2, 0},
+      {"ring 5, 2 resident, keep 5/8", 5, 5, 1, 0, 1, 0, 1, 2, 0},
+      {"ring 5, 2 resident, 4 stages", 5, 3, 1, 0, 1, 4, 1, 2, 0},
+      {"ring 5, 2 resident, keep 2/8", 5, 2, 1, 0, 1, 0, 1, 2, 0},
+      {"ring 5, 2 resident, pause refills", 5, 3, 1, 0, 1, 0, 1, 2, 1},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   if (only >= nv) {
@@ -243,6 +244,7 @@ int main(int argc, char **argv) {
     a.k_begin = 0, a.k_end = (int32_t)G, a.persistent = 1, a.serpentine = v->serpentine, a.prefetch = 4;
     a.stages = v->stages ? v->stages : stages, a.keep8 = v->keep8, a.w2p = v->packed ? w2p : NULL;
     a.resident = v->resident;
+    a.pause = v->pause;
     dsp_mk_launch l = {0, 0, v->ring, sms, 1, 0};
     cudaGraphExec_t ge = NULL;
     if (graph) {

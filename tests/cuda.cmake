@@ -23,5 +23,5 @@ set_target_properties(bench_tail PROPERTIES LINKER_LANGUAGE CUDA)
 # cuBLASLt configurations for the LM-head product (bench/bench_lm.c).
 add_executable(bench_lm ${PROJECT_SOURCE_DIR}/bench/bench_lm.c)
 target_include_directories(bench_lm PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(bench_lm PRIVATE dspark)
+target_link_libraries(bench_lm PRIVATE dspark ${CMAKE_DL_LIBS})
 set_target_properties(bench_lm PROPERTIES LINKER_LANGUAGE CUDA)

@@ -90,6 +90,8 @@ typedef struct {
                                keep none) */
   int32_t early;            /* set by the launch when dsp_mk_launch.pdl: ring kernels prefetch their
                                resident chunks' W2 into L2 before waiting for the LM head */
+  int32_t pause;            /* ring kernels 4-5, persistent: the producer copies nothing of step k + 1
+                               until its block has arrived at step k's grid barrier (benchmarks) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernels 4-5): globaltimer ns when the step's work

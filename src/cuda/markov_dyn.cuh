@@ -287,6 +287,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
   __shared__ int slast;
   __shared__ int shdr[RG_MAXS]; /* the chunk in each stage, -1: end of step, -2 - i: resident slot i (step 0) */
   __shared__ __align__(8) uint64_t rbar[2]; /* resident chunks' base rows: full, empty */
+  __shared__ __align__(8) uint64_t abar;    /* thread 0 arrived at the grid barrier (dsp_mk_args.pause) */
   __shared__ unsigned long long stc[5]; /* trace scratch of thread 0 (no registers held across the loop) */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
@@ -313,6 +314,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     }
     rg_bar_init(rg_saddr(&rbar[0]), 1);
     rg_bar_init(rg_saddr(&rbar[1]), RG_NC * 32);
+    rg_bar_init(rg_saddr(&abar), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
@@ -341,6 +343,9 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
        * its own register (a loop unrolled by three): moving a pending atomic's result
        * would wait for it. */
       unsigned p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
+      /* pause: no copy of this step until the block has arrived at the last step's grid
+         barrier, whose release would otherwise wait for the copies in flight */
+      if (a.pause && ks > 0) rg_bar_wait(rg_saddr(&abar), (uint32_t)(ks - 1) & 1u);
       if (nrb && ks > 0) { /* the resident chunks' base rows, once their last readers are done */
         const uint32_t rf = rg_saddr(&rbar[0]);
         if (ks > 1) rg_bar_wait(rg_saddr(&rbar[1]), (uint32_t)(ks - 2) & 1u);
@@ -478,10 +483,10 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     if constexpr (WGN > 0) {
       rd_merge_wg<WGN, WGN == 16 * MT>(a, fbw, warp, g, q, tid,
                                        (unsigned long long *)(smem + rd_sk_offset(bq, S, 2 * a.resident)), sbest);
-      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk)) rd_gather_e(a, sprev, se, tid);
+      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk, rg_saddr(&abar))) rd_gather_e(a, sprev, se, tid);
     } else {
       rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
-                      af, trk);
+                      af, trk, rg_saddr(&abar));
     }
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;

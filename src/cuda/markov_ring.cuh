@@ -128,7 +128,7 @@ __device__ __forceinline__ void rg_tcopy3(uint32_t dst, const CUtensorMap *tm, i
  * sprev for the next step. tr: this step's trace record or NULL. */
 __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int nsteps, int tid,
                                             unsigned long long *sbest, int32_t *sprev, int *slast,
-                                            unsigned long long *tr) {
+                                            unsigned long long *tr, uint32_t abar) {
   const int k = a.k_begin + ks, bq = a.bq;
   rg_consumers_sync();
   if (tr && tid == 0) tr[8] = mk_now_ns();
@@ -148,6 +148,7 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
       /* a release reduction orders the block's keys (before the CTA barrier) before the
        * arrival, with no fence round trip and no returned value to wait for */
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.barrier) : "memory");
+      rg_bar_arrive(abar); /* the producer may refill again (dsp_mk_args.pause) */
       if (tr) tr[9] = mk_now_ns();
       const unsigned long long t0 = mk_now_ns();
       while (mk_ld_acquire(a.barrier) < target) {
@@ -188,7 +189,7 @@ __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int ns
                                             uint32_t fb1, unsigned long long best0, unsigned long long best1,
                                             bool active, int mt, int g, int q, int tid, unsigned long long *sbest,
                                             int32_t *sprev, int *slast, uint4 (&af)[2 * KB],
-                                            unsigned long long *tr) {
+                                            unsigned long long *tr, uint32_t abar) {
   const int upr = a.seg_rows >> 4;
   if (fast) {
     const uint32_t f[2] = {fb0, fb1};
@@ -211,7 +212,7 @@ __device__ __forceinline__ void rg_step_end(const dsp_mk_args &a, int ks, int ns
     if (best0) atomicMax(sbest + mt * 16 + g, best0);
     if (best1) atomicMax(sbest + mt * 16 + g + 8, best1);
   }
-  if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, slast, tr) && active) rg_load_e<MT>(a, sprev, mt, g, q, af);
+  if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, slast, tr, abar) && active) rg_load_e<MT>(a, sprev, mt, g, q, af);
 }
 
 }  // namespace
