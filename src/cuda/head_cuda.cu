@@ -293,6 +293,7 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.keep8 = h->tune.l2keep;
   a.resident = h->tune.resident;
   a.prefetch = h->tune.prefetch;
+  a.pause = 1; /* ring kernels: the grid barrier's release waits for no copy in flight (bench_tail: -6 us) */
   a.stages = bk->stages[sampling];
   if (sampling)
     a.logits = (p.full || !h->multi) ? h->d_logits : (char *)h->d_logits + (size_t)h->rank * (size_t)(M * h->vrp) * es;

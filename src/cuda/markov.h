@@ -91,7 +91,8 @@ typedef struct {
   int32_t early;            /* set by the launch when dsp_mk_launch.pdl: ring kernels prefetch their
                                resident chunks' W2 into L2 before waiting for the LM head */
   int32_t pause;            /* ring kernels 4-5, persistent: the producer copies nothing of step k + 1
-                               until its block has arrived at step k's grid barrier (benchmarks) */
+                               until its block has arrived at step k's grid barrier, whose release then
+                               waits for no copy in flight (the head sets it; bench_tail compares) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernels 4-5): globaltimer ns when the step's work
@@ -132,7 +133,12 @@ typedef struct {
  *     fragments in registers; each runs the two n8
  *     tiles of a unit as two interleaved mma chains (each chain's order
  *     unchanged); every consumer thread releases the stages it read. Optional
- *     L2 hints (keep8).
+ *     L2 hints (keep8). With `pause`, the producer starts the next step's
+ *     copies only once its block has arrived at the grid barrier: the arrival's
+ *     release then does not wait for the ring's copies in flight (~1.5 us
+ *     per step), and the copies still land while the winners are awaited.
+ *     Launched with dsp_mk_launch.pdl, the producer alone waits for the LM
+ *     head's product (griddepcontrol.wait) before its first copy of base.
  *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
  *     warpgroups multiplying each chunk (64 rows) by E with 16 wgmma
  *     m64nNk16 products: up to bq 32 the two warpgroups take the chunks in
