@@ -748,7 +748,9 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
   } else {
     DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->coop, cudaDevAttrCooperativeLaunch, h->device));
   }
-  h->pdl = h->tune.pdl && !h->strict && dsp_cuda_markov_pdl_capturable(h->stream, h->coop);
+  /* PDL needs the LM head's product right before the tail: one rank only (with several, an
+     all-gather or per-step launches come between) */
+  h->pdl = h->tune.pdl && !h->strict && !h->multi && dsp_cuda_markov_pdl_capturable(h->stream, h->coop);
   DSP_TRY(wg_check(h));
   DSP_TRY(choose_kernel(h));
   if (h->tune.graphs) DSP_TRY(capture_all(h));
