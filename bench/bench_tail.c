@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
       {"ring 5, 2 resident, keep 2/8", 5, 2, 1, 0, 1, 0, 1, 2, 0},
       {"ring 5, 2 resident, pause refills", 5, 3, 1, 0, 1, 0, 1, 2, 1},
       {"ring 5, 2 res., pause, L2 set-aside", 5, 3, 1, 1, 1, 0, 1, 2, 1},
+      {"ring 4, packed W2, keep 3/8, pause", 4, 3, 1, 0, 1, 0, 1, 0, 1},
   };
   const int nv = (int)(sizeof vs / sizeof vs[0]);
   if (only >= nv) {
