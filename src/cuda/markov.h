@@ -92,7 +92,8 @@ typedef struct {
                                resident chunks' W2 into L2 before waiting for the LM head */
   int32_t pause;            /* ring kernels 4-5, persistent: the producer copies nothing of step k + 1
                                until its block has arrived at step k's grid barrier, whose release then
-                               waits for no copy in flight (the head sets it; bench_tail compares) */
+                               waits for no copy in flight (the head sets it for ring kernel 5 with
+                               one warpgroup per chunk, bq <= 32; bench_tail compares) */
 } dsp_mk_args;
 
 /* Per block and step (ring kernels 4-5): globaltimer ns when the step's work
@@ -136,7 +137,9 @@ typedef struct {
  *     L2 hints (keep8). With `pause`, the producer starts the next step's
  *     copies only once its block has arrived at the grid barrier: the arrival's
  *     release then does not wait for the ring's copies in flight (~1.5 us
- *     per step), and the copies still land while the winners are awaited.
+ *     per step), and the copies still land while the winners are awaited
+ *     (a gain for ring kernel 5 up to bq 32; ring kernel 4 and larger batches,
+ *     with fewer stages or slower chunks, lose 3-5%: the ring starts shallower).
  *     Launched with dsp_mk_launch.pdl, the producer alone waits for the LM
  *     head's product (griddepcontrol.wait) before its first copy of base.
  *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
