@@ -77,7 +77,7 @@ __global__ void mk_probe_kernel(int *x) {
   if (x) *x = 1;
 }
 
-/* The probe's second kernel: waits for the first, as the tail kernels do. */
+/* The probe's launch under test: waits for the kernel before it, as the tail kernels do. */
 __global__ void mk_probe_dep_kernel(int *x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -85,49 +85,10 @@ __global__ void mk_probe_dep_kernel(int *x) {
   if (x) *x = 2;
 }
 
-int dsp_cuda_markov_coop_capturable(cudaStream_t s) {
-  int dev = 0, coop = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
-      !coop) {
-    cudaGetLastError();
-    return 0;
-  }
-  cudaGraph_t g = NULL;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(32);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int *none = NULL;
-  const cudaError_t e1 = cudaLaunchKernelEx(&cfg, mk_probe_kernel, none);
-  const cudaError_t e2 = cudaStreamEndCapture(s, &g);
-  int ok = e1 == cudaSuccess && e2 == cudaSuccess && g != NULL;
-  if (ok) {
-    cudaGraphExec_t x = NULL;
-    ok = cudaGraphInstantiate(&x, g, 0) == cudaSuccess;
-    if (ok) ok = cudaGraphLaunch(x, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
-    if (x) cudaGraphExecDestroy(x);
-  }
-  if (g) cudaGraphDestroy(g);
-  cudaGetLastError(); /* a refused capture leaves a non-sticky error behind */
-  return ok;
-}
-
-int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop) {
-  int dev = 0, cc = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cc < 9) {
-    cudaGetLastError();
-    return 0;
-  }
+/* Captures a launch with the cooperative (coop) and programmatic (pdl: after a
+ * plain kernel) attributes into a graph, instantiates and replays it; 1 when
+ * all of it works and the launch ran. */
+static int mk_probe_graph(cudaStream_t s, int coop, int pdl) {
   int *x = NULL;
   if (cudaMalloc((void **)&x, sizeof *x) != cudaSuccess) {
     cudaGetLastError();
@@ -136,18 +97,21 @@ int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop) {
   cudaGraph_t g = NULL;
   int ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
   if (ok) {
-    mk_probe_kernel<<<1, 32, 0, s>>>(x);
+    if (pdl) mk_probe_kernel<<<1, 32, 0, s>>>(x);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(32);
     cfg.stream = s;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    attr[1].id = cudaLaunchAttributeCooperative;
-    attr[1].val.cooperative = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = coop ? 2 : 1;
+    if (coop) {
+      attr[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+      attr[cfg.numAttrs++].val.cooperative = 1;
+    }
+    if (pdl) {
+      attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
     const cudaError_t e1 = cudaLaunchKernelEx(&cfg, mk_probe_dep_kernel, x);
     const cudaError_t e2 = cudaStreamEndCapture(s, &g);
     ok = e1 == cudaSuccess && e2 == cudaSuccess && g != NULL;
@@ -165,4 +129,24 @@ int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop) {
   cudaFree(x);
   cudaGetLastError(); /* a refused capture leaves a non-sticky error behind */
   return ok;
+}
+
+int dsp_cuda_markov_coop_capturable(cudaStream_t s) {
+  int dev = 0, coop = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+      !coop) {
+    cudaGetLastError();
+    return 0;
+  }
+  return mk_probe_graph(s, 1, 0);
+}
+
+int dsp_cuda_markov_pdl_capturable(cudaStream_t s, int coop) {
+  int dev = 0, cc = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cc < 9) {
+    cudaGetLastError();
+    return 0;
+  }
+  return mk_probe_graph(s, coop, 1);
 }

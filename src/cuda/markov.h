@@ -88,8 +88,6 @@ typedef struct {
                                ring 6): W2 chunks each warpgroup keeps in registers through a persistent
                                launch (0 = none; at most 2 for bq <= 32, 1 for bq 64; per-step launches
                                keep none) */
-  int32_t early;            /* set by the launch when dsp_mk_launch.pdl: ring kernels prefetch their
-                               resident chunks' W2 into L2 before waiting for the LM head */
   int32_t pause;            /* ring kernels 4-5, persistent: the producer copies nothing of step k + 1
                                until its block has arrived at step k's grid barrier, whose release then
                                waits for no copy in flight (the head sets it for ring kernel 5 with

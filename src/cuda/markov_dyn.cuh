@@ -328,11 +328,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     if (warp != RG_NC || lane != 0) return;
     const bool hint = a.keep8 > 0;
     const uint64_t pol_keep = rd_policy(true), pol_stream = rd_policy(false);
-    /* launched early (PDL): while the LM head's product finishes, only W2 moves */
-    if (a.early && a.w2p)
-      for (int i = 0; i < nrb; i++)
-        mk_prefetch_bulk(a.w2p + (size_t)(res0 + i) * (rg_w_bytes() / 2), (uint32_t)rg_w_bytes());
-    mk_dep_wait(); /* base comes from that product: every copy of it after this */
+    mk_dep_wait(); /* launched early (PDL): base comes from the LM head's product */
     int s = 0, r = 0; /* stage and round of the next copy (no divisions in the loop) */
     for (int ks = 0; ks < nsteps; ks++) {
       const int k = a.k_begin + ks;

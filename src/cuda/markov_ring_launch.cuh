@@ -113,7 +113,6 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
   CUtensorMap tm;
   memset(&tm, 0, sizeof tm);
   dsp_mk_args b = *a;
-  b.early = l->pdl;
   rd_fn kern = kern4;
   size_t bytes = rg_smem(a->bq, SAMPLING, a->stages).total;
   if (ver >= 5 && kern5 && rd_wg_applies(a, MT, SAMPLING)) {
