@@ -214,6 +214,7 @@ int main(int argc, char **argv) {
   ADD("original + NCCL bcast (TP1)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.force_collectives = 1);
   ADD("LM head autotuned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 1);
   ADD("LM head 168x128 (bench_lm)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 2);
+  ADD("LM head own wgmma", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 3);
   ADD("strict (fmaf chain)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.strict = 1);
 
   if (profile) {
@@ -343,7 +344,7 @@ int main(int argc, char **argv) {
   if (bench_power_open(&pw, 0)) {
     const double lim = bench_power_limit_w(&pw);
     for (int i = 0; i < nv; i++) {
-      if (i != 0 && vs[i].t.lm_choice != 2) continue;
+      if (i != 0 && vs[i].t.lm_choice != 2 && vs[i].t.lm_choice != 3) continue;
       double jr[2] = {0, 0};
       for (int which = 0; which < 2; which++) {
         const int n = which ? 8000 : 1500; /* ~1.5 s each */

@@ -3,8 +3,9 @@
  * arranged as lm_head.cu arranges it (cuBLASLt's M = vocabulary rows, N =
  * token rows). Every algorithm id, tile, stage count and cluster shape that
  * cuBLASLt accepts single-pass (split-K 1, no reduction, workspace <= 4 MiB)
- * is timed once; the fastest 12 and the head's two choices (the heuristic's
- * first, the default, and the fixed sm_90 configuration) are then timed again in rounds that alternate between them (medians), so
+ * is timed once; the fastest 12 and the head's three choices (the heuristic's
+ * first, the default; the fixed sm_90 configuration; the own wgmma kernel,
+ * also compared value by value with the default) are then timed again in rounds that alternate between them (medians), so
  * the card's power-cap clock drift falls on all of them alike. Question it
  * answers: does a tile whose token side fits M exactly (224 = 32 x 7) beat the
  * pinned 256x128 tile, which pads 224 token rows to 256?
@@ -28,6 +29,10 @@
 #include "cuda/lm_head.h"
 
 #define MAXCFG 4096
+#define NHEAD 3 /* the head's LM choices timed beside the sweep */
+static const int head_choice[NHEAD] = {DSP_LM_HEURISTIC, DSP_LM_PREFERRED, DSP_LM_WGMMA};
+static const char *head_name[NHEAD] = {"head default (heuristic's first)", "preferred sm_90 config",
+                                       "own wgmma kernel"};
 #define WS_LIMIT ((size_t)4 << 20)
 
 typedef struct {
@@ -195,18 +200,38 @@ int main(int argc, char **argv) {
          M, N, K, nid, tried, ncfg);
   /* the head's pinned configuration, through the head's own code (left out where it
      does not run this M, e.g. a square reference shape) */
-  dsp_cuda_lm *lms[2] = {NULL, NULL};
-  for (int c = 0; c < 2; c++) {
-    CKD(dsp_cuda_lm_create(N, K, 0, c ? DSP_LM_PREFERRED : DSP_LM_HEURISTIC, &lms[c]));
-    if (dsp_cuda_lm_prepare(lms[c], M) != DSP_OK) {
-      printf("%s: left out (%s)\n", c ? "preferred sm_90 configuration" : "head default", dsp_error_message());
+  dsp_cuda_lm *lms[NHEAD] = {NULL, NULL, NULL};
+  for (int c = 0; c < NHEAD; c++) {
+    CKD(dsp_cuda_lm_create(N, K, 0, head_choice[c], &lms[c]));
+    if (dsp_cuda_lm_prepare(lms[c], M) != DSP_OK || (c == 2 && !strstr(dsp_cuda_lm_describe(lms[c]), "own"))) {
+      printf("%s: left out (%s)\n", head_name[c], c == 2 ? dsp_cuda_lm_describe(lms[c]) : dsp_error_message());
       dsp_cuda_lm_free(lms[c]);
       lms[c] = NULL;
       continue;
     }
-    printf("%s: %s\n", c ? "preferred sm_90 configuration" : "head default", dsp_cuda_lm_describe(lms[c]));
+    printf("%s: %s\n", head_name[c], dsp_cuda_lm_describe(lms[c]));
   }
   fflush(stdout);
+  /* the own kernel against the default's cuBLASLt product, value by value */
+  if (lms[0] && lms[2]) {
+    const size_t no = (size_t)M * (size_t)N;
+    uint16_t *h = malloc(2 * no * sizeof *h);
+    if (!h) return 1;
+    CKD(dsp_cuda_lm_run(lms[0], da, dw, dout, M, N, st));
+    CK(cudaMemcpyAsync(h, dout, no * 2, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemsetAsync(dout, 0xFF, no * 2, st));
+    CKD(dsp_cuda_lm_run(lms[2], da, dw, dout, M, N, st));
+    CK(cudaMemcpyAsync(h + no, dout, no * 2, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    size_t dif = 0, nan = 0;
+    for (size_t i = 0; i < no; i++) {
+      const int n0 = (h[i] & 0x7FFF) > 0x7F80, n1 = (h[no + i] & 0x7FFF) > 0x7F80;
+      nan += n1;
+      dif += n0 != n1 || (!n0 && h[i] != h[no + i]);
+    }
+    printf("own kernel vs head default: %zu values, %zu differ, %zu NaN\n", no, dif, nan);
+    free(h);
+  }
 
   /* pass 1: every accepted configuration once (after one untimed run) */
   int ok = 0;
@@ -230,11 +255,11 @@ int main(int argc, char **argv) {
              (unsigned)cfg[i].cluster, cfg[i].ws, cfg[i].once);
   const int top = ncfg < 12 ? ncfg : 12;
   /* pass 2: the fastest `top` and the two head choices, alternating in rounds */
-  float *tm = calloc((size_t)(top + 2) * (size_t)rounds, sizeof *tm);
+  float *tm = calloc((size_t)(top + NHEAD) * (size_t)rounds, sizeof *tm);
   if (!tm) return 1;
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < top; i++) tm[i * rounds + r] = time_algo(&cfg[i].algo, cfg[i].ws, (int)reps);
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < NHEAD; c++) {
       if (!lms[c]) continue;
       float t[64];
       for (int q = 0; q < reps; q++) {
@@ -252,15 +277,14 @@ int main(int argc, char **argv) {
          rounds, reps);
   printf("%-6s %-6s %-7s %-8s %-6s %10s %10s %9s\n", "algo", "tile", "stages", "cluster", "ws", "once ms",
          "median ms", "TFLOP/s");
-  for (int i = 0; i <= top + 1; i++) {
+  for (int i = 0; i < top + NHEAD; i++) {
     if (i >= top && !lms[i - top]) continue;
     float med = median(&tm[i * rounds], (int)rounds);
     if (i < top)
       printf("%-6d %-6u %-7u %-8u %-6zu %10.3f %10.3f %9.1f\n", cfg[i].id, cfg[i].tile, cfg[i].stages,
              (unsigned)cfg[i].cluster, cfg[i].ws, cfg[i].once, med, gflop / med);
     else
-      printf("%-38s %10s %10.3f %9.1f\n", i == top ? "head default (heuristic's first)" : "preferred sm_90 config", "", med,
-             gflop / med);
+      printf("%-38s %10s %10.3f %9.1f\n", head_name[i - top], "", med, gflop / med);
   }
   printf("tile ids: cublasLtMatmulTile_t (e.g. 24 = 256x128, 414 = 128x224, 509 = 256x224); cluster: "
          "cublasLtClusterShape_t (0 auto, 2 1x1x1, 3 2x1x1, 5 1x2x1)\n");
@@ -270,7 +294,7 @@ int main(int argc, char **argv) {
     const int ne = top < 4 ? top : 4;
     printf("energy (NVML), each configuration back to back for ~1.5 s; power limit %.0f W:\n", lim);
     printf("%-38s %9s %8s %9s %10s %9s\n", "configuration", "J each", "pJ/flop", "mean W", "ms each", "limit ms");
-    for (int i = 0; i < ne + 2; i++) {
+    for (int i = 0; i < ne + NHEAD; i++) {
       if (i >= ne && !lms[i - ne]) continue;
       double j, w, ms;
       const int n = (int)(1.5 / (1e-3 * (double)median(&tm[(i < ne ? i : top + i - ne) * rounds], (int)rounds)));
@@ -281,14 +305,13 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "algo %d tile %u stages %u cluster %u", cfg[i].id, cfg[i].tile, cfg[i].stages,
                  (unsigned)cfg[i].cluster);
       else
-        snprintf(name, sizeof name, "%s", i == ne ? "head default (heuristic's first)" : "preferred sm_90 config");
+        snprintf(name, sizeof name, "%s", head_name[i - ne]);
       printf("%-38s %9.4f %8.3f %9.0f %10.3f %9.3f\n", name, j, j / (gflop * 1e9) * 1e12, w, ms,
              lim > 0 ? j / lim * 1e3 : 0.0);
     }
   } else {
     printf("energy: NVML not available, not measured\n");
   }
-  dsp_cuda_lm_free(lms[0]);
-  dsp_cuda_lm_free(lms[1]);
+  for (int c = 0; c < NHEAD; c++) dsp_cuda_lm_free(lms[c]);
   return 0;
 }

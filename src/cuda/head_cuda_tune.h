@@ -29,7 +29,8 @@ typedef struct {
                             registers through the tail (dsp_mk_args.resident); -1: default (2) */
   int lm_choice;         /* LM-head algorithm: 0 the pinned default (the heuristic's first, see
                             cuda/lm_head.h); 1 time the candidates at creation and keep the fastest
-                            (benchmarks); 2 the fixed sm_90 configuration of bench_lm's sweep (benchmarks) */
+                            (benchmarks); 2 the fixed sm_90 configuration of bench_lm's sweep (benchmarks);
+                            3 the own wgmma kernel (cuda/lm_wgmma.h) */
   int pdl;               /* 0: the persistent tail waits for the LM head's product to end before it
                             launches; -1 / 1: it launches as the product finishes (programmatic dependent
                             launch, where this device can capture it) and reads base only after

@@ -8,12 +8,14 @@
 #include "cuda/check.h"
 #include "cuda/devmath.cuh"
 #include "cuda/lm_head.h"
+#include "cuda/lm_wgmma.h"
 
 #define LM_MAXCAND 16
 
 struct dsp_cuda_lm {
   int64_t n, k;
   int strict;
+  int wg; /* the own warpgroup kernel (lm_wgmma.h) runs the product */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
@@ -298,6 +300,21 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
       if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N, with workspace");
     }
   }
+  if (s == DSP_OK && choice == DSP_LM_WGMMA && dsp_cuda_lm_wg_supported(k)) {
+    long long cmp = 0, dif = 0;
+    s = dsp_cuda_lm_wg_check(k, &cmp, &dif);
+    if (s == DSP_OK && dif == 0) {
+      lm->wg = 1;
+      snprintf(lm->desc, sizeof lm->desc,
+               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, k groups in order (tile check: %lld values, "
+               "0 differ)",
+               cmp);
+      return DSP_OK;
+    }
+    if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
+      fprintf(stderr, "dspark: cuda lm head: own kernel's token tiles differ in %lld of %lld values; using cuBLASLt\n",
+              dif, cmp);
+  }
   if (s == DSP_OK && choice == DSP_LM_PREFERRED && try_preferred(lm)) {
     found = 1;
     describe_algo(lm, "pinned: the preferred sm_90 configuration (bench_lm), asked for");
@@ -327,7 +344,7 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
 }
 
 extern "C" dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m) {
-  if (lm->strict) return DSP_OK;
+  if (lm->strict || lm->wg) return DSP_OK;
   int ok = 0;
   size_t need = 0;
   DSP_TRY(algo_check(lm, &lm->algo, m, lm->n, lm->n, &ok, &need));
@@ -348,6 +365,7 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
+  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);
@@ -366,7 +384,7 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
 
 extern "C" dsp_status dsp_cuda_lm_autotune(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m,
                                            int64_t ldo, cudaStream_t s) {
-  if (lm->strict || lm->ncand < 2) return DSP_OK;
+  if (lm->strict || lm->wg || lm->ncand < 2) return DSP_OK;
   cudaEvent_t e0, e1;
   DSP_CUDA_TRY(cudaEventCreate(&e0));
   DSP_CUDA_TRY(cudaEventCreate(&e1));

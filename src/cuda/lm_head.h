@@ -33,10 +33,12 @@ extern "C" {
 
 typedef struct dsp_cuda_lm dsp_cuda_lm;
 
-enum { DSP_LM_HEURISTIC = 0, DSP_LM_PREFERRED = 1 };
+enum { DSP_LM_HEURISTIC = 0, DSP_LM_PREFERRED = 1, DSP_LM_WGMMA = 2 };
 /* A product with N weight rows of K columns (K % 8 == 0, N % 8 == 0); choice:
- * DSP_LM_HEURISTIC (the default, see above) or DSP_LM_PREFERRED (the fixed
- * sm_90 configuration where cuBLASLt runs it: benchmarks). */
+ * DSP_LM_HEURISTIC (the default, see above), DSP_LM_PREFERRED (the fixed
+ * sm_90 configuration where cuBLASLt runs it: benchmarks) or DSP_LM_WGMMA (the
+ * project's own warpgroup kernel, lm_wgmma.h, where the device supports it and
+ * its token-tile check passes; else the default). */
 dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_lm **out);
 /* Checks that the pinned algorithm runs M rows (call once per M before capture). */
 dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m);

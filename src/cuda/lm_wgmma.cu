@@ -1,0 +1,318 @@
+/* The LM-head product on the warpgroup tensor cores: see lm_wgmma.h for the
+ * contract and the accumulation order.
+ *
+ * Block: 384 threads. Warpgroup 0's thread 0 is the producer: for each of the
+ * block's tiles (tile t, t + grid, ...: vocabulary tile t / nmt, token tile
+ * t % nmt, so tiles that share a weight box run side by side) it lands, per
+ * 64 k, the weight box [128 rows][64 k] and the activation box [NT rows][64 k]
+ * (one TMA each, 128-byte swizzle, zero fill past M, N and K) in the next free
+ * stage. Warpgroups 1-2 each own 64 of the tile's vocabulary rows: per stage
+ * four m64nNTk16 wgmma in k order, one group kept in flight, the stage handed
+ * back when the group before it has finished. The epilogue rounds to bf16
+ * and stores straight from the fragments (each warp writes 16-byte runs of
+ * eight vocabulary ids; the producer is meanwhile filling the next tile's
+ * stages). CUDA C++ only; the wgmma path exists only in sm_90a builds. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdlib.h>
+
+#include "cuda/check.h"
+#include "cuda/devmath.cuh"
+#include "cuda/lm_wgmma.h"
+#include "cuda/markov_ring.cuh" /* mbarriers (rg_bar_*), rg_saddr */
+#include "cuda/markov_ring_launch.cuh" /* rg_encoder */
+
+namespace {
+
+constexpr int LW_BM = 128;  /* vocabulary rows per tile */
+constexpr int LW_BK = 64;   /* k per stage: one 128-byte swizzle row */
+constexpr int LW_THREADS = 384;
+constexpr int LW_MAXS = 8;
+
+template <int NT>
+struct lw_cfg {
+  static constexpr uint32_t w_bytes = LW_BM * LW_BK * 2;
+  static constexpr uint32_t a_bytes = NT * LW_BK * 2; /* NT % 8 == 0: a multiple of 1024 */
+  static constexpr uint32_t stage = w_bytes + a_bytes;
+};
+
+/* Stages that fit: the ring, 2 * LW_MAXS mbarriers and 1024 bytes of alignment slack. */
+template <int NT>
+inline int lw_stages(size_t optin) {
+  const size_t fixed = 1024 + 2 * LW_MAXS * 8;
+  if (optin <= fixed) return 0;
+  const int s = (int)((optin - fixed) / lw_cfg<NT>::stage);
+  return s > LW_MAXS ? LW_MAXS : s;
+}
+template <int NT>
+inline size_t lw_smem(int stages) {
+  return (size_t)stages * lw_cfg<NT>::stage + 2 * LW_MAXS * 8 + 1024;
+}
+
+/* Descriptor of a K-major tile with the 128-byte swizzle (layout type 1):
+ * rows of 128 bytes, 1024 bytes between 8-row groups; a k group of 16 starts
+ * 32 bytes further along the row (the swizzle acts on address bits). */
+__device__ __forceinline__ uint64_t lw_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+template <int N>
+__device__ __forceinline__ void lw_mma(float (&d)[N / 2], uint64_t da, uint64_t db);
+
+#if DSP_WG_OK
+/* m64nNk16, both operands from shared memory, accumulate (scale-d 1). The
+ * operand lists are mechanical: N / 2 fp32 accumulators per thread. */
+template <>
+__device__ __forceinline__ void lw_mma<112>(float (&d)[56], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %58, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, %56, %57, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void lw_mma<224>(float (&d)[112], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %114, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111}, %112, %113, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
+#else
+template <int N>
+__device__ __forceinline__ void lw_mma(float (&)[N / 2], uint64_t, uint64_t) {
+  __trap(); /* not built for sm_90a: dsp_cuda_lm_wg_supported says no */
+}
+#endif
+
+__device__ __forceinline__ void lw_wait_groups1() {
+#if DSP_WG_OK
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+#endif
+}
+
+/* 2-D tensor copy of box (c0 = k, c1 = row) completing on `bar`, with an L2 policy. */
+__device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
+                                         uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
+      : "memory");
+}
+
+template <int NT>
+__global__ void __launch_bounds__(LW_THREADS, 1)
+    lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
+              int m, int n, int nkb, long long ldo, int nmt, int ntiles, int stages) {
+  constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage;
+  extern __shared__ unsigned char lw_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t sbase = rg_saddr(smem);
+  const uint32_t full0 = sbase + (uint32_t)stages * SB, empty0 = full0 + LW_MAXS * 8;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  if (tid == 0) {
+    for (int s = 0; s < stages; s++) {
+      rg_bar_init(full0 + 8 * s, 1);
+      rg_bar_init(empty0 + 8 * s, 8); /* one arrival per consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    if (tid != 0) return;
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
+    uint64_t pw, pa; /* weights stream once; activations are read by every tile */
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
+    int s = 0;
+    uint32_t ph = 0;
+    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+      const int v0 = (t / nmt) * LW_BM, m0 = (t % nmt) * NT;
+      for (int kb = 0; kb < nkb; kb++) {
+        rg_bar_wait(empty0 + 8 * s, ph ^ 1);
+        const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
+        rg_bar_expect(fb, SB);
+        lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
+        lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
+        if (++s == stages) {
+          s = 0;
+          ph ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
+  const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  float d[NT / 2];
+  int s = 0;
+  uint32_t ph = 0;
+  for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const int v0 = (t / nmt) * LW_BM, m0 = (t % nmt) * NT;
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
+    int prev = -1;
+    for (int kb = 0; kb < nkb; kb++) {
+      rg_bar_wait(full0 + 8 * s, ph);
+      const uint32_t st = sbase + (uint32_t)s * SB;
+      const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
+      wg_fence();
+#pragma unroll
+      for (int i = 0; i < LW_BK / 16; i++) lw_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
+      lw_wait_groups1(); /* the group before this one is done: its stage can be refilled */
+      if (prev >= 0 && lane == 0) rg_bar_arrive(empty0 + 8 * prev);
+      prev = s;
+      if (++s == stages) {
+        s = 0;
+        ph ^= 1;
+      }
+    }
+    wg_commit_wait();
+    if (prev >= 0 && lane == 0) rg_bar_arrive(empty0 + 8 * prev);
+    /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
+    const int r = v0 + 64 * c + 16 * w4 + g;
+#pragma unroll
+    for (int j = 0; j < NT / 8; j++) {
+      const int col = m0 + 8 * j + 2 * q;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+        if (rr < n && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+      }
+    }
+  }
+}
+
+/* Tensor map of a row-major [rows][k] bf16 matrix, box [box_rows][64 k], 128-byte swizzle. */
+dsp_status lw_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+  const cuuint32_t box[2] = {LW_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): cuTensorMapEncodeTiled failed (%d) for [%lld][%lld]",
+                    (int)r, (long long)rows, (long long)k);
+  return DSP_OK;
+}
+
+struct lw_dev {
+  int sms;
+  size_t optin;
+  int ok;
+};
+
+/* This device's SM count and shared memory (once per device index; 0 when unusable). */
+lw_dev lw_device() {
+  lw_dev d{0, 0, 0};
+  int dev = 0, major = 0, minor = 0, sms = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) {
+    cudaGetLastError();
+    return d;
+  }
+  d.sms = sms;
+  d.optin = (size_t)optin;
+  d.ok = major == 9 && minor == 0 && rg_encoder() != NULL;
+  return d;
+}
+
+template <int NT>
+dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
+                     const lw_dev &dv, cudaStream_t s) {
+  const int stages = lw_stages<NT>(dv.optin);
+  if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
+  CUtensorMap tw, ta;
+  DSP_TRY(lw_map(&tw, w, n, k, LW_BM));
+  DSP_TRY(lw_map(&ta, a, m, k, NT));
+  const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
+  const int ntiles = nmt * nvt, grid = ntiles < dv.sms ? ntiles : dv.sms;
+  const size_t smem = lw_smem<NT>(stages);
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  lw_kernel<NT><<<grid, LW_THREADS, smem, s>>>(tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / LW_BK),
+                                               (long long)ldo, nmt, ntiles, stages);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+/* Deterministic bf16 values in (-1, 1) with full mantissas (inexact sums). */
+__global__ void lw_fill(uint16_t *p, long long count, uint32_t seed) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x) {
+    uint32_t x = (uint32_t)i * 0x9E3779B9u ^ seed;
+    x ^= x >> 16;
+    x *= 0x85EBCA6Bu;
+    x ^= x >> 13;
+    x *= 0xC2B2AE35u;
+    x ^= x >> 16;
+    p[i] = dsp_dev_bf16_bits(((float)(x >> 8) * (1.0f / 8388608.0f)) - 1.0f);
+  }
+}
+
+}  // namespace
+
+extern "C" int dsp_cuda_lm_wg_supported(int64_t k) {
+  if (k < LW_BK || k % LW_BK || k > INT32_MAX) return 0;
+  const lw_dev dv = lw_device();
+  return dv.ok && lw_stages<224>(dv.optin) >= 2;
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                                         int64_t ldo, int nt, cudaStream_t s) {
+  if (m < 1) return DSP_OK;
+  static const lw_dev dv = lw_device(); /* one device model per process */
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
+                    (long long)ldo);
+  if (nt == 0) nt = m <= 112 ? 112 : 224;
+  if (nt == 112) return lw_launch<112>(a, w, out, m, n, k, ldo, dv, s);
+  if (nt == 224) return lw_launch<224>(a, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): token tile %d (112 or 224)", nt);
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ) {
+  const int64_t M = 224, N = 512;
+  *compared = *differ = 0;
+  uint16_t *buf = NULL;
+  const size_t na = (size_t)(M * k), nw = (size_t)(N * k), no = (size_t)(M * N);
+  DSP_CUDA_TRY(cudaMalloc(&buf, (na + nw + 2 * no) * 2));
+  uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
+  dsp_status st = DSP_OK;
+  cudaStream_t s = NULL;
+  uint16_t *h = (uint16_t *)malloc(2 * no * 2);
+  if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda lm head (wgmma) check: out of memory");
+  if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    lw_fill<<<64, 256, 0, s>>>(a, (long long)na, 0x1234u);
+    lw_fill<<<64, 256, 0, s>>>(w, (long long)nw, 0xBEEFu);
+    st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, s);
+  }
+  if (st == DSP_OK) st = dsp_cuda_lm_wg_run(a, w, o2, M, N, k, N, 112, s);
+  if (st == DSP_OK && (cudaMemcpyAsync(h, o1, 2 * no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                       cudaStreamSynchronize(s) != cudaSuccess))
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    for (size_t i = 0; i < no; i++) *differ += h[i] != h[no + i];
+    *compared = (long long)no;
+  }
+  if (s) cudaStreamDestroy(s);
+  free(h);
+  cudaFree(buf);
+  return st;
+}
