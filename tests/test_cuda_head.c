@@ -16,6 +16,7 @@
 #include "cuda/head_cuda.h"
 #include "cuda/head_cuda_tune.h"
 #include "cuda/lm_head.h"
+#include "cuda/lm_wgmma.h"
 #include "cuda/markov.h"
 #include "test_cuda_ref.h"
 
@@ -716,7 +717,7 @@ static void t_lm_invariance(void **st) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   const int sm90 = major == 9 && minor == 0;
-  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_PREFERRED; choice++) {
+  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_WGMMA; choice++) {
     uint16_t *h1, *h2, *h3;
     dsp_cuda_lm *full = NULL, *shard = NULL;
     assert_int_equal(dsp_cuda_lm_create(N, K, 0, choice, &full), DSP_OK);
@@ -725,6 +726,8 @@ static void t_lm_invariance(void **st) {
     if (choice == DSP_LM_PREFERRED && sm90) /* the fixed sm_90 configuration must be the one tested */
       assert_non_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
     if (choice == DSP_LM_HEURISTIC) assert_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
+    if (choice == DSP_LM_WGMMA && sm90) /* the own kernel must be the one tested (its tile check passed) */
+      assert_non_null(strstr(dsp_cuda_lm_describe(full), "own wgmma"));
     assert_int_equal(dsp_cuda_lm_prepare(full, M), DSP_OK);
     assert_int_equal(dsp_cuda_lm_prepare(full, 112), DSP_OK);
     assert_int_equal(dsp_cuda_lm_prepare(shard, M), DSP_OK);
@@ -763,6 +766,93 @@ static void t_lm_invariance(void **st) {
   cudaFree(o1);
   cudaFree(o2);
   cudaFree(o3);
+  free(a);
+  free(w);
+}
+
+/* ---- the own wgmma kernel at the edges: vocabulary and token tails, a strided
+ * output, and agreement with the pinned cuBLASLt product --------------------------- */
+static void t_lm_own_edges(void **st) {
+  (void)st;
+  if (!dsp_cuda_lm_wg_supported(512)) {
+    print_message("own wgmma LM kernel: not supported on this device (sm_90a only), nothing to test\n");
+    return;
+  }
+  const int64_t K = 512, N = 872, LDO = 888, M = 450; /* 872 = 6 x 128 + 104: an odd tile count; 450 = 2 x 224 + 2 */
+  tr_seed(733);
+  uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
+  for (int64_t i = 0; i < M * K; i++) a[i] = tr_bits(tr_unit());
+  for (int64_t i = 0; i < N * K; i++) w[i] = tr_bits(tr_unit() * 0.1f);
+  a[3 * K + 5] = 0x7FC0;      /* NaN operand: row 3 is NaN everywhere */
+  w[17 * K + 9] = 0x7F80;     /* +inf weight: column 17 is +-inf or NaN */
+  void *da, *dw, *o;
+  const size_t ob = (size_t)(M * LDO) * 2;
+  assert_int_equal(cudaMalloc(&da, (size_t)(M * K) * 2), cudaSuccess);
+  assert_int_equal(cudaMalloc(&dw, (size_t)(N * K) * 2), cudaSuccess);
+  assert_int_equal(cudaMalloc(&o, ob), cudaSuccess);
+  cudaMemcpy(da, a, (size_t)(M * K) * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
+  uint16_t *h[4];
+  const int64_t ms[4] = {M, 7, 100, M};
+  for (int r = 0; r < 4; r++) { /* the last: single blocks instead of clusters of two */
+    h[r] = malloc(ob);
+    assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
+    assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 0, 0), DSP_OK);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(h[r], o, ob, cudaMemcpyDeviceToHost);
+  }
+  /* padding columns [N, LDO) and rows past M stay untouched */
+  long pad_touched = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = N; j < LDO; j++) pad_touched += h[0][i * LDO + j] != 0xEEEE;
+  for (int64_t i = 7; i < M; i++)
+    for (int64_t j = 0; j < LDO; j++) pad_touched += h[1][i * LDO + j] != 0xEEEE;
+  assert_int_equal(pad_touched, 0);
+  /* M = 7 (token tile 112) and M = 100 are the first rows of M = 450 (tile 224) */
+  assert_memory_equal(h[1], h[0], (size_t)(7 * LDO) * 2);
+  assert_memory_equal(h[2], h[0], (size_t)(100 * LDO) * 2);
+  assert_memory_equal(h[3], h[0], ob); /* clusters change which block computes a row, not its bits */
+  /* against the CPU's chain: specials exact, others within the tensor-core note */
+  long cpu_diff = 0, special_bad = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; k++) acc = fmaf(tr_val(a[i * K + k]), tr_val(w[j * K + k]), acc);
+      const uint16_t got = h[0][i * LDO + j], want = tr_bits(acc);
+      if (i == 3 || j == 17)
+        special_bad += got != want; /* NaN canonical 0x7FC0, inf as inf */
+      else
+        cpu_diff += got != want;
+    }
+  print_message("own wgmma LM kernel: M %lld N %lld: vs CPU order %ld of %lld differ; specials wrong %ld\n",
+                (long long)M, (long long)N, cpu_diff, (long long)(M * N), special_bad);
+  assert_int_equal(special_bad, 0);
+  assert_true(cpu_diff * 20 < M * N);
+  /* the pinned cuBLASLt product of the same problem: how often the two differ (reported) */
+  dsp_cuda_lm *lt = NULL;
+  assert_int_equal(dsp_cuda_lm_create(N, K, 0, DSP_LM_HEURISTIC, &lt), DSP_OK);
+  assert_int_equal(dsp_cuda_lm_prepare(lt, M), DSP_OK);
+  assert_int_equal(dsp_cuda_lm_run(lt, da, dw, o, M, LDO, 0), DSP_OK);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  uint16_t *hl = malloc(ob);
+  cudaMemcpy(hl, o, ob, cudaMemcpyDeviceToHost);
+  long lt_diff = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++)
+      if (i != 3 && j != 17) lt_diff += hl[i * LDO + j] != h[0][i * LDO + j];
+  print_message("own wgmma LM kernel vs %s: %ld of %lld finite values differ\n", dsp_cuda_lm_describe(lt), lt_diff,
+                (long long)((M - 1) * (N - 1)));
+  dsp_cuda_lm_free(lt);
+  /* refused shapes are statuses */
+  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, 520, LDO, 0, 0, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, K, LDO, 96, 0, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, K, LDO, 0, 3, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_lm_wg_supported(520), 0);
+  for (int r = 0; r < 4; r++) free(h[r]);
+  free(hl);
+  cudaFree(da);
+  cudaFree(dw);
+  cudaFree(o);
   free(a);
   free(w);
 }
@@ -846,7 +936,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(t_strided),       cmocka_unit_test(t_rounding_ties), cmocka_unit_test(t_vocab_padding),
       cmocka_unit_test(t_specials),      cmocka_unit_test(t_inputs_change), cmocka_unit_test(t_bucket_padding),
       cmocka_unit_test(t_strict),        cmocka_unit_test(t_random_rate),   cmocka_unit_test(t_plans),
-      cmocka_unit_test(t_nccl_one_rank), cmocka_unit_test(t_lm_invariance), cmocka_unit_test(t_errors),
+      cmocka_unit_test(t_nccl_one_rank), cmocka_unit_test(t_lm_invariance), cmocka_unit_test(t_lm_own_edges), cmocka_unit_test(t_errors),
       cmocka_unit_test(t_wgmma_check),
       cmocka_unit_test(t_resident),
   };

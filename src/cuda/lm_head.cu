@@ -306,8 +306,8 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
       snprintf(lm->desc, sizeof lm->desc,
-               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, k groups in order (tile check: %lld values, "
-               "0 differ)",
+               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, clusters of 2, k groups in order (tile and "
+               "cluster check: %lld values, 0 differ)",
                cmp);
       return DSP_OK;
     }
@@ -365,7 +365,7 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
-  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, s);
+  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, 0, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);

@@ -11,10 +11,21 @@
  * back when the group before it has finished. The epilogue rounds to bf16
  * and stores straight from the fragments (each warp writes 16-byte runs of
  * eight vocabulary ids; the producer is meanwhile filling the next tile's
- * stages). CUDA C++ only; the wgmma path exists only in sm_90a builds. */
+ * stages).
+ *
+ * Clusters of two (the default): the two blocks of a cluster take vocabulary
+ * tiles 2p and 2p + 1 of the same token tile, and each producer lands half of
+ * the activation box in both blocks (TMA multicast), halving what the
+ * activations cost in L2 reads. A stage is then written by both producers, so
+ * each consumer warp hands it back to both blocks (16 arrivals per stage), and
+ * both blocks meet at a cluster barrier before either exits. Which block
+ * computes a row changes nothing in its arithmetic. CUDA C++ only; the wgmma
+ * path exists only in sm_90a builds. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <stdlib.h>
+
+#include <atomic>
 
 #include "cuda/check.h"
 #include "cuda/devmath.cuh"
@@ -97,6 +108,42 @@ __device__ __forceinline__ void lw_wait_groups1() {
 #endif
 }
 
+/* Both blocks of a cluster of two: arrive and wait (all threads). */
+__device__ __forceinline__ void lw_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* Arrival on the mbarrier at the same shared offset in cluster block `rank`. */
+__device__ __forceinline__ void lw_arrive_remote(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+/* A consumer warp hands a stage back to every block that writes it. */
+template <int CL>
+__device__ __forceinline__ void lw_release(uint32_t bar) {
+  if (CL == 1) {
+    rg_bar_arrive(bar);
+  } else {
+    lw_arrive_remote(bar, 0);
+    lw_arrive_remote(bar, 1);
+  }
+}
+
+/* Tensor copy into the same shared offset of both cluster blocks, each one's
+ * mbarrier at `bar` receiving the bytes. */
+__device__ __forceinline__ void lw_tload_mc(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
+                                            uint64_t pol) {
+  const uint16_t mask = 3;
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "h"(mask), "l"(pol)
+      : "memory");
+}
+
 /* 2-D tensor copy of box (c0 = k, c1 = row) completing on `bar`, with an L2 policy. */
 __device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
                                          uint64_t pol) {
@@ -106,90 +153,122 @@ __device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, in
       : "memory");
 }
 
-template <int NT>
+/* Tile t of the walk: its first vocabulary row and token row. Single blocks
+ * take tile t = (vocabulary tile t / nmt, token tile t % nmt); clusters of two
+ * take pair t = (vocabulary pair t / nmt, token tile t % nmt), block `rank`
+ * its tile 2 (t / nmt) + rank. A second tile past the vocabulary's end
+ * recomputes the last tile and stores nothing (its producer still lands its
+ * half of the activations). */
+template <int NT, int CL>
+__device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, int &v0, int &m0, bool &store) {
+  const int vt = CL * (t / nmt) + (int)rank;
+  store = vt < nvt;
+  v0 = (store ? vt : nvt - 1) * LW_BM;
+  m0 = (t % nmt) * NT;
+}
+
+template <int NT, int CL>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
-              int m, int n, int nkb, long long ldo, int nmt, int ntiles, int stages) {
-  constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage;
+              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
+  constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
   extern __shared__ unsigned char lw_raw[];
+  /* the shared window has the same base in every block, so the same offsets line up across the cluster */
   unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t sbase = rg_saddr(smem);
   const uint32_t full0 = sbase + (uint32_t)stages * SB, empty0 = full0 + LW_MAXS * 8;
   const int tid = threadIdx.x, wg = tid >> 7;
+  uint32_t rank = 0;
+  if (CL > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int walker = CL > 1 ? (int)(blockIdx.x / CL) : (int)blockIdx.x, nwalkers = (int)gridDim.x / CL;
   if (tid == 0) {
     for (int s = 0; s < stages; s++) {
       rg_bar_init(full0 + 8 * s, 1);
-      rg_bar_init(empty0 + 8 * s, 8); /* one arrival per consumer warp */
+      rg_bar_init(empty0 + 8 * s, 8 * CL); /* one arrival per consumer warp of every block that writes it */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if (CL > 1)
+    lw_cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival */
+  else
+    __syncthreads();
 
   if (wg == 0) {
-    if (tid != 0) return;
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
-    uint64_t pw, pa; /* weights stream once; activations are read by every tile */
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
+      uint64_t pw, pa; /* weights stream once; activations are read by every tile */
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
+      int s = 0;
+      uint32_t ph = 0;
+      for (int t = walker; t < nwalk; t += nwalkers) {
+        int v0, m0;
+        bool store;
+        lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+        for (int kb = 0; kb < nkb; kb++) {
+          rg_bar_wait(empty0 + 8 * s, ph ^ 1);
+          const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
+          rg_bar_expect(fb, SB);
+          lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
+          if (CL == 1)
+            lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
+          else
+            lw_tload_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
+          if (++s == stages) {
+            s = 0;
+            ph ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
+    const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    float d[NT / 2];
     int s = 0;
     uint32_t ph = 0;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-      const int v0 = (t / nmt) * LW_BM, m0 = (t % nmt) * NT;
+    for (int t = walker; t < nwalk; t += nwalkers) {
+      int v0, m0;
+      bool store;
+      lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+#pragma unroll
+      for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
+      int prev = -1;
       for (int kb = 0; kb < nkb; kb++) {
-        rg_bar_wait(empty0 + 8 * s, ph ^ 1);
-        const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
-        rg_bar_expect(fb, SB);
-        lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
-        lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
+        rg_bar_wait(full0 + 8 * s, ph);
+        const uint32_t st = sbase + (uint32_t)s * SB;
+        const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
+        wg_fence();
+#pragma unroll
+        for (int i = 0; i < LW_BK / 16; i++) lw_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
+        lw_wait_groups1(); /* the group before this one is done: its stage can be refilled */
+        if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
+        prev = s;
         if (++s == stages) {
           s = 0;
           ph ^= 1;
         }
       }
-    }
-    return;
-  }
-
-  /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
-  const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
-  float d[NT / 2];
-  int s = 0;
-  uint32_t ph = 0;
-  for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-    const int v0 = (t / nmt) * LW_BM, m0 = (t % nmt) * NT;
+      wg_commit_wait();
+      if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
+      if (!store) continue;
+      /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
+      const int r = v0 + 64 * c + 16 * w4 + g;
 #pragma unroll
-    for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
-    int prev = -1;
-    for (int kb = 0; kb < nkb; kb++) {
-      rg_bar_wait(full0 + 8 * s, ph);
-      const uint32_t st = sbase + (uint32_t)s * SB;
-      const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
-      wg_fence();
+      for (int j = 0; j < NT / 8; j++) {
+        const int col = m0 + 8 * j + 2 * q;
 #pragma unroll
-      for (int i = 0; i < LW_BK / 16; i++) lw_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
-      lw_wait_groups1(); /* the group before this one is done: its stage can be refilled */
-      if (prev >= 0 && lane == 0) rg_bar_arrive(empty0 + 8 * prev);
-      prev = s;
-      if (++s == stages) {
-        s = 0;
-        ph ^= 1;
-      }
-    }
-    wg_commit_wait();
-    if (prev >= 0 && lane == 0) rg_bar_arrive(empty0 + 8 * prev);
-    /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
-    const int r = v0 + 64 * c + 16 * w4 + g;
-#pragma unroll
-    for (int j = 0; j < NT / 8; j++) {
-      const int col = m0 + 8 * j + 2 * q;
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-        if (rr < n && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+        for (int e = 0; e < 4; e++) {
+          const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+          if (rr < n && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+        }
       }
     }
   }
+  /* a cluster's blocks leave together: the peer may still arrive on this block's barriers */
+  __syncwarp();
+  if (CL > 1) lw_cluster_sync();
 }
 
 /* Tensor map of a row-major [rows][k] bf16 matrix, box [box_rows][64 k], 128-byte swizzle. */
@@ -231,21 +310,41 @@ lw_dev lw_device() {
   return d;
 }
 
-template <int NT>
+template <int NT, int CL>
 dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                      const lw_dev &dv, cudaStream_t s) {
   const int stages = lw_stages<NT>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
   CUtensorMap tw, ta;
   DSP_TRY(lw_map(&tw, w, n, k, LW_BM));
-  DSP_TRY(lw_map(&ta, a, m, k, NT));
+  DSP_TRY(lw_map(&ta, a, m, k, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
-  const int ntiles = nmt * nvt, grid = ntiles < dv.sms ? ntiles : dv.sms;
   const size_t smem = lw_smem<NT>(stages);
-  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  lw_kernel<NT><<<grid, LW_THREADS, smem, s>>>(tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / LW_BK),
-                                               (long long)ldo, nmt, ntiles, stages);
-  DSP_CUDA_TRY_LAUNCH();
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(LW_THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  /* clusters live inside one GPC, so fewer than sms / 2 pairs may fit at once: a persistent grid must not
+     exceed what is resident (a second wave would double the time). Asked once per instance. */
+  static std::atomic<int> resident{0};
+  if (!resident.load()) {
+    cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
+    int nc = 0;
+    DSP_CUDA_TRY(cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL>, &cfg));
+    resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
+  }
+  const int most = resident.load(), nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
+  cfg.gridDim = dim3((unsigned)(walkers * CL));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL>, tw, ta, (uint16_t *)out, (int)m, (int)n,
+                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }
 
@@ -271,15 +370,20 @@ extern "C" int dsp_cuda_lm_wg_supported(int64_t k) {
 }
 
 extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                                         int64_t ldo, int nt, cudaStream_t s) {
+                                         int64_t ldo, int nt, int cluster, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   static const lw_dev dv = lw_device(); /* one device model per process */
   if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
                     (long long)ldo);
   if (nt == 0) nt = m <= 112 ? 112 : 224;
-  if (nt == 112) return lw_launch<112>(a, w, out, m, n, k, ldo, dv, s);
-  if (nt == 224) return lw_launch<224>(a, w, out, m, n, k, ldo, dv, s);
+  if (cluster == 0) cluster = 2;
+  if (cluster != 1 && cluster != 2)
+    return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): cluster %d (1 or 2)", cluster);
+  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<112, 1>(a, w, out, m, n, k, ldo, dv, s);
+  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<224, 1>(a, w, out, m, n, k, ldo, dv, s);
   return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): token tile %d (112 or 224)", nt);
 }
 
@@ -292,7 +396,7 @@ extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long 
   uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
   dsp_status st = DSP_OK;
   cudaStream_t s = NULL;
-  uint16_t *h = (uint16_t *)malloc(2 * no * 2);
+  uint16_t *h = (uint16_t *)malloc(4 * no * 2);
   if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda lm head (wgmma) check: out of memory");
   if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
@@ -300,16 +404,24 @@ extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long 
   if (st == DSP_OK) {
     lw_fill<<<64, 256, 0, s>>>(a, (long long)na, 0x1234u);
     lw_fill<<<64, 256, 0, s>>>(w, (long long)nw, 0xBEEFu);
-    st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, s);
+    st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, 2, s);
   }
-  if (st == DSP_OK) st = dsp_cuda_lm_wg_run(a, w, o2, M, N, k, N, 112, s);
-  if (st == DSP_OK && (cudaMemcpyAsync(h, o1, 2 * no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+  /* the other three (token tile, cluster) pairs in turn against (224, 2) */
+  const int other[3][2] = {{112, 2}, {224, 1}, {112, 1}};
+  for (int v = 0; v < 3 && st == DSP_OK; v++) {
+    st = dsp_cuda_lm_wg_run(a, w, o2, M, N, k, N, other[v][0], other[v][1], s);
+    if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
+      st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
+                    cudaGetErrorString(cudaGetLastError()));
+  }
+  if (st == DSP_OK && (cudaMemcpyAsync(h + 3 * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                        cudaStreamSynchronize(s) != cudaSuccess))
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
                   cudaGetErrorString(cudaGetLastError()));
   if (st == DSP_OK) {
-    for (size_t i = 0; i < no; i++) *differ += h[i] != h[no + i];
-    *compared = (long long)no;
+    for (size_t v = 0; v < 3; v++)
+      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[3 * no + i];
+    *compared = 3 * (long long)no;
   }
   if (s) cudaStreamDestroy(s);
   free(h);

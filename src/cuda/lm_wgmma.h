@@ -15,7 +15,7 @@
  * warpgroups of 64), token rows its N, so the 224 token rows of batch 32 x
  * gamma 7 are not padded to 256. A persistent grid; one producer thread per
  * block streams [64 k] boxes of both operands by TMA with the 128-byte swizzle
- * into a ring of stages. */
+ * into a ring of stages; clusters of two share the activation boxes. */
 #ifndef DSP_CUDA_LM_WGMMA_H
 #define DSP_CUDA_LM_WGMMA_H
 #include <cuda_runtime.h>
@@ -31,13 +31,15 @@ extern "C" {
  * fits shared memory, a tensor-map encoder exists), else 0. */
 int dsp_cuda_lm_wg_supported(int64_t k);
 /* a: [m][k], w: [n][k] (row stride k, 16-byte aligned), out: [m][ldo]
- * (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224 forces one
- * (the check). Enqueued on s, capturable. */
+ * (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224 forces one.
+ * cluster: 0 the default (2: pairs of blocks share the activation loads by
+ * multicast), 1 or 2 forces one (the check, benchmarks). Enqueued on s,
+ * capturable. */
 dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                              int nt, cudaStream_t s);
+                              int nt, int cluster, cudaStream_t s);
 /* Runs a random product (M = 224, 512 vocabulary rows, this K, values with
- * inexact sums) at both token tiles and compares them bit for bit.
- * compared / differ: values. */
+ * inexact sums) with every (token tile, cluster) pair and compares them bit
+ * for bit. compared / differ: values. */
 dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ);
 
 #ifdef __cplusplus
