@@ -23,6 +23,7 @@
  * path exists only in sm_90a builds. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -194,6 +195,8 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
     __syncthreads();
 
   if (wg == 0) {
+    /* the producer warpgroup leaves here (a consumer branch entered from a join would make ptxas serialize the
+       wgmma: C7520); in a cluster it first meets the peer at the exit barrier */
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
@@ -222,7 +225,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
         }
       }
     }
-  } else {
+    __syncwarp();
+    if (CL > 1) lw_cluster_sync();
+    return;
+  }
+  {
     /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
     const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
     float d[NT / 2];
@@ -252,7 +259,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       }
       wg_commit_wait();
       if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
-      if (!store) continue;
+      const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
       const int r = v0 + 64 * c + 16 * w4 + g;
 #pragma unroll
@@ -261,13 +268,12 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-          if (rr < n && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+          if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
         }
       }
     }
   }
   /* a cluster's blocks leave together: the peer may still arrive on this block's barriers */
-  __syncwarp();
   if (CL > 1) lw_cluster_sync();
 }
 
@@ -340,6 +346,9 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
     int nc = 0;
     DSP_CUDA_TRY(cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL>, &cfg));
     resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
+    if (getenv("DSPARK_LM_WG_VERBOSE"))
+      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d: %d clusters resident (of %d SMs), %d stages, %zu B\n", NT,
+              CL, nc, dv.sms, stages, smem);
   }
   const int most = resident.load(), nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL));
