@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
   ADD("original + NCCL bcast (TP1)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.force_collectives = 1);
   ADD("LM head autotuned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 1);
   ADD("LM head 168x128 (bench_lm)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 2);
-  ADD("LM head own wgmma", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 3);
+  ADD("LM head cuBLASLt pinned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 3);
   ADD("strict (fmaf chain)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.strict = 1);
 
   if (profile) {

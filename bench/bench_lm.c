@@ -31,16 +31,16 @@
 #include "cuda/lm_wgmma.h"
 
 #define MAXCFG 4096
-#define NHEAD 4 /* the head's LM choices timed beside the sweep (the last: the own kernel without clusters) */
+#define NHEAD 4 /* the head's LM choices timed beside the sweep (the last: the own kernel in clusters of two) */
 static const int head_choice[NHEAD] = {DSP_LM_HEURISTIC, DSP_LM_PREFERRED, DSP_LM_WGMMA, DSP_LM_WGMMA};
 static const char *head_name[NHEAD] = {"head default (heuristic's first)", "preferred sm_90 config",
-                                       "own wgmma kernel", "own wgmma kernel, no clusters"};
+                                       "own wgmma kernel", "own wgmma kernel, clusters of 2"};
 static int64_t kdim;
 
-/* One product by head choice c (c = 3: the own kernel with single blocks). */
+/* One product by head choice c (c = 3: the own kernel in clusters of two). */
 static dsp_status run_head(dsp_cuda_lm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
                            cudaStream_t s) {
-  return c == 3 ? dsp_cuda_lm_wg_run(a, w, o, m, n, kdim, n, 0, 1, s) : dsp_cuda_lm_run(lm, a, w, o, m, n, s);
+  return c == 3 ? dsp_cuda_lm_wg_run(a, w, o, m, n, kdim, n, 0, 2, s) : dsp_cuda_lm_run(lm, a, w, o, m, n, s);
 }
 #define WS_LIMIT ((size_t)4 << 20)
 

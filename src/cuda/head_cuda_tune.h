@@ -27,10 +27,11 @@ typedef struct {
                             rest, and the base rows, evict_first); 0: no cache hints; -1: default (3) */
   int resident;          /* ring kernel 5 (one warpgroup per chunk): W2 chunks each warpgroup keeps in
                             registers through the tail (dsp_mk_args.resident); -1: default (2) */
-  int lm_choice;         /* LM-head algorithm: 0 the pinned default (the heuristic's first, see
-                            cuda/lm_head.h); 1 time the candidates at creation and keep the fastest
-                            (benchmarks); 2 the fixed sm_90 configuration of bench_lm's sweep (benchmarks);
-                            3 the own wgmma kernel (cuda/lm_wgmma.h) */
+  int lm_choice;         /* LM-head algorithm: 0 the default, the own wgmma kernel (cuda/lm_wgmma.h)
+                            where the device runs it and its checks pass, else cuBLASLt's pinned
+                            heuristic first; 1 time the cuBLASLt candidates at creation and keep the
+                            fastest (benchmarks); 2 the fixed sm_90 cuBLASLt configuration of bench_lm's
+                            sweep (benchmarks); 3 cuBLASLt's pinned heuristic first (benchmarks) */
   int pdl;               /* 0: the persistent tail waits for the LM head's product to end before it
                             launches; -1 / 1: it launches as the product finishes (programmatic dependent
                             launch, where this device can capture it) and reads base only after

@@ -306,7 +306,7 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
       snprintf(lm->desc, sizeof lm->desc,
-               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, clusters of 2, k groups in order (tile and "
+               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, k groups in order (token-tile and "
                "cluster check: %lld values, 0 differ)",
                cmp);
       return DSP_OK;

@@ -1,7 +1,17 @@
 /* The LM-head product on the GPU (contract 2): out[m][n] = bf16(sum_k a[m][k] *
  * w[n][k]) with bf16 operands, fp32 accumulation and one rounding.
  *
- * Fast mode: cuBLASLt on the tensor cores with ONE pinned algorithm: the
+ * Default (DSP_LM_WGMMA, what the head asks for): the project's own wgmma
+ * kernel (lm_wgmma.h: 128 vocabulary rows x 224 token rows per tile, so batch
+ * 32 x gamma 7 is not padded to 256; k groups of 16 in order onto +0). Why:
+ * on an H200 (2026-11-30) it gave the same bits as the cuBLASLt algorithm
+ * below on every value compared (36.7 M at the default shape, the edge
+ * shapes of test_cuda_head) and ran faster (0.854 against 0.901 ms after idle,
+ * 0.910 against 0.966 ms in rounds, bench_lm); it is shard-invariant across
+ * TP sizes by construction and needs no workspace. Where the device cannot run
+ * it (not sm_90, K % 64 != 0) or its token-tile check fails, cuBLASLt below.
+ *
+ * Fast mode otherwise: cuBLASLt on the tensor cores with ONE pinned algorithm: the
  * heuristic's first candidate for a canonical shape that depends only on K
  * (M = 256, N = 65536), made single-pass (split-K = 1, no reduction scheme),
  * so no reduction across CTAs exists; workspace-free candidates first, else a

@@ -13,7 +13,7 @@
  * eight vocabulary ids; the producer is meanwhile filling the next tile's
  * stages).
  *
- * Clusters of two (the default): the two blocks of a cluster take vocabulary
+ * Clusters of two (measured, not the default: bench/RESULTS.md v35): the two blocks of a cluster take vocabulary
  * tiles 2p and 2p + 1 of the same token tile, and each producer lands half of
  * the activation box in both blocks (TMA multicast), halving what the
  * activations cost in L2 reads. A stage is then written by both producers, so
@@ -239,6 +239,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       int v0, m0;
       bool store;
       lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+      /* this block's last tile: a kernel launched programmatically after this one (the Markov tail, PDL) may
+         start placing its blocks on the SMs that blocks with one tile fewer leave; it still waits for this
+         grid's completion (griddepcontrol.wait) before it reads base */
+      if (t + nwalkers >= nwalk) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #pragma unroll
       for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
       int prev = -1;
@@ -386,7 +390,7 @@ extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
                     (long long)ldo);
   if (nt == 0) nt = m <= 112 ? 112 : 224;
-  if (cluster == 0) cluster = 2;
+  if (cluster == 0) cluster = 1; /* clusters of two lost (1.47 against 0.85 ms, bench/RESULTS.md v35) */
   if (cluster != 1 && cluster != 2)
     return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): cluster %d (1 or 2)", cluster);
   if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, w, out, m, n, k, ldo, dv, s)

@@ -15,7 +15,7 @@
  * warpgroups of 64), token rows its N, so the 224 token rows of batch 32 x
  * gamma 7 are not padded to 256. A persistent grid; one producer thread per
  * block streams [64 k] boxes of both operands by TMA with the 128-byte swizzle
- * into a ring of stages; clusters of two share the activation boxes. */
+ * into a ring of stages. */
 #ifndef DSP_CUDA_LM_WGMMA_H
 #define DSP_CUDA_LM_WGMMA_H
 #include <cuda_runtime.h>
@@ -32,8 +32,8 @@ extern "C" {
 int dsp_cuda_lm_wg_supported(int64_t k);
 /* a: [m][k], w: [n][k] (row stride k, 16-byte aligned), out: [m][ldo]
  * (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224 forces one.
- * cluster: 0 the default (2: pairs of blocks share the activation loads by
- * multicast), 1 or 2 forces one (the check, benchmarks). Enqueued on s,
+ * cluster: 0 the default (1), 2 pairs of blocks that share the activation
+ * loads by multicast (slower as built: bench/RESULTS.md v35). Enqueued on s,
  * capturable. */
 dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                               int nt, int cluster, cudaStream_t s);
