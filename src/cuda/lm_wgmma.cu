@@ -29,6 +29,7 @@
 #include <atomic>
 
 #include "cuda/check.h"
+#include "cuda/check_fill.cuh"
 #include "cuda/devmath.cuh"
 #include "cuda/lm_wgmma.h"
 #include "cuda/markov_ring.cuh" /* mbarriers (rg_bar_*), rg_saddr */
@@ -69,44 +70,12 @@ __device__ __forceinline__ uint64_t lw_desc(uint32_t saddr) {
          ((uint64_t)1 << 62);
 }
 
-template <int N>
-__device__ __forceinline__ void lw_mma(float (&d)[N / 2], uint64_t da, uint64_t db);
-
-#if DSP_WG_OK
-/* m64nNk16, both operands from shared memory, accumulate (scale-d 1). The
- * operand lists are mechanical: N / 2 fp32 accumulators per thread. */
-template <>
-__device__ __forceinline__ void lw_mma<112>(float (&d)[56], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %58, 0;\n\t"
-      "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, %56, %57, p, 1, 1, 0, 0;\n\t}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
-      : "l"(da), "l"(db), "r"(1)
-      : "memory");
-}
-
-template <>
-__device__ __forceinline__ void lw_mma<224>(float (&d)[112], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %114, 0;\n\t"
-      "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111}, %112, %113, p, 1, 1, 0, 0;\n\t}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
-      : "l"(da), "l"(db), "r"(1)
-      : "memory");
-}
-
-#else
-template <int N>
-__device__ __forceinline__ void lw_mma(float (&)[N / 2], uint64_t, uint64_t) {
-  __trap(); /* not built for sm_90a: dsp_cuda_lm_wg_supported says no */
-}
-#endif
-
-__device__ __forceinline__ void lw_wait_groups1() {
-#if DSP_WG_OK
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-#endif
+/* The next ring stage; the parity flips each time the ring wraps. */
+__device__ __forceinline__ void lw_next(int &s, uint32_t &ph, int stages) {
+  if (++s == stages) {
+    s = 0;
+    ph ^= 1;
+  }
 }
 
 /* Both blocks of a cluster of two: arrive and wait (all threads). */
@@ -218,10 +187,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
             lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
           else
             lw_tload_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
-          if (++s == stages) {
-            s = 0;
-            ph ^= 1;
-          }
+          lw_next(s, ph, stages);
         }
       }
     }
@@ -252,14 +218,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
         const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
         wg_fence();
 #pragma unroll
-        for (int i = 0; i < LW_BK / 16; i++) lw_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
-        lw_wait_groups1(); /* the group before this one is done: its stage can be refilled */
+        for (int i = 0; i < LW_BK / 16; i++) wg_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
+        wg_commit_wait1(); /* the group before this one is done: its stage can be refilled */
         if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
         prev = s;
-        if (++s == stages) {
-          s = 0;
-          ph ^= 1;
-        }
+        lw_next(s, ph, stages);
       }
       wg_commit_wait();
       if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
@@ -330,6 +293,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   DSP_TRY(lw_map(&ta, a, m, k, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
   const size_t smem = lw_smem<NT>(stages);
+  /* per call: the opt-in is per device, and one process may drive several (TP threads) */
   DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
@@ -359,19 +323,6 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL>, tw, ta, (uint16_t *)out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
-}
-
-/* Deterministic bf16 values in (-1, 1) with full mantissas (inexact sums). */
-__global__ void lw_fill(uint16_t *p, long long count, uint32_t seed) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x) {
-    uint32_t x = (uint32_t)i * 0x9E3779B9u ^ seed;
-    x ^= x >> 16;
-    x *= 0x85EBCA6Bu;
-    x ^= x >> 13;
-    x *= 0xC2B2AE35u;
-    x ^= x >> 16;
-    p[i] = dsp_dev_bf16_bits(((float)(x >> 8) * (1.0f / 8388608.0f)) - 1.0f);
-  }
 }
 
 }  // namespace
@@ -415,8 +366,8 @@ extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long 
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
                   cudaGetErrorString(cudaGetLastError()));
   if (st == DSP_OK) {
-    lw_fill<<<64, 256, 0, s>>>(a, (long long)na, 0x1234u);
-    lw_fill<<<64, 256, 0, s>>>(w, (long long)nw, 0xBEEFu);
+    dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x1234u);
+    dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
     st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, 2, s);
   }
   /* the other three (token tile, cluster) pairs in turn against (224, 2) */

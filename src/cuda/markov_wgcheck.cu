@@ -8,20 +8,11 @@
 #include <string.h>
 
 #include "cuda/check.h"
+#include "cuda/check_fill.cuh"
 #include "cuda/markov.h"
 #include "cuda/markov_dyn.cuh"
 
 namespace {
-
-/* bf16 with exponent 2^-24 .. 2^24, random sign and mantissa; 1 in 16 zero. */
-__global__ void wc_fill(uint16_t *p, size_t n, uint64_t salt) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ salt;
-  h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29, h *= 0x94D049BB133111EBull, h ^= h >> 32;
-  const uint32_t e = (uint32_t)((h >> 8) % 49) + 127 - 24;
-  p[i] = (h & 0xF0) == 0 ? 0 : (uint16_t)(((h & 1) << 15) | (e << 7) | ((h >> 16) & 0x7F));
-}
 
 /* Block c: chunk c of the packed W2 times E = W1 rows c bq .. c bq + bq - 1,
  * out_wg by the warpgroups, out_mma by the warps' mma chains, both [64 c + v][b]. */
@@ -117,8 +108,8 @@ dsp_status dsp_cuda_markov_wgmma_check(int bq, int trials, long long *compared, 
     s = dsp_fail(DSP_ERR_NOMEM, "%s:%d: wgmma check: cudaMalloc: %s", __FILE__, __LINE__,
                  cudaGetErrorString(cudaGetLastError()));
   if (s == DSP_OK) {
-    wc_fill<<<(unsigned)((nw2 + 255) / 256), 256>>>(w2, nw2, 0x5EEDull);
-    wc_fill<<<(unsigned)((nw1 + 255) / 256), 256>>>(w1, nw1, 0xE1ull);
+    dsp_check_fill<<<(unsigned)((nw2 + 255) / 256), 256>>>(w2, nw2, 0x5EEDull);
+    dsp_check_fill<<<(unsigned)((nw1 + 255) / 256), 256>>>(w1, nw1, 0xE1ull);
     s = dsp_cuda_markov_pack_w2(w2, (int64_t)rows, w2p, 0);
   }
   if (s == DSP_OK) {
