@@ -14,6 +14,10 @@
  * then each run back to back for ~1.5 s: joules per product, mean watts, and
  * the time per product the card's power limit allows under that sustained load.
  * The head's choices' "once" column is one product after 0.3 s idle (full clock).
+ * The energy split (M <= 224, own kernel present) runs the own kernel whole,
+ * its tensor-core work alone and its data movement alone (lm_wgmma.h,
+ * dsp_cuda_lm_wg_part) back to back, after the card's idle power: which part
+ * of a product's joules any kernel doing these flops must spend.
  * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] */
 #define _POSIX_C_SOURCE 200809L
 #include <cublasLt.h>
@@ -37,9 +41,11 @@ static const char *head_name[NHEAD] = {"head default (heuristic's first)", "pref
                                        "own wgmma kernel", "own wgmma kernel, clusters of 2"};
 static int64_t kdim;
 
-/* One product by head choice c (c = 3: the own kernel in clusters of two). */
+/* One product by head choice c (c = 3: the own kernel in clusters of two; c = 4, 5: the own kernel's
+   tensor-core work alone, its data movement alone: the energy split). */
 static dsp_status run_head(dsp_cuda_lm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
                            cudaStream_t s) {
+  if (c >= 4) return dsp_cuda_lm_wg_part(a, w, o, m, n, kdim, n, c - 3, s);
   return c == 3 ? dsp_cuda_lm_wg_run(a, w, o, m, n, kdim, n, 0, 2, s) : dsp_cuda_lm_run(lm, a, w, o, m, n, s);
 }
 #define WS_LIMIT ((size_t)4 << 20)
@@ -331,6 +337,30 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "%s", head_name[i - ne]);
       printf("%-38s %9.4f %8.3f %9.0f %10.3f %9.3f\n", name, j, j / (gflop * 1e9) * 1e12, w, ms,
              lim > 0 ? j / lim * 1e3 : 0.0);
+    }
+    if (lms[2] && M <= 224) {
+      CK(cudaStreamSynchronize(st));
+      usleep(500000);
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      const double i0 = bench_power_joules(&pw);
+      usleep(1000000);
+      const double i1 = bench_power_joules(&pw);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      const double idle_w = (i1 - i0) / ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+      printf("energy split of the own kernel (each back to back ~1.5 s after 0.3 s idle; idle power %.0f W):\n",
+             idle_w);
+      printf("%-38s %9s %8s %9s %10s %8s %12s\n", "part", "J each", "pJ/flop", "mean W", "ms each", "SM MHz",
+             "J over idle");
+      static const char *part_name[3] = {"whole product", "tensor-core work alone", "data movement alone"};
+      for (int p = 0; p < 3; p++) {
+        const int c = p == 0 ? 2 : 3 + p;
+        double j, w, ms;
+        usleep(300000);
+        energy_run(&pw, NULL, 0, lms[2], c, M, N, (int)(1.5 / 0.9e-3), &j, &w, &ms);
+        printf("%-38s %9.4f %8.3f %9.0f %10.3f %8u %12.4f\n", part_name[p], j, j / (gflop * 1e9) * 1e12, w, ms,
+               bench_power_sm_mhz(&pw), j - idle_w * ms * 1e-3);
+      }
     }
   } else {
     printf("energy: NVML not available, not measured\n");

@@ -137,7 +137,13 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
   m0 = (t % nmt) * NT;
 }
 
-template <int NT, int CL>
+/* PART (bench only, dsp_cuda_lm_wg_part): 0 the product; 1 the tensor-core work
+ * alone (the producer lands each stage once, then hands the same bytes back
+ * round after round, so no operand leaves HBM or L2 after the first pass);
+ * 2 the data movement alone (every box lands, the consumers hand it back
+ * untouched and store zeros). Both keep the pipeline's barriers and the
+ * stores, so their energies split the product's (bench_lm). */
+template <int NT, int CL, int PART>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
               int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       uint64_t pw, pa; /* weights stream once; activations are read by every tile */
       asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
       asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
-      int s = 0;
+      int s = 0, fills = 0;
       uint32_t ph = 0;
       for (int t = walker; t < nwalk; t += nwalkers) {
         int v0, m0;
@@ -181,6 +187,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
         for (int kb = 0; kb < nkb; kb++) {
           rg_bar_wait(empty0 + 8 * s, ph ^ 1);
           const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
+          if (PART == 1 && fills++ >= stages) { /* the stage keeps its first bytes */
+            rg_bar_arrive(fb);
+            lw_next(s, ph, stages);
+            continue;
+          }
           rg_bar_expect(fb, SB);
           lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
           if (CL == 1)
@@ -214,6 +225,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       int prev = -1;
       for (int kb = 0; kb < nkb; kb++) {
         rg_bar_wait(full0 + 8 * s, ph);
+        if (PART == 2) { /* the bytes landed; nothing multiplies them */
+          if (lane == 0) lw_release<CL>(empty0 + 8 * s);
+          lw_next(s, ph, stages);
+          continue;
+        }
         const uint32_t st = sbase + (uint32_t)s * SB;
         const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
         wg_fence();
@@ -283,7 +299,7 @@ lw_dev lw_device() {
   return d;
 }
 
-template <int NT, int CL>
+template <int NT, int CL, int PART = 0>
 dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                      const lw_dev &dv, cudaStream_t s) {
   const int stages = lw_stages<NT>(dv.optin);
@@ -294,7 +310,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
   const size_t smem = lw_smem<NT>(stages);
   /* per call: the opt-in is per device, and one process may drive several (TP threads) */
-  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.blockDim = dim3(LW_THREADS);
@@ -312,7 +328,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   if (!resident.load()) {
     cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
     int nc = 0;
-    DSP_CUDA_TRY(cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL>, &cfg));
+    DSP_CUDA_TRY(cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART>, &cfg));
     resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
     if (getenv("DSPARK_LM_WG_VERBOSE"))
       fprintf(stderr, "dspark: lm wgmma tile %d cluster %d: %d clusters resident (of %d SMs), %d stages, %zu B\n", NT,
@@ -320,7 +336,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   }
   const int most = resident.load(), nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL>, tw, ta, (uint16_t *)out, (int)m, (int)n,
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }
@@ -349,6 +365,17 @@ extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out
   if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, w, out, m, n, k, ldo, dv, s)
                                      : lw_launch<224, 1>(a, w, out, m, n, k, ldo, dv, s);
   return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): token tile %d (112 or 224)", nt);
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_part(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                                          int64_t ldo, int part, cudaStream_t s) {
+  static const lw_dev dv = lw_device();
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || m < 1 || m > 224)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma) part: not supported here (M %lld, K %lld)",
+                    (long long)m, (long long)k);
+  if (part == 1) return lw_launch<224, 1, 1>(a, w, out, m, n, k, ldo, dv, s);
+  if (part == 2) return lw_launch<224, 1, 2>(a, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma) part: %d (1 compute, 2 data movement)", part);
 }
 
 extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ) {
