@@ -18,7 +18,8 @@
  * its tensor-core work alone and its data movement alone (lm_wgmma.h,
  * dsp_cuda_lm_wg_part) back to back, after the card's idle power: which part
  * of a product's joules any kernel doing these flops must spend.
- * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] */
+ * --sweep 0 leaves cuBLASLt's configurations out (the head's choices only: for profilers).
+ * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] [--sweep 1] */
 #define _POSIX_C_SOURCE 200809L
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -41,8 +42,8 @@ static const char *head_name[NHEAD] = {"head default (heuristic's first)", "pref
                                        "own wgmma kernel", "own wgmma kernel, clusters of 2"};
 static int64_t kdim;
 
-/* One product by head choice c (c = 3: the own kernel in clusters of two; c = 4, 5: the own kernel's
-   tensor-core work alone, its data movement alone: the energy split). */
+/* One product by head choice c (c = 3: the own kernel in clusters of two; c >= 4: part c - 3 of the own
+   kernel (lm_wgmma.h): the energy split). */
 static dsp_status run_head(dsp_cuda_lm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
                            cudaStream_t s) {
   if (c >= 4) return dsp_cuda_lm_wg_part(a, w, o, m, n, kdim, n, c - 3, s);
@@ -110,10 +111,11 @@ static int by_once(const void *x, const void *y) {
 }
 
 int main(int argc, char **argv) {
-  long M = 224, N = 163840, K = 7168, rounds = 5, reps = 5;
+  long M = 224, N = 163840, K = 7168, rounds = 5, reps = 5, sweep = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--m") ? &M : !strcmp(argv[i], "--n") ? &N : !strcmp(argv[i], "--k") ? &K
-              : !strcmp(argv[i], "--rounds") ? &rounds : !strcmp(argv[i], "--reps") ? &reps : NULL;
+              : !strcmp(argv[i], "--rounds") ? &rounds : !strcmp(argv[i], "--reps") ? &reps
+              : !strcmp(argv[i], "--sweep") ? &sweep : NULL;
     if (!d) {
       fprintf(stderr, "bench_lm: unknown option %s\n", argv[i]);
       return 2;
@@ -210,6 +212,7 @@ int main(int argc, char **argv) {
           q->ws = r.workspaceSize;
         }
   }
+  if (!sweep) ncfg = 0;
   kdim = K;
   printf("bench_lm: M %ld (tokens), N %ld (vocabulary), K %ld; %d algorithm ids, %d configurations tried, %d "
          "accepted single-pass\n",
@@ -352,8 +355,9 @@ int main(int argc, char **argv) {
              idle_w);
       printf("%-38s %9s %8s %9s %10s %8s %12s\n", "part", "J each", "pJ/flop", "mean W", "ms each", "SM MHz",
              "J over idle");
-      static const char *part_name[3] = {"whole product", "tensor-core work alone", "data movement alone"};
-      for (int p = 0; p < 3; p++) {
+      static const char *part_name[5] = {"whole product", "tensor-core work alone", "data movement alone",
+                                         "weight boxes alone (HBM, L2 once)", "activation boxes alone (L2)"};
+      for (int p = 0; p < 5; p++) {
         const int c = p == 0 ? 2 : 3 + p;
         double j, w, ms;
         usleep(300000);

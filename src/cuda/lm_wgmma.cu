@@ -141,7 +141,8 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  * alone (the producer lands each stage once, then hands the same bytes back
  * round after round, so no operand leaves HBM or L2 after the first pass);
  * 2 the data movement alone (every box lands, the consumers hand it back
- * untouched and store zeros). Both keep the pipeline's barriers and the
+ * untouched and store zeros); 3 and 4 as 2 with only the weight boxes, only
+ * the activation boxes. All keep the pipeline's barriers and the
  * stores, so their energies split the product's (bench_lm). */
 template <int NT, int CL, int PART>
 __global__ void __launch_bounds__(LW_THREADS, 1)
@@ -192,9 +193,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
             lw_next(s, ph, stages);
             continue;
           }
-          rg_bar_expect(fb, SB);
-          lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
-          if (CL == 1)
+          rg_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
+          if (PART != 4) lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
+          if (PART == 3) {
+          } else if (CL == 1)
             lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
           else
             lw_tload_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
@@ -225,7 +227,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       int prev = -1;
       for (int kb = 0; kb < nkb; kb++) {
         rg_bar_wait(full0 + 8 * s, ph);
-        if (PART == 2) { /* the bytes landed; nothing multiplies them */
+        if (PART >= 2) { /* the bytes landed; nothing multiplies them */
           if (lane == 0) lw_release<CL>(empty0 + 8 * s);
           lw_next(s, ph, stages);
           continue;
@@ -375,7 +377,10 @@ extern "C" dsp_status dsp_cuda_lm_wg_part(const void *a, const void *w, void *ou
                     (long long)m, (long long)k);
   if (part == 1) return lw_launch<224, 1, 1>(a, w, out, m, n, k, ldo, dv, s);
   if (part == 2) return lw_launch<224, 1, 2>(a, w, out, m, n, k, ldo, dv, s);
-  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma) part: %d (1 compute, 2 data movement)", part);
+  if (part == 3) return lw_launch<224, 1, 3>(a, w, out, m, n, k, ldo, dv, s);
+  if (part == 4) return lw_launch<224, 1, 4>(a, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma) part: %d (1 compute, 2 data movement, 3 weights, 4 activations)",
+                  part);
 }
 
 extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ) {

@@ -40,7 +40,8 @@ dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m
 /* Benchmark only (bench_lm's energy split): the M <= 224 kernel with its
  * tensor-core work alone (part 1: operands land once per stage, then are
  * reused; out gets meaningless values) or its data movement alone (part 2:
- * every box lands, nothing multiplies it; out gets zeros). Same grid, ring,
+ * every box lands, nothing multiplies it; out gets zeros; parts 3 and 4: only
+ * the weight boxes, only the activation boxes). Same grid, ring,
  * barriers and stores as the product. */
 dsp_status dsp_cuda_lm_wg_part(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                                int part, cudaStream_t s);
