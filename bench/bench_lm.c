@@ -10,14 +10,14 @@
  * answers: does a tile whose token side fits M exactly (224 = 32 x 7) beat the
  * pinned 256x128 tile, which pads 224 token rows to 256?
  * BENCH_LM_ALL=1 prints every configuration's single timing.
- * Where NVML answers (bench_power.h), the fastest 4 and the head's two choices
- * then each run back to back for ~1.5 s: joules per product, mean watts, and
+ * Where NVML answers (bench_power.h), the fastest 4 and the head's choices
+ * then each run back to back for ~1.2 s, three times: joules per product, mean watts, and
  * the time per product the card's power limit allows under that sustained load.
  * The head's choices' "once" column is one product after 0.3 s idle (full clock).
- * The energy split (M <= 224, own kernel present) runs the own kernel whole,
- * its tensor-core work alone and its data movement alone (lm_wgmma.h,
- * dsp_cuda_lm_wg_part) back to back, after the card's idle power: which part
- * of a product's joules any kernel doing these flops must spend.
+ * The energy table also has the own kernel's parts (M <= 224): its tensor-
+ * core work alone, its data movement alone, and the weight and activation
+ * boxes alone (lm_wgmma.h, dsp_cuda_lm_wg_part), and the joules over the
+ * card's idle power: which part of a product's energy goes where.
  * --sweep 0 leaves cuBLASLt's configurations out (the head's choices only: for profilers).
  * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] [--sweep 1] */
 #define _POSIX_C_SOURCE 200809L
@@ -322,49 +322,54 @@ int main(int argc, char **argv) {
          "cublasLtClusterShape_t (0 auto, 2 1x1x1, 3 2x1x1, 5 1x2x1)\n");
   bench_power pw;
   if (bench_power_open(&pw, 0)) {
+    /* entries: cuBLASLt's fastest 4, the head's choices, then the own kernel's parts (lm_wgmma.h) */
+    enum { NPART = 4, EPASS = 3 };
+    static const char *part_name[NPART] = {"own: tensor-core work alone", "own: data movement alone",
+                                           "own: weight boxes alone (HBM)", "own: activation boxes alone (L2)"};
     const double lim = bench_power_limit_w(&pw);
-    const int ne = top < 4 ? top : 4;
-    printf("energy (NVML), each configuration back to back for ~1.5 s; power limit %.0f W:\n", lim);
-    printf("%-38s %9s %8s %9s %10s %9s\n", "configuration", "J each", "pJ/flop", "mean W", "ms each", "limit ms");
-    for (int i = 0; i < ne + NHEAD; i++) {
-      if (i >= ne && !lms[i - ne]) continue;
-      double j, w, ms;
-      const int n = (int)(1.5 / (1e-3 * (double)median(&tm[(i < ne ? i : top + i - ne) * rounds], (int)rounds)));
-      energy_run(&pw, i < ne ? &cfg[i].algo : NULL, i < ne ? cfg[i].ws : 0, i < ne ? NULL : lms[i - ne], i - ne, M, N,
-                 n > 0 ? n : 1, &j, &w, &ms);
+    const int ne = top < 4 ? top : 4, np = lms[2] && M <= 224 ? NPART : 0, nent = ne + NHEAD + np;
+    double ej[EPASS][4 + NHEAD + NPART], ew[EPASS][4 + NHEAD + NPART], ems[EPASS][4 + NHEAD + NPART];
+    CK(cudaStreamSynchronize(st));
+    usleep(500000);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double i0 = bench_power_joules(&pw);
+    usleep(1000000);
+    const double i1 = bench_power_joules(&pw);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double idle_w = (i1 - i0) / ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    for (int p = 0; p < EPASS; p++)
+      for (int x = 0; x < nent; x++) {
+        const int i = (x + p * 3) % nent; /* each pass starts elsewhere: no entry always follows the same one */
+        ej[p][i] = -1.0;
+        if (i >= ne && i < ne + NHEAD && !lms[i - ne]) continue;
+        const double t = i < ne ? (double)median(&tm[i * rounds], (int)rounds)
+                         : i < ne + NHEAD ? (double)median(&tm[(top + i - ne) * rounds], (int)rounds) : 0.7;
+        const int n = (int)(1.2 / (1e-3 * t));
+        usleep(200000);
+        energy_run(&pw, i < ne ? &cfg[i].algo : NULL, i < ne ? cfg[i].ws : 0,
+                   i < ne ? NULL : i < ne + NHEAD ? lms[i - ne] : lms[2],
+                   i < ne ? 0 : i < ne + NHEAD ? i - ne : 4 + i - ne - NHEAD, M, N, n > 0 ? n : 1, &ej[p][i],
+                   &ew[p][i], &ems[p][i]);
+      }
+    printf("energy (NVML): each entry back to back for ~1.2 s after 0.2 s idle, %d passes in rotated order "
+           "(medians); power limit %.0f W, idle %.0f W:\n",
+           EPASS, lim, idle_w);
+    printf("%-38s %9s %8s %9s %10s %9s %12s\n", "configuration", "J each", "pJ/flop", "mean W", "ms each",
+           "limit ms", "J over idle");
+    for (int i = 0; i < nent; i++) {
+      if (ej[0][i] < 0) continue;
+      float j3[EPASS], w3[EPASS], m3[EPASS];
+      for (int p = 0; p < EPASS; p++) j3[p] = (float)ej[p][i], w3[p] = (float)ew[p][i], m3[p] = (float)ems[p][i];
+      const double j = median(j3, EPASS), w = median(w3, EPASS), ms = median(m3, EPASS);
       char name[64];
       if (i < ne)
         snprintf(name, sizeof name, "algo %d tile %u stages %u cluster %u", cfg[i].id, cfg[i].tile, cfg[i].stages,
                  (unsigned)cfg[i].cluster);
       else
-        snprintf(name, sizeof name, "%s", head_name[i - ne]);
-      printf("%-38s %9.4f %8.3f %9.0f %10.3f %9.3f\n", name, j, j / (gflop * 1e9) * 1e12, w, ms,
-             lim > 0 ? j / lim * 1e3 : 0.0);
-    }
-    if (lms[2] && M <= 224) {
-      CK(cudaStreamSynchronize(st));
-      usleep(500000);
-      struct timespec t0, t1;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-      const double i0 = bench_power_joules(&pw);
-      usleep(1000000);
-      const double i1 = bench_power_joules(&pw);
-      clock_gettime(CLOCK_MONOTONIC, &t1);
-      const double idle_w = (i1 - i0) / ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
-      printf("energy split of the own kernel (each back to back ~1.5 s after 0.3 s idle; idle power %.0f W):\n",
-             idle_w);
-      printf("%-38s %9s %8s %9s %10s %8s %12s\n", "part", "J each", "pJ/flop", "mean W", "ms each", "SM MHz",
-             "J over idle");
-      static const char *part_name[5] = {"whole product", "tensor-core work alone", "data movement alone",
-                                         "weight boxes alone (HBM, L2 once)", "activation boxes alone (L2)"};
-      for (int p = 0; p < 5; p++) {
-        const int c = p == 0 ? 2 : 3 + p;
-        double j, w, ms;
-        usleep(300000);
-        energy_run(&pw, NULL, 0, lms[2], c, M, N, (int)(1.5 / 0.9e-3), &j, &w, &ms);
-        printf("%-38s %9.4f %8.3f %9.0f %10.3f %8u %12.4f\n", part_name[p], j, j / (gflop * 1e9) * 1e12, w, ms,
-               bench_power_sm_mhz(&pw), j - idle_w * ms * 1e-3);
-      }
+        snprintf(name, sizeof name, "%s", i < ne + NHEAD ? head_name[i - ne] : part_name[i - ne - NHEAD]);
+      printf("%-38s %9.4f %8.3f %9.0f %10.3f %9.3f %12.4f\n", name, j, j / (gflop * 1e9) * 1e12, w, ms,
+             lim > 0 ? j / lim * 1e3 : 0.0, j - idle_w * ms * 1e-3);
     }
   } else {
     printf("energy: NVML not available, not measured\n");
