@@ -3,9 +3,9 @@
  * arranged as lm_head.cu arranges it (cuBLASLt's M = vocabulary rows, N =
  * token rows). Every algorithm id, tile, stage count and cluster shape that
  * cuBLASLt accepts single-pass (split-K 1, no reduction, workspace <= 4 MiB)
- * is timed once; the fastest 12 and the head's three choices (the heuristic's
- * first, the default; the fixed sm_90 configuration; the own wgmma kernel,
- * also compared value by value with the default) are then timed again in rounds that alternate between them (medians), so
+ * is timed once; the fastest 12 and the head's four choices (the heuristic's
+ * first; the fixed sm_90 configuration; the own wgmma kernel, the head's default,
+ * in clusters of two and in single blocks, compared value by value with cuBLASLt) are then timed again in rounds that alternate between them (medians), so
  * the card's power-cap clock drift falls on all of them alike. Question it
  * answers: does a tile whose token side fits M exactly (224 = 32 x 7) beat the
  * pinned 256x128 tile, which pads 224 token rows to 256?
@@ -36,18 +36,18 @@
 #include "cuda/lm_wgmma.h"
 
 #define MAXCFG 4096
-#define NHEAD 4 /* the head's LM choices timed beside the sweep (the last: the own kernel in clusters of two) */
-static const int head_choice[NHEAD] = {DSP_LM_HEURISTIC, DSP_LM_PREFERRED, DSP_LM_WGMMA, DSP_LM_WGMMA};
-static const char *head_name[NHEAD] = {"head default (heuristic's first)", "preferred sm_90 config",
-                                       "own wgmma kernel", "own wgmma kernel, clusters of 2"};
+#define NHEAD 4 /* the head's LM choices timed beside the sweep */
+static const int head_choice[NHEAD] = {DSP_LM_HEURISTIC, DSP_LM_PREFERRED, DSP_LM_WGMMA, DSP_LM_WGMMA_SINGLE};
+static const char *head_name[NHEAD] = {"cuBLASLt pinned (heuristic's first)", "preferred sm_90 config",
+                                       "own wgmma kernel (head default)", "own wgmma kernel, single blocks"};
 static int64_t kdim;
 
-/* One product by head choice c (c = 3: the own kernel in clusters of two; c >= 4: part c - 3 of the own
-   kernel (lm_wgmma.h): the energy split). */
+/* One product by head choice c (c >= NHEAD: part c - NHEAD + 1 of the own kernel in single blocks,
+   lm_wgmma.h: the energy split). */
 static dsp_status run_head(dsp_cuda_lm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
                            cudaStream_t s) {
-  if (c >= 4) return dsp_cuda_lm_wg_part(a, w, o, m, n, kdim, n, c - 3, s);
-  return c == 3 ? dsp_cuda_lm_wg_run(a, w, o, m, n, kdim, n, 0, 2, s) : dsp_cuda_lm_run(lm, a, w, o, m, n, s);
+  if (c >= NHEAD) return dsp_cuda_lm_wg_part(a, w, o, m, n, kdim, n, c - NHEAD + 1, s);
+  return dsp_cuda_lm_run(lm, a, w, o, m, n, s);
 }
 #define WS_LIMIT ((size_t)4 << 20)
 
@@ -231,15 +231,16 @@ int main(int argc, char **argv) {
     printf("%s: %s\n", head_name[c], dsp_cuda_lm_describe(lms[c]));
   }
   fflush(stdout);
-  /* the own kernel against the default's cuBLASLt product, value by value */
-  if (lms[0] && lms[2]) {
+  /* the own kernel (clusters of two, single blocks) against cuBLASLt's pinned product, value by value */
+  for (int c = 2; c < NHEAD && lms[0]; c++) {
+    if (!lms[c]) continue;
     const size_t no = (size_t)M * (size_t)N;
     uint16_t *h = malloc(2 * no * sizeof *h);
     if (!h) return 1;
     CKD(dsp_cuda_lm_run(lms[0], da, dw, dout, M, N, st));
     CK(cudaMemcpyAsync(h, dout, no * 2, cudaMemcpyDeviceToHost, st));
     CK(cudaMemsetAsync(dout, 0xFF, no * 2, st));
-    CKD(dsp_cuda_lm_run(lms[2], da, dw, dout, M, N, st));
+    CKD(dsp_cuda_lm_run(lms[c], da, dw, dout, M, N, st));
     CK(cudaMemcpyAsync(h + no, dout, no * 2, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
     size_t dif = 0, nan = 0;
@@ -248,7 +249,7 @@ int main(int argc, char **argv) {
       nan += n1;
       dif += n0 != n1 || (!n0 && h[i] != h[no + i]);
     }
-    printf("own kernel vs head default: %zu values, %zu differ, %zu NaN\n", no, dif, nan);
+    printf("%s vs cuBLASLt pinned: %zu values, %zu differ, %zu NaN\n", head_name[c], no, dif, nan);
     free(h);
   }
 
@@ -324,8 +325,8 @@ int main(int argc, char **argv) {
   if (bench_power_open(&pw, 0)) {
     /* entries: cuBLASLt's fastest 4, the head's choices, then the own kernel's parts (lm_wgmma.h) */
     enum { NPART = 4, EPASS = 3 };
-    static const char *part_name[NPART] = {"own: tensor-core work alone", "own: data movement alone",
-                                           "own: weight boxes alone (HBM)", "own: activation boxes alone (L2)"};
+    static const char *part_name[NPART] = {"own single: tensor-core work alone", "own single: data movement alone",
+                                           "own single: weight boxes alone", "own single: activation boxes alone"};
     const double lim = bench_power_limit_w(&pw);
     const int ne = top < 4 ? top : 4, np = lms[2] && M <= 224 ? NPART : 0, nent = ne + NHEAD + np;
     double ej[EPASS][4 + NHEAD + NPART], ew[EPASS][4 + NHEAD + NPART], ems[EPASS][4 + NHEAD + NPART];
@@ -349,7 +350,7 @@ int main(int argc, char **argv) {
         usleep(200000);
         energy_run(&pw, i < ne ? &cfg[i].algo : NULL, i < ne ? cfg[i].ws : 0,
                    i < ne ? NULL : i < ne + NHEAD ? lms[i - ne] : lms[2],
-                   i < ne ? 0 : i < ne + NHEAD ? i - ne : 4 + i - ne - NHEAD, M, N, n > 0 ? n : 1, &ej[p][i],
+                   i < ne ? 0 : i < ne + NHEAD ? i - ne : i - ne, M, N, n > 0 ? n : 1, &ej[p][i],
                    &ew[p][i], &ems[p][i]);
       }
     printf("energy (NVML): each entry back to back for ~1.2 s after 0.2 s idle, %d passes in rotated order "

@@ -717,7 +717,7 @@ static void t_lm_invariance(void **st) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   const int sm90 = major == 9 && minor == 0;
-  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_WGMMA; choice++) {
+  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_WGMMA_SINGLE; choice++) {
     uint16_t *h1, *h2, *h3;
     dsp_cuda_lm *full = NULL, *shard = NULL;
     assert_int_equal(dsp_cuda_lm_create(N, K, 0, choice, &full), DSP_OK);
@@ -726,8 +726,9 @@ static void t_lm_invariance(void **st) {
     if (choice == DSP_LM_PREFERRED && sm90) /* the fixed sm_90 configuration must be the one tested */
       assert_non_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
     if (choice == DSP_LM_HEURISTIC) assert_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
-    if (choice == DSP_LM_WGMMA && sm90) /* the own kernel must be the one tested (its tile check passed) */
+    if (choice >= DSP_LM_WGMMA && sm90) /* the own kernel must be the one tested (its tile check passed) */
       assert_non_null(strstr(dsp_cuda_lm_describe(full), "own wgmma"));
+    if (choice == DSP_LM_WGMMA_SINGLE && sm90) assert_non_null(strstr(dsp_cuda_lm_describe(full), "single blocks"));
     assert_int_equal(dsp_cuda_lm_prepare(full, M), DSP_OK);
     assert_int_equal(dsp_cuda_lm_prepare(full, 112), DSP_OK);
     assert_int_equal(dsp_cuda_lm_prepare(shard, M), DSP_OK);

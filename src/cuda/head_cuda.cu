@@ -552,7 +552,10 @@ static dsp_status autotune_lm(dsp_cuda_head *h) {
 /* Kernel instances, launch sizes and the LM-head algorithm for every bucket. */
 static dsp_status prepare_kernels(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, h->device));
-  DSP_TRY(dsp_cuda_lm_create(h->vrp, h->hp, h->strict, h->tune.lm_choice == 2 ? DSP_LM_PREFERRED : h->tune.lm_choice == 0 ? DSP_LM_WGMMA : DSP_LM_HEURISTIC,
+  DSP_TRY(dsp_cuda_lm_create(h->vrp, h->hp, h->strict, h->tune.lm_choice == 2   ? DSP_LM_PREFERRED
+                              : h->tune.lm_choice == 0 ? DSP_LM_WGMMA
+                              : h->tune.lm_choice == 4 ? DSP_LM_WGMMA_SINGLE
+                                                       : DSP_LM_HEURISTIC,
                               &h->lm));
   for (int i = 0; i < h->nb; i++) {
     cu_bucket *b = &h->bk[i];

@@ -31,7 +31,8 @@ typedef struct {
                             where the device runs it and its checks pass, else cuBLASLt's pinned
                             heuristic first; 1 time the cuBLASLt candidates at creation and keep the
                             fastest (benchmarks); 2 the fixed sm_90 cuBLASLt configuration of bench_lm's
-                            sweep (benchmarks); 3 cuBLASLt's pinned heuristic first (benchmarks) */
+                            sweep (benchmarks); 3 cuBLASLt's pinned heuristic first (benchmarks);
+                            4 the own kernel in single blocks, not clusters of two (benchmarks) */
   int pdl;               /* 0: the persistent tail waits for the LM head's product to end before it
                             launches; -1 / 1: it launches as the product finishes (programmatic dependent
                             launch, where this device can capture it) and reads base only after

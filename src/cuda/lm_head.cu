@@ -15,7 +15,8 @@
 struct dsp_cuda_lm {
   int64_t n, k;
   int strict;
-  int wg; /* the own warpgroup kernel (lm_wgmma.h) runs the product */
+  int wg;      /* the own warpgroup kernel (lm_wgmma.h) runs the product */
+  int cluster; /* its cluster size: 0 its default, 1 single blocks */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
@@ -300,15 +301,16 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
       if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N, with workspace");
     }
   }
-  if (s == DSP_OK && choice == DSP_LM_WGMMA && dsp_cuda_lm_wg_supported(k)) {
+  if (s == DSP_OK && (choice == DSP_LM_WGMMA || choice == DSP_LM_WGMMA_SINGLE) && dsp_cuda_lm_wg_supported(k)) {
     long long cmp = 0, dif = 0;
     s = dsp_cuda_lm_wg_check(k, &cmp, &dif);
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
+      lm->cluster = choice == DSP_LM_WGMMA_SINGLE ? 1 : 0;
       snprintf(lm->desc, sizeof lm->desc,
-               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, k groups in order (token-tile and "
+               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, %s, k groups in order (token-tile and "
                "cluster check: %lld values, 0 differ)",
-               cmp);
+               lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp);
       return DSP_OK;
     }
     if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
@@ -365,7 +367,7 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
-  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, 0, s);
+  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);

@@ -10,6 +10,8 @@
  * 0.910 against 0.966 ms in rounds, bench_lm); it is shard-invariant across
  * TP sizes by construction and needs no workspace. Where the device cannot run
  * it (not sm_90, K % 64 != 0) or its token-tile check fails, cuBLASLt below.
+ * Since 2026-11-30 (session 8) it runs in clusters of two that share the
+ * activation loads: -2.7% energy per product, same time (bench_lm, v37).
  *
  * Fast mode otherwise: cuBLASLt on the tensor cores with ONE pinned algorithm: the
  * heuristic's first candidate for a canonical shape that depends only on K
@@ -43,12 +45,14 @@ extern "C" {
 
 typedef struct dsp_cuda_lm dsp_cuda_lm;
 
-enum { DSP_LM_HEURISTIC = 0, DSP_LM_PREFERRED = 1, DSP_LM_WGMMA = 2 };
+enum { DSP_LM_HEURISTIC = 0, DSP_LM_PREFERRED = 1, DSP_LM_WGMMA = 2, DSP_LM_WGMMA_SINGLE = 3 };
 /* A product with N weight rows of K columns (K % 8 == 0, N % 8 == 0); choice:
  * DSP_LM_HEURISTIC (the default, see above), DSP_LM_PREFERRED (the fixed
  * sm_90 configuration where cuBLASLt runs it: benchmarks) or DSP_LM_WGMMA (the
  * project's own warpgroup kernel, lm_wgmma.h, where the device supports it and
- * its token-tile check passes; else the default). */
+ * its token-tile check passes, in clusters of two where they fill the device;
+ * else the default); DSP_LM_WGMMA_SINGLE the same kernel in single blocks
+ * (benchmarks). */
 dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_lm **out);
 /* Checks that the pinned algorithm runs M rows (call once per M before capture). */
 dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m);

@@ -13,10 +13,10 @@
  * eight vocabulary ids; the producer is meanwhile filling the next tile's
  * stages).
  *
- * Clusters of two (measured, not the default: bench/RESULTS.md v35): the two blocks of a cluster take vocabulary
+ * Clusters of two (the default where pairs fill the device: bench/RESULTS.md v37): the two blocks of a cluster take vocabulary
  * tiles 2p and 2p + 1 of the same token tile, and each producer lands half of
  * the activation box in both blocks (TMA multicast), halving what the
- * activations cost in L2 reads. A stage is then written by both producers, so
+ * activations cost in L2 reads (-2.7% energy per product on an H200). A stage is then written by both producers, so
  * each consumer warp hands it back to both blocks (16 arrivals per stage), and
  * both blocks meet at a cluster barrier before either exits. Which block
  * computes a row changes nothing in its arithmetic. CUDA C++ only; the wgmma
@@ -306,6 +306,64 @@ lw_dev lw_device() {
   return d;
 }
 
+/* Clusters of CL blocks of this instance that can be resident at once (asked once per instance). Clusters live
+ * inside one GPC, so fewer than sms / CL may fit: a persistent grid must not exceed them (a second wave would
+ * double the time). 0 when the query fails. */
+template <int NT, int CL, int PART>
+int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
+  static std::atomic<int> resident{0};
+  if (!resident.load()) {
+    cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
+    int nc = 0;
+    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART>, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
+    if (getenv("DSPARK_LM_WG_VERBOSE"))
+      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d part %d: %d clusters resident (of %d SMs), %zu B\n", NT,
+              CL, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
+  }
+  return resident.load();
+}
+
+/* The launch configuration of an instance (its shared memory opted in on the current device). */
+template <int NT, int CL, int PART>
+dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr, cudaLaunchConfig_t *cfg) {
+  const size_t smem = lw_smem<NT>(lw_stages<NT>(dv.optin));
+  /* per call: the opt-in is per device, and one process may drive several (TP threads) */
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  *cfg = cudaLaunchConfig_t{};
+  cfg->blockDim = dim3(LW_THREADS);
+  cfg->dynamicSmemBytes = smem;
+  cfg->stream = s;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+  return DSP_OK;
+}
+
+/* The default cluster size: 2 where pairs fill at least 15/16 of the SMs (an H200: all 132), else 1
+ * (decided once per process, like the device model). */
+template <int NT>
+int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
+  static std::atomic<int> chosen{0};
+  if (!chosen.load()) {
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg;
+    int c = 1;
+    if (lw_config<NT, 2, 0>(dv, s, attr, &cfg) == DSP_OK)
+      c = 2 * lw_resident<NT, 2, 0>(dv, cfg) * 16 >= dv.sms * 15 ? 2 : 1;
+    else
+      dsp_error_clear();
+    chosen.store(c);
+  }
+  return chosen.load();
+}
+
 template <int NT, int CL, int PART = 0>
 dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                      const lw_dev &dv, cudaStream_t s) {
@@ -315,33 +373,12 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   DSP_TRY(lw_map(&tw, w, n, k, LW_BM));
   DSP_TRY(lw_map(&ta, a, m, k, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
-  const size_t smem = lw_smem<NT>(stages);
-  /* per call: the opt-in is per device, and one process may drive several (TP threads) */
-  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(LW_THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  /* clusters live inside one GPC, so fewer than sms / 2 pairs may fit at once: a persistent grid must not
-     exceed what is resident (a second wave would double the time). Asked once per instance. */
-  static std::atomic<int> resident{0};
-  if (!resident.load()) {
-    cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
-    int nc = 0;
-    DSP_CUDA_TRY(cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART>, &cfg));
-    resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
-    if (getenv("DSPARK_LM_WG_VERBOSE"))
-      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d: %d clusters resident (of %d SMs), %d stages, %zu B\n", NT,
-              CL, nc, dv.sms, stages, smem);
-  }
-  const int most = resident.load(), nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
+  cudaLaunchConfig_t cfg;
+  DSP_TRY((lw_config<NT, CL, PART>(dv, s, attr, &cfg)));
+  const int most = lw_resident<NT, CL, PART>(dv, cfg); /* clusters that fit at once */
+  if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL);
+  const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
@@ -364,7 +401,7 @@ extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
                     (long long)ldo);
   if (nt == 0) nt = m <= 112 ? 112 : 224;
-  if (cluster == 0) cluster = 1; /* clusters of two lost (1.47 against 0.85 ms, bench/RESULTS.md v35) */
+  if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
   if (cluster != 1 && cluster != 2)
     return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): cluster %d (1 or 2)", cluster);
   if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, w, out, m, n, k, ldo, dv, s)

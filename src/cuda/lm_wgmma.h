@@ -32,8 +32,9 @@ extern "C" {
 int dsp_cuda_lm_wg_supported(int64_t k);
 /* a: [m][k], w: [n][k] (row stride k, 16-byte aligned), out: [m][ldo]
  * (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224 forces one.
- * cluster: 0 the default (1), 2 pairs of blocks that share the activation
- * loads by multicast (slower as built: bench/RESULTS.md v35). Enqueued on s,
+ * cluster: 0 the default (2 where pairs of blocks fill at least 15/16 of
+ * the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
+ * activation loads by multicast (bench/RESULTS.md v35, v37). Enqueued on s,
  * capturable. */
 dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                               int nt, int cluster, cudaStream_t s);
