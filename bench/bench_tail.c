@@ -14,6 +14,9 @@
  * batch x gamma rows, hidden 7168, this vocabulary) before each launch: the
  * tail then starts where it does in the head, at the clock the power
  * controller leaves after that product, with L2 full of its data.
+ * --lm C picks that product's algorithm (cuda/lm_head.h choices; default 2, the
+ * head's: the own wgmma kernel, which triggers the tail's launch at each
+ * block's last tile; 0: cuBLASLt's pinned algorithm, which triggers at exit).
  * --only I runs variant I (0-based, of the table's order) after the register
  * kernel (the tokens' reference) and no other.
  * --pdl 1 (implies --heat 1) then times the LM head's product and ring kernel
@@ -23,7 +26,7 @@
  * The barrier, the claims and the keys share one allocation, cleared by one
  * memset per launch, as in the head.
  * usage: bench_tail [--batch 32] [--gamma 7] [--vocab 163840] [--reps 30] [--warm 0] [--graph 0] [--heat 0]
- *                   [--only -1] [--pdl 0] */
+ *                   [--only -1] [--pdl 0] [--lm 2] */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -101,8 +104,11 @@ static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w
       if (t[1] > e1) e1 = t[1];
       w[b] = (float)(t[1] - t[0]) / 1e3f;
     }
-    printf("  %s: step 0 starts spread over %.2f us, work med %.2f us, first start -> last end %.2f us\n",
-           p ? "PDL  " : "plain", (double)(s1 - s0) / 1e3, median(w, sms), (double)(e1 - s0) / 1e3);
+    int early = 0; /* blocks placed well before the last one (on SMs the product left early) */
+    for (int b = 0; b < sms; b++) early += tr[(size_t)b * G * DSP_MK_TRACE] + 5000 < s1;
+    printf("  %s: step 0 starts spread over %.2f us (%d blocks > 5 us before the last), work med %.2f us, first "
+           "start -> last end %.2f us\n",
+           p ? "PDL  " : "plain", (double)(s1 - s0) / 1e3, early, median(w, sms), (double)(e1 - s0) / 1e3);
     free(w);
   }
   long diff = 0;
@@ -112,12 +118,13 @@ static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w
 }
 
 int main(int argc, char **argv) {
-  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1, pdl = 0;
+  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1, pdl = 0, lmc = DSP_LM_WGMMA;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
               : !strcmp(argv[i], "--reps") ? &reps : !strcmp(argv[i], "--warm") ? &warm
               : !strcmp(argv[i], "--graph") ? &graph : !strcmp(argv[i], "--heat") ? &heat
-              : !strcmp(argv[i], "--only") ? &only : !strcmp(argv[i], "--pdl") ? &pdl : NULL;
+              : !strcmp(argv[i], "--only") ? &only : !strcmp(argv[i], "--pdl") ? &pdl
+              : !strcmp(argv[i], "--lm") ? &lmc : NULL;
     if (!d) {
       fprintf(stderr, "bench_tail: unknown option %s\n", argv[i]);
       return 2;
@@ -181,7 +188,8 @@ int main(int argc, char **argv) {
     fill(hl, (size_t)(LM_M * HID), 9, 1.7f);
     CK(cudaMemcpy(lm_a, hl, (size_t)(LM_M * HID) * 2, cudaMemcpyHostToDevice));
     free(hl);
-    CKD(dsp_cuda_lm_create(rows, HID, 0, DSP_LM_HEURISTIC, &lm));
+    CKD(dsp_cuda_lm_create(rows, HID, 0, (int)lmc, &lm));
+    printf("LM head product: %s\n", dsp_cuda_lm_describe(lm));
     CKD(dsp_cuda_lm_prepare(lm, LM_M));
   }
   fill(h, nw, 2, 1.7f);
