@@ -152,7 +152,7 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
 template <int NT, int CL, int PART>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
-              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages, int wpol) {
+              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
   constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
   extern __shared__ unsigned char lw_raw[];
   /* the shared window has the same base in every block, so the same offsets line up across the cluster */
@@ -182,10 +182,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
       uint64_t pw, pa; /* weights stream once; activations are read by every tile */
-      if (wpol)
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pw));
-      else
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
       asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
       int s = 0, fills = 0;
       uint32_t ph = 0;
@@ -367,12 +364,6 @@ int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
   return chosen.load();
 }
 
-/* EXPERIMENT (session 8): DSPARK_LM_WPOL=1 streams the weights with evict_normal instead of evict_first. */
-inline int lw_wpol() {
-  static const int v = getenv("DSPARK_LM_WPOL") ? atoi(getenv("DSPARK_LM_WPOL")) : 0;
-  return v;
-}
-
 template <int NT, int CL, int PART = 0>
 dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                      const lw_dev &dv, cudaStream_t s) {
@@ -390,7 +381,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
-                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages, lw_wpol()));
+                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }
 
