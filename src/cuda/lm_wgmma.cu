@@ -128,12 +128,6 @@ __device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, in
       : "memory");
 }
 
-/* One bf16 output with an L2 policy. EXPERIMENT (session 8): evict_first, so the product's dirty lines leave L2
- * during the product rather than during the tail's HBM-bound step 0. */
-__device__ __forceinline__ void lw_store(uint16_t *p, uint16_t v, uint64_t pol) {
-  asm volatile("st.global.L2::cache_hint.b16 [%0], %1, %2;" ::"l"(p), "h"(v), "l"(pol) : "memory");
-}
-
 /* Tile t of the walk: its first vocabulary row and token row. Single blocks
  * take tile t = (vocabulary tile t / nmt, token tile t % nmt); clusters of two
  * take pair t = (vocabulary pair t / nmt, token tile t % nmt), block `rank`
@@ -158,7 +152,7 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
 template <int NT, int CL, int PART>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
-              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages, int opol) {
+              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
   constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
   extern __shared__ unsigned char lw_raw[];
   /* the shared window has the same base in every block, so the same offsets line up across the cluster */
@@ -256,11 +250,6 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       wg_commit_wait();
       if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
       const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
-      uint64_t po;
-      if (opol)
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(po));
-      else
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(po));
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
       const int r = v0 + 64 * c + 16 * w4 + g;
 #pragma unroll
@@ -269,7 +258,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-          if (rr < nlim && cc < m) lw_store(out + (size_t)cc * (size_t)ldo + rr, dsp_dev_bf16_bits(d[4 * j + e]), po);
+          if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
         }
       }
     }
@@ -375,12 +364,6 @@ int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
   return chosen.load();
 }
 
-/* EXPERIMENT (session 8): DSPARK_LM_OPOL=1 stores the output with evict_first (0: evict_normal). */
-inline int lw_opol() {
-  static const int v = getenv("DSPARK_LM_OPOL") ? atoi(getenv("DSPARK_LM_OPOL")) : 0;
-  return v;
-}
-
 template <int NT, int CL, int PART = 0>
 dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                      const lw_dev &dv, cudaStream_t s) {
@@ -398,7 +381,7 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL));
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
-                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages, lw_opol()));
+                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }
 
