@@ -773,6 +773,55 @@ static void t_lm_invariance(void **st) {
 
 /* ---- the own wgmma kernel at the edges: vocabulary and token tails, a strided
  * output, and agreement with the pinned cuBLASLt product --------------------------- */
+/* The own kernel's benchmark parts (lm_wgmma.h, dsp_cuda_lm_wg_part): the data-movement parts store zeros
+ * over the whole product and nothing past it; the tensor-core part stores over the same region; bad
+ * arguments are refused with a message. */
+static void t_lm_parts(void **st) {
+  (void)st;
+  if (!dsp_cuda_lm_wg_supported(512)) {
+    print_message("own wgmma LM kernel: not supported on this device (sm_90a only), nothing to test\n");
+    return;
+  }
+  const int64_t K = 512, N = 872, LDO = 888, M = 200;
+  uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *h = malloc((size_t)(M * LDO) * 2);
+  tr_seed(911);
+  for (int64_t i = 0; i < M * K; i++) a[i] = tr_bits(tr_unit());
+  for (int64_t i = 0; i < N * K; i++) w[i] = tr_bits(tr_unit() * 0.1f);
+  void *da, *dw, *o;
+  const size_t ob = (size_t)(M * LDO) * 2;
+  assert_int_equal(cudaMalloc(&da, (size_t)(M * K) * 2), cudaSuccess);
+  assert_int_equal(cudaMalloc(&dw, (size_t)(N * K) * 2), cudaSuccess);
+  assert_int_equal(cudaMalloc(&o, ob), cudaSuccess);
+  cudaMemcpy(da, a, (size_t)(M * K) * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
+  for (int part = 1; part <= 4; part++) {
+    assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
+    assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, K, LDO, part, 0), DSP_OK);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(h, o, ob, cudaMemcpyDeviceToHost);
+    long inside_untouched = 0, inside_nonzero = 0, pad_touched = 0;
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < LDO; j++) {
+        const uint16_t v = h[i * LDO + j];
+        if (j >= N) pad_touched += v != 0xEEEE;
+        else inside_untouched += v == 0xEEEE, inside_nonzero += v != 0;
+      }
+    assert_int_equal(pad_touched, 0);
+    assert_int_equal(inside_untouched, 0);
+    if (part >= 2) assert_int_equal(inside_nonzero, 0); /* nothing multiplied: zeros */
+  }
+  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, K, LDO, 5, 0), DSP_ERR_ARG);
+  assert_non_null(strstr(dsp_error_message(), "part"));
+  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, 225, N, K, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, 500, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
+  cudaFree(da);
+  cudaFree(dw);
+  cudaFree(o);
+  free(a);
+  free(w);
+  free(h);
+}
+
 static void t_lm_own_edges(void **st) {
   (void)st;
   if (!dsp_cuda_lm_wg_supported(512)) {
@@ -795,10 +844,10 @@ static void t_lm_own_edges(void **st) {
   cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
   uint16_t *h[4];
   const int64_t ms[4] = {M, 7, 100, M};
-  for (int r = 0; r < 4; r++) { /* the last: single blocks instead of clusters of two */
+  for (int r = 0; r < 4; r++) { /* clusters of two, named (not the default, which may change); the last: single blocks */
     h[r] = malloc(ob);
     assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
-    assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 0, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 2, 0), DSP_OK);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(h[r], o, ob, cudaMemcpyDeviceToHost);
   }
@@ -937,7 +986,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(t_strided),       cmocka_unit_test(t_rounding_ties), cmocka_unit_test(t_vocab_padding),
       cmocka_unit_test(t_specials),      cmocka_unit_test(t_inputs_change), cmocka_unit_test(t_bucket_padding),
       cmocka_unit_test(t_strict),        cmocka_unit_test(t_random_rate),   cmocka_unit_test(t_plans),
-      cmocka_unit_test(t_nccl_one_rank), cmocka_unit_test(t_lm_invariance), cmocka_unit_test(t_lm_own_edges), cmocka_unit_test(t_errors),
+      cmocka_unit_test(t_nccl_one_rank), cmocka_unit_test(t_lm_invariance), cmocka_unit_test(t_lm_own_edges), cmocka_unit_test(t_lm_parts),
+      cmocka_unit_test(t_errors),
       cmocka_unit_test(t_wgmma_check),
       cmocka_unit_test(t_resident),
   };
