@@ -771,8 +771,27 @@ static void t_lm_invariance(void **st) {
   free(w);
 }
 
-/* ---- the own wgmma kernel at the edges: vocabulary and token tails, a strided
- * output, and agreement with the pinned cuBLASLt product --------------------------- */
+/* ---- the own wgmma kernel: random operands for its tests ------------------------- */
+
+/* a [M][K] (unit scale) and w [N][K] (scale 0.1), random from `seed`, on the host. */
+static void own_operands(int64_t M, int64_t N, int64_t K, uint64_t seed, uint16_t **a, uint16_t **w) {
+  tr_seed(seed);
+  *a = malloc((size_t)(M * K) * 2);
+  *w = malloc((size_t)(N * K) * 2);
+  assert_non_null(*a);
+  assert_non_null(*w);
+  for (int64_t i = 0; i < M * K; i++) (*a)[i] = tr_bits(tr_unit());
+  for (int64_t i = 0; i < N * K; i++) (*w)[i] = tr_bits(tr_unit() * 0.1f);
+}
+
+/* A device copy of n bf16 values. */
+static void *own_upload(const uint16_t *h, int64_t n) {
+  void *d = NULL;
+  assert_int_equal(cudaMalloc(&d, (size_t)n * 2), cudaSuccess);
+  assert_int_equal(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
 /* The own kernel's benchmark parts (lm_wgmma.h, dsp_cuda_lm_wg_part): the data-movement parts store zeros
  * over the whole product and nothing past it; the tensor-core part stores over the same region; bad
  * arguments are refused with a message. */
@@ -783,17 +802,11 @@ static void t_lm_parts(void **st) {
     return;
   }
   const int64_t K = 512, N = 872, LDO = 888, M = 200;
-  uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *h = malloc((size_t)(M * LDO) * 2);
-  tr_seed(911);
-  for (int64_t i = 0; i < M * K; i++) a[i] = tr_bits(tr_unit());
-  for (int64_t i = 0; i < N * K; i++) w[i] = tr_bits(tr_unit() * 0.1f);
-  void *da, *dw, *o;
   const size_t ob = (size_t)(M * LDO) * 2;
-  assert_int_equal(cudaMalloc(&da, (size_t)(M * K) * 2), cudaSuccess);
-  assert_int_equal(cudaMalloc(&dw, (size_t)(N * K) * 2), cudaSuccess);
+  uint16_t *a, *w, *h = malloc(ob);
+  own_operands(M, N, K, 911, &a, &w);
+  void *da = own_upload(a, M * K), *dw = own_upload(w, N * K), *o;
   assert_int_equal(cudaMalloc(&o, ob), cudaSuccess);
-  cudaMemcpy(da, a, (size_t)(M * K) * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
   for (int part = 1; part <= 4; part++) {
     assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
     assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, K, LDO, part, 0), DSP_OK);
@@ -822,6 +835,8 @@ static void t_lm_parts(void **st) {
   free(h);
 }
 
+/* ---- the own wgmma kernel at the edges: vocabulary and token tails, a strided
+ * output, and agreement with the pinned cuBLASLt product --------------------------- */
 static void t_lm_own_edges(void **st) {
   (void)st;
   if (!dsp_cuda_lm_wg_supported(512)) {
@@ -829,19 +844,13 @@ static void t_lm_own_edges(void **st) {
     return;
   }
   const int64_t K = 512, N = 872, LDO = 888, M = 450; /* 872 = 6 x 128 + 104: an odd tile count; 450 = 2 x 224 + 2 */
-  tr_seed(733);
-  uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
-  for (int64_t i = 0; i < M * K; i++) a[i] = tr_bits(tr_unit());
-  for (int64_t i = 0; i < N * K; i++) w[i] = tr_bits(tr_unit() * 0.1f);
+  uint16_t *a, *w;
+  own_operands(M, N, K, 733, &a, &w);
   a[3 * K + 5] = 0x7FC0;      /* NaN operand: row 3 is NaN everywhere */
   w[17 * K + 9] = 0x7F80;     /* +inf weight: column 17 is +-inf or NaN */
-  void *da, *dw, *o;
   const size_t ob = (size_t)(M * LDO) * 2;
-  assert_int_equal(cudaMalloc(&da, (size_t)(M * K) * 2), cudaSuccess);
-  assert_int_equal(cudaMalloc(&dw, (size_t)(N * K) * 2), cudaSuccess);
+  void *da = own_upload(a, M * K), *dw = own_upload(w, N * K), *o;
   assert_int_equal(cudaMalloc(&o, ob), cudaSuccess);
-  cudaMemcpy(da, a, (size_t)(M * K) * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(dw, w, (size_t)(N * K) * 2, cudaMemcpyHostToDevice);
   uint16_t *h[4];
   const int64_t ms[4] = {M, 7, 100, M};
   for (int r = 0; r < 4; r++) { /* clusters of two, named (not the default, which may change); the last: single blocks */

@@ -11,7 +11,8 @@
  * TP sizes by construction and needs no workspace. Where the device cannot run
  * it (not sm_90, K % 64 != 0) or its token-tile check fails, cuBLASLt below.
  * Since 2026-11-30 (session 8) it runs in clusters of two that share the
- * activation loads: -2.7% energy per product, same time (bench_lm, v37).
+ * activation loads: 1-3% faster after idle, equal in rounds; the energy
+ * difference is within the calls' spread (bench_lm, bench/RESULTS.md v37).
  *
  * Fast mode otherwise: cuBLASLt on the tensor cores with ONE pinned algorithm: the
  * heuristic's first candidate for a canonical shape that depends only on K
