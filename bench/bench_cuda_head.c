@@ -25,8 +25,8 @@
 #include "bench_power.h"
 #include "bench_util.h"
 #include "core/status.h"
-#include "cuda/head_cuda.h"
-#include "cuda/head_cuda_tune.h"
+#include "kernels/cuda/head_cuda.h"
+#include "kernels/cuda/head_cuda_tune.h"
 
 /* Device-to-device copy of 1 GiB: bytes read + written per second. */
 static double measure_copy_tbps(void) {

@@ -32,8 +32,8 @@
 
 #include "bench_power.h"
 #include "bench_util.h"
-#include "cuda/lm_head.h"
-#include "cuda/lm_wgmma.h"
+#include "kernels/cuda/lm_head.h"
+#include "kernels/cuda/lm_wgmma.h"
 
 #define MAXCFG 4096
 #define NHEAD 4 /* the head's LM choices timed beside the sweep */

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/synth.h"
+#include "support/synth.h"
 #include "core/bf16.h"
 #include "core/tensor.h"
-#include "cpu/matmul.h"
+#include "kernels/cpu/matmul.h"
 
 #define DNNL_CHECK(call)                                                                                   \
   do {                                                                                                     \

@@ -36,8 +36,8 @@
 
 #include "bench_util.h"
 #include "core/status.h"
-#include "cuda/lm_head.h"
-#include "cuda/markov.h"
+#include "kernels/cuda/lm_head.h"
+#include "kernels/cuda/markov.h"
 
 typedef struct {
   const char *name;

@@ -17,8 +17,8 @@
 #include "core/select.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "cpu/markov_step.h"
-#include "cpu/matmul.h"
+#include "kernels/cpu/markov_step.h"
+#include "kernels/cpu/matmul.h"
 
 /* ---- helpers written from the contracts ------------------------------------ */
 static const char *const PATHS[] = {"avx512", "avx2", "scalar"};

@@ -13,11 +13,11 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "cuda/head_cuda.h"
-#include "cuda/head_cuda_tune.h"
-#include "cuda/lm_head.h"
-#include "cuda/lm_wgmma.h"
-#include "cuda/markov.h"
+#include "kernels/cuda/head_cuda.h"
+#include "kernels/cuda/head_cuda_tune.h"
+#include "kernels/cuda/lm_head.h"
+#include "kernels/cuda/lm_wgmma.h"
+#include "kernels/cuda/markov.h"
 #include "test_cuda_ref.h"
 
 static dsp_head_config cfg_base(int64_t V, int64_t Vp, int64_t H, int64_t R, int64_t G, int32_t maxb) {

@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
-#include "cuda/head_cuda.h"
+#include "kernels/cuda/head_cuda.h"
 #include "test_cuda_ref.h"
 
 #define MAXP 8

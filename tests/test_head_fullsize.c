@@ -17,7 +17,7 @@
 #include "comm/comm.h"
 #include "core/tensor.h"
 #include "core/threads.h"
-#include "model/synth.h"
+#include "support/synth.h"
 
 static int64_t g_B = 32, g_G = 7, g_V = 163840, g_R = 256, g_H = 7168;
 #define REPLAYS 5

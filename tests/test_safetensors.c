@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "core/tensor.h"
 
 /* ---- helpers ---------------------------------------------------------------- */

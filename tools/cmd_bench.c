@@ -17,12 +17,12 @@
 #include "comm/comm_auto.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "cpu/ceilings.h"
-#include "model/synth.h"
+#include "support/ceilings.h"
+#include "support/synth.h"
 #include "tool_common.h"
 #ifdef DSPARK_HAVE_CUDA
-#include "cuda/collectives_time.h"
-#include "cuda/head_cuda.h"
+#include "support/collectives_time.h"
+#include "kernels/cuda/head_cuda.h"
 #endif
 
 #define NSETS 4 /* input sets rotated through the replays */

@@ -10,7 +10,7 @@
 #include "cmds.h"
 #include "comm/comm_auto.h"
 #include "core/env.h"
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/head_load.h"

@@ -13,9 +13,9 @@
 #include "comm/comm_auto.h"
 #include "core/env.h"
 #include "core/status.h"
-#include "cpu/ceilings.h"
-#include "cpu/kernel.h"
-#include "cpu/matmul.h"
+#include "support/ceilings.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/matmul.h"
 #include "tool_common.h"
 
 #define DSP_VERSION "dspark 0.1"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "cmds.h"
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "core/status.h"
 #include "core/tensor.h"
 

@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "cmds.h"
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "model/synth.h"
+#include "support/synth.h"
 #include "tool_common.h"
 
 typedef struct {

@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #ifdef DSPARK_HAVE_CUDA
-#include "cuda/head_cuda.h"
+#include "kernels/cuda/head_cuda.h"
 #endif
 
 void dsp_tool_backend_init(dsp_tool_backend *b) { *b = (dsp_tool_backend){.cuda = 0, .tp = 1}; }

@@ -4,7 +4,7 @@
  * packing reads just those pages). */
 #ifndef DSP_MODEL_HEAD_LOAD_H
 #define DSP_MODEL_HEAD_LOAD_H
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "dspark.h"
 
 /* Fills cfg->vocab, vocab_padded, hidden, rank from W (other fields untouched)

@@ -28,9 +28,9 @@
 #include "core/select.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "cpu/markov_step.h"
-#include "cpu/matmul.h"
-#include "model/sample.h"
+#include "kernels/cpu/markov_step.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/sample.h"
 
 struct dsp_head {
   dsp_head_config cfg;

@@ -1,0 +1,232 @@
+/* The NCCL communicator (src/comm/comm_impl.h): collectives on device buffers,
+ * enqueued on the stream set with dsp_comm_set_stream, so a CUDA graph can
+ * capture them. Host buffers also work (staged through a device scratch
+ * buffer and synchronised), for the control plane: dsp_comm_agree and
+ * barriers. Two ways in: one process per GPU bootstrapped over MPI, or one
+ * process driving several GPUs (ncclCommInitAll, a thread per rank). */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/status.h"
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/head_cuda.h"
+
+typedef struct {
+  ncclComm_t nc;
+  int device;
+  void *scratch; /* device staging for host buffers */
+  size_t scratch_bytes;
+} nccl_impl;
+
+static nccl_impl *impl_of(dsp_comm *c) { return (nccl_impl *)c->impl; }
+
+static int on_device(const void *p) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static dsp_status scratch_for(dsp_comm *c, size_t bytes) {
+  nccl_impl *m = impl_of(c);
+  if (m->scratch_bytes >= bytes) return DSP_OK;
+  if (m->scratch) DSP_CUDA_TRY(cudaFree(m->scratch));
+  m->scratch = NULL;
+  m->scratch_bytes = 0;
+  DSP_CUDA_TRY(cudaMalloc(&m->scratch, bytes));
+  m->scratch_bytes = bytes;
+  return DSP_OK;
+}
+
+static dsp_status nccl_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes) {
+  nccl_impl *m = impl_of(c);
+  cudaStream_t s = (cudaStream_t)c->stream;
+  DSP_CUDA_TRY(cudaSetDevice(m->device));
+  if (bytes == 0) return DSP_OK;
+  if (on_device(recv) && on_device(send)) {
+    DSP_NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, m->nc, s));
+    return DSP_OK;
+  }
+  size_t total = bytes * (size_t)c->size;
+  DSP_TRY(scratch_for(c, total));
+  char *sc = (char *)m->scratch;
+  DSP_CUDA_TRY(cudaMemcpyAsync(sc + (size_t)c->rank * bytes, send, bytes, cudaMemcpyDefault, s));
+  DSP_NCCL_TRY(ncclAllGather(sc + (size_t)c->rank * bytes, sc, bytes, ncclUint8, m->nc, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(recv, sc, total, cudaMemcpyDefault, s));
+  DSP_CUDA_TRY(cudaStreamSynchronize(s));
+  return DSP_OK;
+}
+
+static dsp_status nccl_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
+  nccl_impl *m = impl_of(c);
+  cudaStream_t s = (cudaStream_t)c->stream;
+  DSP_CUDA_TRY(cudaSetDevice(m->device));
+  if (bytes == 0) return DSP_OK;
+  if (on_device(buf)) {
+    DSP_NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nc, s));
+    return DSP_OK;
+  }
+  DSP_TRY(scratch_for(c, bytes));
+  DSP_CUDA_TRY(cudaMemcpyAsync(m->scratch, buf, bytes, cudaMemcpyDefault, s));
+  DSP_NCCL_TRY(ncclBroadcast(m->scratch, m->scratch, bytes, ncclUint8, root, m->nc, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(buf, m->scratch, bytes, cudaMemcpyDefault, s));
+  DSP_CUDA_TRY(cudaStreamSynchronize(s));
+  return DSP_OK;
+}
+
+static dsp_status nccl_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
+                                 dsp_reduce_op op) {
+  nccl_impl *m = impl_of(c);
+  cudaStream_t s = (cudaStream_t)c->stream;
+  ncclDataType_t t = dt == DSP_F32 ? ncclFloat32 : dt == DSP_I32 ? ncclInt32 : ncclInt64;
+  ncclRedOp_t o = op == DSP_REDUCE_MAX ? ncclMax : ncclSum;
+  size_t bytes = count * dsp_dtype_size(dt);
+  DSP_CUDA_TRY(cudaSetDevice(m->device));
+  if (count == 0) return DSP_OK;
+  if (on_device(send) && on_device(recv)) {
+    DSP_NCCL_TRY(ncclAllReduce(send, recv, count, t, o, m->nc, s));
+    return DSP_OK;
+  }
+  DSP_TRY(scratch_for(c, bytes));
+  DSP_CUDA_TRY(cudaMemcpyAsync(m->scratch, send, bytes, cudaMemcpyDefault, s));
+  DSP_NCCL_TRY(ncclAllReduce(m->scratch, m->scratch, count, t, o, m->nc, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(recv, m->scratch, bytes, cudaMemcpyDefault, s));
+  DSP_CUDA_TRY(cudaStreamSynchronize(s));
+  return DSP_OK;
+}
+
+static dsp_status nccl_barrier(dsp_comm *c) {
+  int32_t x = 0;
+  DSP_TRY(nccl_allreduce(c, &x, &x, 1, DSP_I32, DSP_REDUCE_SUM));
+  return DSP_OK;
+}
+
+__attribute__((noreturn)) static void nccl_abort(dsp_comm *c, int code) {
+  nccl_impl *m = impl_of(c);
+  if (m && m->nc) ncclCommAbort(m->nc);
+  if (c->host) dsp_comm_abort(c->host, code);
+  exit(code);
+}
+
+static void nccl_free(dsp_comm *c) {
+  nccl_impl *m = impl_of(c);
+  if (m) {
+    cudaSetDevice(m->device);
+    if (m->nc) ncclCommDestroy(m->nc);
+    if (m->scratch) cudaFree(m->scratch);
+    free(m);
+  }
+  free(c);
+}
+
+static dsp_status nccl_set_stream(dsp_comm *c, void *stream) {
+  c->stream = stream;
+  return DSP_OK;
+}
+
+static const struct dsp_comm_ops nccl_ops = {
+    .allgather = nccl_allgather,
+    .bcast = nccl_bcast,
+    .allreduce = nccl_allreduce,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .free = nccl_free,
+    .set_stream = nccl_set_stream,
+};
+
+static dsp_status wrap(ncclComm_t nc, int device, int rank, int size, dsp_comm *host, dsp_comm **out) {
+  dsp_comm *c = calloc(1, sizeof *c);
+  nccl_impl *m = calloc(1, sizeof *m);
+  if (!c || !m) {
+    free(c);
+    free(m);
+    ncclCommDestroy(nc);
+    return dsp_fail(DSP_ERR_NOMEM, "comm nccl: cannot allocate the communicator");
+  }
+  m->nc = nc;
+  m->device = device;
+  c->ops = &nccl_ops;
+  c->rank = rank;
+  c->size = size;
+  c->kind = "nccl";
+  c->host = host;
+  c->impl = m;
+  *out = c;
+  return DSP_OK;
+}
+
+static dsp_status check_device(int device) {
+  int n = dsp_cuda_device_count();
+  if (n == 0) return dsp_fail(DSP_ERR_DEVICE, "comm nccl: no CUDA device");
+  if (device < 0 || device >= n)
+    return dsp_fail(DSP_ERR_DEVICE, "comm nccl: device %d outside the %d visible CUDA devices", device, n);
+  return DSP_OK;
+}
+
+dsp_status dsp_comm_nccl_create_mpi(dsp_comm *mpi, int device, dsp_comm **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "comm nccl: NULL output handle");
+  *out = NULL;
+  if (!mpi) return dsp_fail(DSP_ERR_ARG, "comm nccl: no MPI communicator to bootstrap from");
+  dsp_comm *host = dsp_comm_host_of(mpi);
+  /* every rank learns whether every device is usable before anyone blocks in NCCL */
+  DSP_TRY(dsp_comm_agree(host, check_device(device)));
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  dsp_status s = DSP_OK;
+  if (host->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      s = dsp_fail(DSP_ERR_COMM, "%s:%d: ncclGetUniqueId: %s", __FILE__, __LINE__, ncclGetErrorString(r));
+  }
+  DSP_TRY(dsp_comm_agree(host, s));
+  DSP_TRY(dsp_comm_bcast(host, &id, sizeof id, 0));
+  DSP_CUDA_TRY(cudaSetDevice(device));
+  ncclComm_t nc = NULL;
+  ncclResult_t r = ncclCommInitRank(&nc, host->size, id, host->rank);
+  s = r == ncclSuccess ? DSP_OK
+                       : dsp_fail(DSP_ERR_COMM, "%s:%d: ncclCommInitRank (rank %d of %d): %s", __FILE__, __LINE__,
+                                  host->rank, host->size, ncclGetErrorString(r));
+  s = dsp_comm_agree(host, s);
+  if (s != DSP_OK) {
+    if (nc) ncclCommDestroy(nc);
+    return s;
+  }
+  return wrap(nc, device, host->rank, host->size, host, out);
+}
+
+dsp_status dsp_comm_nccl_create_group(int ngpus, const int *devices, dsp_comm **out_array) {
+  if (!out_array || !devices || ngpus < 1)
+    return dsp_fail(DSP_ERR_ARG, "comm nccl group: need 1 or more devices and an output array");
+  for (int i = 0; i < ngpus; i++) {
+    out_array[i] = NULL;
+    DSP_TRY(check_device(devices[i]));
+  }
+  ncclComm_t *nc = calloc((size_t)ngpus, sizeof *nc);
+  if (!nc) return dsp_fail(DSP_ERR_NOMEM, "comm nccl group: out of memory");
+  ncclResult_t r = ncclCommInitAll(nc, ngpus, devices);
+  if (r != ncclSuccess) {
+    free(nc);
+    return dsp_fail(DSP_ERR_COMM, "%s:%d: ncclCommInitAll (%d devices): %s", __FILE__, __LINE__, ngpus,
+                    ncclGetErrorString(r));
+  }
+  dsp_status s = DSP_OK;
+  for (int i = 0; i < ngpus; i++) {
+    if (s == DSP_OK) {
+      s = wrap(nc[i], devices[i], i, ngpus, NULL, &out_array[i]);
+    } else {
+      ncclCommDestroy(nc[i]);
+    }
+  }
+  if (s != DSP_OK)
+    for (int i = 0; i < ngpus; i++) {
+      dsp_comm_free(out_array[i]);
+      out_array[i] = NULL;
+    }
+  free(nc);
+  return s;
+}

@@ -1,0 +1,134 @@
+/* Run-time choice of the product path, thread counts, per-thread scratch and
+ * the widening of A (bf16 -> fp32 tiles, exact). */
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bf16.h"
+#include "core/env.h"
+#include "core/status.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/matmul.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dsp_cpu_isa g_chosen;
+static atomic_int g_forced = -1;
+static int g_have[3];
+
+static void isa_detect(void) {
+  __builtin_cpu_init();
+  g_have[DSP_CPU_ISA_SCALAR] = 1;
+  g_have[DSP_CPU_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  g_have[DSP_CPU_ISA_AVX512] = g_have[DSP_CPU_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
+                               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                               __builtin_cpu_supports("avx512vl");
+  dsp_cpu_isa best = g_have[DSP_CPU_ISA_AVX512] ? DSP_CPU_ISA_AVX512
+                     : g_have[DSP_CPU_ISA_AVX2] ? DSP_CPU_ISA_AVX2
+                                                : DSP_CPU_ISA_SCALAR;
+  const char *want = dsp_env_get()->cpu_kernel;
+  int isa = -1;
+  if (!strcmp(want, "avx512")) isa = DSP_CPU_ISA_AVX512;
+  else if (!strcmp(want, "avx2")) isa = DSP_CPU_ISA_AVX2;
+  else if (!strcmp(want, "scalar")) isa = DSP_CPU_ISA_SCALAR;
+  else if (strcmp(want, "auto"))
+    fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=%s is not one of auto|avx512|avx2|scalar; using auto\n", want);
+  if (isa >= 0 && !g_have[isa]) {
+    fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=%s: this CPU lacks it; using auto\n", want);
+    isa = -1;
+  }
+  g_chosen = isa >= 0 ? (dsp_cpu_isa)isa : best;
+}
+
+int dsp_cpu_isa_supported(dsp_cpu_isa isa) {
+  pthread_once(&g_once, isa_detect);
+  return (unsigned)isa < 3 && g_have[isa];
+}
+
+dsp_cpu_isa dsp_cpu_isa_current(void) {
+  pthread_once(&g_once, isa_detect);
+  int f = atomic_load(&g_forced);
+  return f >= 0 ? (dsp_cpu_isa)f : g_chosen;
+}
+
+const char *dsp_cpu_kernel_name(void) {
+  switch (dsp_cpu_isa_current()) {
+    case DSP_CPU_ISA_AVX512: return "avx512f";
+    case DSP_CPU_ISA_AVX2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+dsp_status dsp_cpu_kernel_force(const char *name) {
+  pthread_once(&g_once, isa_detect);
+  int isa;
+  if (!name || !strcmp(name, "auto")) isa = -1;
+  else if (!strcmp(name, "avx512")) isa = DSP_CPU_ISA_AVX512;
+  else if (!strcmp(name, "avx2")) isa = DSP_CPU_ISA_AVX2;
+  else if (!strcmp(name, "scalar")) isa = DSP_CPU_ISA_SCALAR;
+  else return dsp_fail(DSP_ERR_ARG, "cpu kernel '%s': expected auto, avx512, avx2 or scalar", name);
+  if (isa >= 0 && !g_have[isa]) return dsp_fail(DSP_ERR_UNSUPPORTED, "cpu kernel '%s': this CPU lacks it", name);
+  atomic_store(&g_forced, isa);
+  return DSP_OK;
+}
+
+dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa) {
+  return isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_tile_avx512 : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_tile_avx2 : dsp_cpu_tile_scalar;
+}
+
+int dsp_cpu_threads_resolve(int nthreads) {
+  if (nthreads > 0) return nthreads;
+  int t = dsp_env_get()->threads;
+  return t > 0 ? t : omp_get_max_threads();
+}
+
+/* ---- per-thread scratch: freed when its thread exits -------------------- */
+typedef struct {
+  void *p;
+  size_t cap;
+} scratch;
+
+static pthread_key_t g_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+
+static void scratch_drop(void *v) {
+  scratch *s = v;
+  free(s->p);
+  free(s);
+}
+
+static void scratch_key(void) { DSP_ASSERT(pthread_key_create(&g_key, scratch_drop) == 0); }
+
+void *dsp_cpu_scratch(size_t bytes) {
+  if (bytes < 64) bytes = 64; /* never NULL for an empty request */
+  pthread_once(&g_key_once, scratch_key);
+  scratch *s = pthread_getspecific(g_key);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (pthread_setspecific(g_key, s)) {
+      free(s);
+      return NULL;
+    }
+  }
+  if (s->cap < bytes) {
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, cap);
+    if (!p) return NULL;
+    free(s->p);
+    s->p = p;
+    s->cap = cap;
+  }
+  return s->p;
+}
+
+void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out) {
+  int64_t m0 = t * DSP_CPU_MR, k = a->shape[1];
+  int mr = (int)(a->shape[0] - m0 < DSP_CPU_MR ? a->shape[0] - m0 : DSP_CPU_MR);
+  for (int i = 0; i < mr; i++) {
+    const dsp_bf16 *row = (const dsp_bf16 *)a->data + (m0 + i) * a->stride[0];
+    for (int64_t kk = 0; kk < k; kk++) out[kk * mr + i] = dsp_bf16_to_f32(row[kk * a->stride[1]]);
+  }
+}

@@ -1,0 +1,472 @@
+/* The LM-head product on the warpgroup tensor cores: see lm_wgmma.h for the
+ * contract and the accumulation order.
+ *
+ * Block: 384 threads. Warpgroup 0's thread 0 is the producer: for each of the
+ * block's tiles (tile t, t + grid, ...: vocabulary tile t / nmt, token tile
+ * t % nmt, so tiles that share a weight box run side by side) it lands, per
+ * 64 k, the weight box [128 rows][64 k] and the activation box [NT rows][64 k]
+ * (one TMA each, 128-byte swizzle, zero fill past M, N and K) in the next free
+ * stage. Warpgroups 1-2 each own 64 of the tile's vocabulary rows: per stage
+ * four m64nNTk16 wgmma in k order, one group kept in flight, the stage handed
+ * back when the group before it has finished. The epilogue rounds to bf16
+ * and stores straight from the fragments (each warp writes 16-byte runs of
+ * eight vocabulary ids; the producer is meanwhile filling the next tile's
+ * stages).
+ *
+ * Clusters of two (the default where pairs fill the device: bench/RESULTS.md v37): the two blocks of a cluster take vocabulary
+ * tiles 2p and 2p + 1 of the same token tile, and each producer lands half of
+ * the activation box in both blocks (TMA multicast), halving what the
+ * activations cost in L2 reads (on an H200: 1-3% faster after idle, equal in
+ * rounds, energy within the calls' spread). A stage is then written by both producers, so
+ * each consumer warp hands it back to both blocks (16 arrivals per stage), and
+ * both blocks meet at a cluster barrier before either exits. Which block
+ * computes a row changes nothing in its arithmetic. CUDA C++ only; the wgmma
+ * path exists only in sm_90a builds. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <atomic>
+
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/check_fill.cuh"
+#include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/lm_wgmma.h"
+#include "kernels/cuda/markov_ring.cuh" /* mbarriers (rg_bar_*), rg_saddr */
+#include "kernels/cuda/markov_ring_launch.cuh" /* rg_encoder */
+
+namespace {
+
+constexpr int LW_BM = 128;  /* vocabulary rows per tile */
+constexpr int LW_BK = 64;   /* k per stage: one 128-byte swizzle row */
+constexpr int LW_THREADS = 384;
+constexpr int LW_MAXS = 8;
+
+template <int NT>
+struct lw_cfg {
+  static constexpr uint32_t w_bytes = LW_BM * LW_BK * 2;
+  static constexpr uint32_t a_bytes = NT * LW_BK * 2; /* NT % 8 == 0: a multiple of 1024 */
+  static constexpr uint32_t stage = w_bytes + a_bytes;
+};
+
+/* Stages that fit: the ring, 2 * LW_MAXS mbarriers and 1024 bytes of alignment slack. */
+template <int NT>
+inline int lw_stages(size_t optin) {
+  const size_t fixed = 1024 + 2 * LW_MAXS * 8;
+  if (optin <= fixed) return 0;
+  const int s = (int)((optin - fixed) / lw_cfg<NT>::stage);
+  return s > LW_MAXS ? LW_MAXS : s;
+}
+template <int NT>
+inline size_t lw_smem(int stages) {
+  return (size_t)stages * lw_cfg<NT>::stage + 2 * LW_MAXS * 8 + 1024;
+}
+
+/* Descriptor of a K-major tile with the 128-byte swizzle (layout type 1):
+ * rows of 128 bytes, 1024 bytes between 8-row groups; a k group of 16 starts
+ * 32 bytes further along the row (the swizzle acts on address bits). */
+__device__ __forceinline__ uint64_t lw_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+/* The next ring stage; the parity flips each time the ring wraps. */
+__device__ __forceinline__ void lw_next(int &s, uint32_t &ph, int stages) {
+  if (++s == stages) {
+    s = 0;
+    ph ^= 1;
+  }
+}
+
+/* Both blocks of a cluster of two: arrive and wait (all threads). */
+__device__ __forceinline__ void lw_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* Arrival on the mbarrier at the same shared offset in cluster block `rank`.
+ * CTA-scope release (the default): the stage's readers are wgmma groups that
+ * wgmma.wait_group has already seen complete, so no cluster-scope fence is
+ * needed before the peer's producer overwrites it. With `.release.cluster`
+ * every arrival waited on a memory barrier (ncu: 44% of the stalls) and
+ * clusters ran at half speed (bench/RESULTS.md v35, v37). */
+__device__ __forceinline__ void lw_arrive_remote(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+/* A consumer warp hands a stage back to every block that writes it. */
+template <int CL>
+__device__ __forceinline__ void lw_release(uint32_t bar) {
+  if (CL == 1) {
+    rg_bar_arrive(bar);
+  } else {
+    lw_arrive_remote(bar, 0);
+    lw_arrive_remote(bar, 1);
+  }
+}
+
+/* Tensor copy into the same shared offset of both cluster blocks, each one's
+ * mbarrier at `bar` receiving the bytes. */
+__device__ __forceinline__ void lw_tload_mc(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
+                                            uint64_t pol) {
+  const uint16_t mask = 3;
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "h"(mask), "l"(pol)
+      : "memory");
+}
+
+/* 2-D tensor copy of box (c0 = k, c1 = row) completing on `bar`, with an L2 policy. */
+__device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
+                                         uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
+      : "memory");
+}
+
+/* Tile t of the walk: its first vocabulary row and token row. Single blocks
+ * take tile t = (vocabulary tile t / nmt, token tile t % nmt); clusters of two
+ * take pair t = (vocabulary pair t / nmt, token tile t % nmt), block `rank`
+ * its tile 2 (t / nmt) + rank. A second tile past the vocabulary's end
+ * recomputes the last tile and stores nothing (its producer still lands its
+ * half of the activations). */
+template <int NT, int CL>
+__device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, int &v0, int &m0, bool &store) {
+  const int vt = CL * (t / nmt) + (int)rank;
+  store = vt < nvt;
+  v0 = (store ? vt : nvt - 1) * LW_BM;
+  m0 = (t % nmt) * NT;
+}
+
+/* PART (bench only, dsp_cuda_lm_wg_part): 0 the product; 1 the tensor-core work
+ * alone (the producer lands each stage once, then hands the same bytes back
+ * round after round, so no operand leaves HBM or L2 after the first pass);
+ * 2 the data movement alone (every box lands, the consumers hand it back
+ * untouched and store zeros); 3 and 4 as 2 with only the weight boxes, only
+ * the activation boxes. All keep the pipeline's barriers and the
+ * stores, so their energies split the product's (bench_lm). */
+template <int NT, int CL, int PART>
+__global__ void __launch_bounds__(LW_THREADS, 1)
+    lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
+              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
+  constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
+  extern __shared__ unsigned char lw_raw[];
+  /* the shared window has the same base in every block, so the same offsets line up across the cluster */
+  unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t sbase = rg_saddr(smem);
+  const uint32_t full0 = sbase + (uint32_t)stages * SB, empty0 = full0 + LW_MAXS * 8;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  uint32_t rank = 0;
+  if (CL > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int walker = CL > 1 ? (int)(blockIdx.x / CL) : (int)blockIdx.x, nwalkers = (int)gridDim.x / CL;
+  if (tid == 0) {
+    for (int s = 0; s < stages; s++) {
+      rg_bar_init(full0 + 8 * s, 1);
+      rg_bar_init(empty0 + 8 * s, 8 * CL); /* one arrival per consumer warp of every block that writes it */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if (CL > 1)
+    lw_cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival */
+  else
+    __syncthreads();
+
+  if (wg == 0) {
+    /* the producer warpgroup leaves here (a consumer branch entered from a join would make ptxas serialize the
+       wgmma: C7520); in a cluster it first meets the peer at the exit barrier */
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
+      uint64_t pw, pa; /* weights stream once; activations are read by every tile */
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
+      int s = 0, fills = 0;
+      uint32_t ph = 0;
+      for (int t = walker; t < nwalk; t += nwalkers) {
+        int v0, m0;
+        bool store;
+        lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+        for (int kb = 0; kb < nkb; kb++) {
+          rg_bar_wait(empty0 + 8 * s, ph ^ 1);
+          const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
+          if (PART == 1 && fills++ >= stages) { /* the stage keeps its first bytes */
+            rg_bar_arrive(fb);
+            lw_next(s, ph, stages);
+            continue;
+          }
+          rg_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
+          if (PART != 4) lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
+          if (PART != 3 && CL == 1) lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
+          if (PART != 3 && CL > 1) lw_tload_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
+          lw_next(s, ph, stages);
+        }
+      }
+    }
+    __syncwarp();
+    if (CL > 1) lw_cluster_sync();
+    return;
+  }
+  {
+    /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
+    const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    float d[NT / 2];
+    int s = 0;
+    uint32_t ph = 0;
+    for (int t = walker; t < nwalk; t += nwalkers) {
+      int v0, m0;
+      bool store;
+      lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+      /* this block's last tile: a kernel launched programmatically after this one (the Markov tail, PDL) may
+         start placing its blocks on the SMs that blocks with one tile fewer leave; it still waits for this
+         grid's completion (griddepcontrol.wait) before it reads base */
+      if (t + nwalkers >= nwalk) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
+      int prev = -1;
+      for (int kb = 0; kb < nkb; kb++) {
+        rg_bar_wait(full0 + 8 * s, ph);
+        if (PART >= 2) { /* the bytes landed; nothing multiplies them */
+          if (lane == 0) lw_release<CL>(empty0 + 8 * s);
+          lw_next(s, ph, stages);
+          continue;
+        }
+        const uint32_t st = sbase + (uint32_t)s * SB;
+        const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
+        wg_fence();
+#pragma unroll
+        for (int i = 0; i < LW_BK / 16; i++) wg_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
+        wg_commit_wait1(); /* the group before this one is done: its stage can be refilled */
+        if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
+        prev = s;
+        lw_next(s, ph, stages);
+      }
+      wg_commit_wait();
+      if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
+      const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
+      /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
+      const int r = v0 + 64 * c + 16 * w4 + g;
+#pragma unroll
+      for (int j = 0; j < NT / 8; j++) {
+        const int col = m0 + 8 * j + 2 * q;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+          if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+        }
+      }
+    }
+  }
+  /* a cluster's blocks leave together: the peer may still arrive on this block's barriers */
+  if (CL > 1) lw_cluster_sync();
+}
+
+/* Tensor map of a row-major [rows][k] bf16 matrix, box [box_rows][64 k], 128-byte swizzle. */
+dsp_status lw_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+  const cuuint32_t box[2] = {LW_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): cuTensorMapEncodeTiled failed (%d) for [%lld][%lld]",
+                    (int)r, (long long)rows, (long long)k);
+  return DSP_OK;
+}
+
+struct lw_dev {
+  int sms;
+  size_t optin;
+  int ok;
+};
+
+/* This device's SM count and shared memory (once per device index; 0 when unusable). */
+lw_dev lw_device() {
+  lw_dev d{0, 0, 0};
+  int dev = 0, major = 0, minor = 0, sms = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) {
+    cudaGetLastError();
+    return d;
+  }
+  d.sms = sms;
+  d.optin = (size_t)optin;
+  d.ok = major == 9 && minor == 0 && rg_encoder() != NULL;
+  return d;
+}
+
+/* Clusters of CL blocks of this instance that can be resident at once (asked once per instance). Clusters live
+ * inside one GPC, so fewer than sms / CL may fit: a persistent grid must not exceed them (a second wave would
+ * double the time). 0 when the query fails. */
+/* The device model, asked once per process (a process drives devices of one model). */
+const lw_dev &lw_dev_once() {
+  static const lw_dev dv = lw_device();
+  return dv;
+}
+
+template <int NT, int CL, int PART>
+int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
+  static std::atomic<int> resident{0};
+  if (!resident.load()) {
+    cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
+    int nc = 0;
+    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART>, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
+    if (getenv("DSPARK_LM_WG_VERBOSE"))
+      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d part %d: %d clusters resident (of %d SMs), %zu B\n", NT,
+              CL, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
+  }
+  return resident.load();
+}
+
+/* The launch configuration of an instance (its shared memory opted in on the current device). */
+template <int NT, int CL, int PART>
+dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr, cudaLaunchConfig_t *cfg) {
+  const size_t smem = lw_smem<NT>(lw_stages<NT>(dv.optin));
+  /* per call: the opt-in is per device, and one process may drive several (TP threads) */
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  *cfg = cudaLaunchConfig_t{};
+  cfg->blockDim = dim3(LW_THREADS);
+  cfg->dynamicSmemBytes = smem;
+  cfg->stream = s;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+  return DSP_OK;
+}
+
+/* The default cluster size: 2 where pairs fill at least 15/16 of the SMs (an H200: all 132), else 1
+ * (decided once per process, like the device model). */
+template <int NT>
+int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
+  static std::atomic<int> chosen{0};
+  if (!chosen.load()) {
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg;
+    int c = 1;
+    if (lw_config<NT, 2, 0>(dv, s, attr, &cfg) == DSP_OK)
+      c = 2 * lw_resident<NT, 2, 0>(dv, cfg) * 16 >= dv.sms * 15 ? 2 : 1;
+    else
+      dsp_error_clear();
+    chosen.store(c);
+  }
+  return chosen.load();
+}
+
+template <int NT, int CL, int PART = 0>
+dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
+                     const lw_dev &dv, cudaStream_t s) {
+  const int stages = lw_stages<NT>(dv.optin);
+  if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
+  CUtensorMap tw, ta;
+  DSP_TRY(lw_map(&tw, w, n, k, LW_BM));
+  DSP_TRY(lw_map(&ta, a, m, k, NT / CL));
+  const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg;
+  DSP_TRY((lw_config<NT, CL, PART>(dv, s, attr, &cfg)));
+  const int most = lw_resident<NT, CL, PART>(dv, cfg); /* clusters that fit at once */
+  if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL);
+  const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
+  cfg.gridDim = dim3((unsigned)(walkers * CL));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
+                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
+  return DSP_OK;
+}
+
+}  // namespace
+
+extern "C" int dsp_cuda_lm_wg_supported(int64_t k) {
+  if (k < LW_BK || k % LW_BK || k > INT32_MAX) return 0;
+  const lw_dev dv = lw_device();
+  return dv.ok && lw_stages<224>(dv.optin) >= 2;
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                                         int64_t ldo, int nt, int cluster, cudaStream_t s) {
+  if (m < 1) return DSP_OK;
+  const lw_dev &dv = lw_dev_once();
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
+                    (long long)ldo);
+  if (nt == 0) nt = m <= 112 ? 112 : 224;
+  if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
+  if (cluster != 1 && cluster != 2)
+    return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): cluster %d (1 or 2)", cluster);
+  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<112, 1>(a, w, out, m, n, k, ldo, dv, s);
+  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<224, 1>(a, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): token tile %d (112 or 224)", nt);
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_part(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                                          int64_t ldo, int part, cudaStream_t s) {
+  const lw_dev &dv = lw_dev_once();
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || m < 1 || m > 224)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma) part: not supported here (M %lld, K %lld)",
+                    (long long)m, (long long)k);
+  if (part == 1) return lw_launch<224, 1, 1>(a, w, out, m, n, k, ldo, dv, s);
+  if (part == 2) return lw_launch<224, 1, 2>(a, w, out, m, n, k, ldo, dv, s);
+  if (part == 3) return lw_launch<224, 1, 3>(a, w, out, m, n, k, ldo, dv, s);
+  if (part == 4) return lw_launch<224, 1, 4>(a, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma) part: %d (1 compute, 2 data movement, 3 weights, 4 activations)",
+                  part);
+}
+
+extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ) {
+  const int64_t M = 224, N = 512;
+  *compared = *differ = 0;
+  uint16_t *buf = NULL;
+  const size_t na = (size_t)(M * k), nw = (size_t)(N * k), no = (size_t)(M * N);
+  DSP_CUDA_TRY(cudaMalloc(&buf, (na + nw + 2 * no) * 2));
+  uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
+  dsp_status st = DSP_OK;
+  cudaStream_t s = NULL;
+  uint16_t *h = (uint16_t *)malloc(4 * no * 2);
+  if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda lm head (wgmma) check: out of memory");
+  if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x1234u);
+    dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
+    st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, 2, s);
+  }
+  /* the other three (token tile, cluster) pairs in turn against (224, 2) */
+  const int other[3][2] = {{112, 2}, {224, 1}, {112, 1}};
+  for (int v = 0; v < 3 && st == DSP_OK; v++) {
+    st = dsp_cuda_lm_wg_run(a, w, o2, M, N, k, N, other[v][0], other[v][1], s);
+    if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
+      st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
+                    cudaGetErrorString(cudaGetLastError()));
+  }
+  if (st == DSP_OK && (cudaMemcpyAsync(h + 3 * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                       cudaStreamSynchronize(s) != cudaSuccess))
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    for (size_t v = 0; v < 3; v++)
+      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[3 * no + i];
+    *compared = 3 * (long long)no;
+  }
+  if (s) cudaStreamDestroy(s);
+  free(h);
+  cudaFree(buf);
+  return st;
+}
