@@ -23,10 +23,11 @@
 #include <time.h>
 
 #include "bench_power.h"
-#include "bench_util.h"
+#include "bench_cuda_util.h"
 #include "core/status.h"
-#include "kernels/cuda/head_cuda.h"
-#include "kernels/cuda/head_cuda_tune.h"
+#include "backend/cuda/markov_cuda.h"
+#include "core/env.h"
+#include "support/cuda_head_time.h"
 
 /* Device-to-device copy of 1 GiB: bytes read + written per second. */
 static double measure_copy_tbps(void) {
@@ -143,7 +144,7 @@ int main(int argc, char **argv) {
     }
   }
   if (rounds > 64) rounds = 64;
-  if (dsp_cuda_device_count() == 0) {
+  if (dsp_backend_cuda_devices() == 0) {
     printf("bench_cuda_head: no CUDA device\n");
     return 77;
   }
@@ -156,7 +157,7 @@ int main(int argc, char **argv) {
   printf("device %s (%d SMs, L2 %d MiB); ceilings now: copy %.2f TB/s (read+write), bf16 product %.0f TFLOP/s\n",
          prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, bw, fl);
 
-  dsp_head_config cfg = {.vocab = V, .vocab_padded = V, .hidden = H, .rank = R, .gamma = G, .max_batch = (int32_t)B,
+  dsp_markov_config cfg = {.vocab = V, .vocab_padded = V, .hidden = H, .rank = R, .gamma = G, .max_batch = (int32_t)B,
                          .path = DSP_PATH_AUTO, .contract = DSP_CONTRACT_BF16, .broadcast = 1};
   uint16_t *lm = malloc((size_t)(V * H) * 2), *w1 = malloc((size_t)(V * R) * 2), *w2 = malloc((size_t)(V * R) * 2);
   uint16_t *hid = malloc((size_t)(B * G * H) * 2);
@@ -175,7 +176,7 @@ int main(int argc, char **argv) {
   int64_t *pos = malloc((size_t)B * 8);
   for (long b = 0; b < B; b++) temp[b] = 0.8f, seed[b] = 1000 + (uint64_t)b, pos[b] = 100 + b;
 
-  dsp_head_weights w;
+  dsp_markov_weights w;
   memset(&w, 0, sizeof w);
   w.lm_local = (dsp_tensor){.data = lm, .dtype = DSP_BF16, .ndim = 2, .shape = {V, H}, .stride = {H, 1}};
   w.w1 = (dsp_tensor){.data = w1, .dtype = DSP_BF16, .ndim = 2, .shape = {V, R}, .stride = {R, 1}};
@@ -198,22 +199,20 @@ int main(int argc, char **argv) {
   ADD("original (TP1, default)", DSP_PATH_ORIGINAL, 1, (void)0);
   ADD("sharded (TP1)", DSP_PATH_SHARDED, 1, v_->t.buckets = "32");
   ADD("replicated (TP1)", DSP_PATH_REPLICATED, 1, v_->t.buckets = "32");
-  ADD("ring 4 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5);
-  ADD("ring 4, no L2 hints", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.l2keep = 0);
-  ADD("ring 4, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.per_step = 1);
-  ADD("ring 4, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 5; v_->t.graphs = 0);
-  ADD("ring 5 kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6);
-  ADD("ring 5, no PDL", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.pdl = 0);
-  ADD("ring 5, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.per_step = 1);
-  ADD("ring 5, no resident chunks", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 6; v_->t.resident = 0);
-  ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1);
-  ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
+  ADD("ring kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING);
+  ADD("ring, no L2 hints", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING; v_->t.l2keep = 0);
+  ADD("ring, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING; v_->t.per_step = 1);
+  ADD("ring, eager (no graphs)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING; v_->t.graphs = 0);
+  ADD("ring-wgmma kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING_WGMMA);
+  ADD("ring-wgmma, no PDL", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING_WGMMA; v_->t.pdl = 0);
+  ADD("ring-wgmma, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING_WGMMA; v_->t.per_step = 1);
+  ADD("ring-wgmma, no resident chunks", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_RING_WGMMA; v_->t.resident = 0);
+  ADD("register kernel", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_REGISTER);
+  ADD("register, per-step kernels", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_REGISTER;
       v_->t.per_step = 1);
-  ADD("register, no prefetch/serp.", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = 1;
+  ADD("register, no prefetch/serp.", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.kernel = DSP_TAIL_REGISTER;
       v_->t.prefetch = 0; v_->t.serpentine = 0);
   ADD("original + NCCL bcast (TP1)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.force_collectives = 1);
-  ADD("LM head autotuned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 1);
-  ADD("LM head 168x128 (bench_lm)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 2);
   ADD("LM head cuBLASLt pinned", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 3);
   ADD("LM head own, single blocks", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.lm_choice = 4);
   ADD("strict (fmaf chain)", DSP_PATH_ORIGINAL, 1, v_->t.buckets = "32"; v_->t.strict = 1);
@@ -222,7 +221,7 @@ int main(int argc, char **argv) {
     /* one eager proposal per tail kernel, for a profiler's filter (ncu -k regex:rd_kernel|mk_kernel) */
     dsp_tensor pv = {.data = hid, .dtype = DSP_BF16, .ndim = 3, .shape = {B, G, H}, .stride = {G * H, H, 1}};
     int64_t *pt = malloc((size_t)(B * G) * 8);
-    const int kerns[3] = {6, 5, 1};
+    const int kerns[3] = {DSP_TAIL_RING_WGMMA, DSP_TAIL_RING, DSP_TAIL_REGISTER};
     for (int ki = 0; ki < 3; ki++) {
       const int kern = kerns[ki];
       dsp_cuda_tuning t;
@@ -231,9 +230,9 @@ int main(int argc, char **argv) {
       t.graphs = 0;
       t.kernel = kern;
       dsp_cuda_head *h = NULL;
-      CKD(dsp_cuda_head_create_tuned(&cfg, NULL, &w, 0, &t, &h));
-      dsp_head_inputs in = {.batch = (int32_t)B, .hidden = &pv, .anchor = anchor, .seed = seed, .position = pos};
-      dsp_head_outputs out = {.tokens = pt, .logits = NULL};
+      CKD(dsp_cuda_head_create(&cfg, NULL, &w, 0, &t, &h));
+      dsp_markov_inputs in = {.batch = (int32_t)B, .hidden = &pv, .anchor = anchor, .seed = seed, .position = pos};
+      dsp_markov_outputs out = {.tokens = pt, .logits = NULL};
       CKD(dsp_cuda_head_propose(h, &in, &out));
       dsp_cuda_head_free(h);
     }
@@ -245,15 +244,15 @@ int main(int argc, char **argv) {
   int64_t *tok = malloc((size_t)(B * G) * 8), *ref = malloc((size_t)(B * G) * 8), *sref = malloc((size_t)(B * G) * 8);
   long long compared = 0, mism = 0;
   for (int i = 0; i < nv; i++) {
-    dsp_head_config c = cfg;
+    dsp_markov_config c = cfg;
     c.path = vs[i].path;
     c.broadcast = vs[i].broadcast;
-    CKD(dsp_cuda_head_create_tuned(&c, NULL, &w, 0, &vs[i].t, &vs[i].h));
-    if (i == 0) printf("%s\n", dsp_cuda_head_report(vs[i].h));
+    CKD(dsp_cuda_head_create(&c, NULL, &w, 0, &vs[i].t, &vs[i].h));
+    if (i == 0) printf("%s\n%s\n", dsp_cuda_head_report(vs[i].h), dsp_cuda_head_detail(vs[i].h));
     for (int smp = 0; smp < 2; smp++) {
-      dsp_head_inputs in = {.batch = (int32_t)B, .hidden = &hv, .anchor = anchor, .temperature = smp ? temp : NULL,
+      dsp_markov_inputs in = {.batch = (int32_t)B, .hidden = &hv, .anchor = anchor, .temperature = smp ? temp : NULL,
                             .seed = seed, .position = pos};
-      dsp_head_outputs out = {.tokens = tok, .logits = NULL};
+      dsp_markov_outputs out = {.tokens = tok, .logits = NULL};
       CKD(dsp_cuda_head_propose(vs[i].h, &in, &out));
       int64_t *r = smp ? sref : ref;
       if (i == 0) {
@@ -272,8 +271,8 @@ int main(int argc, char **argv) {
     int64_t *t1 = malloc((size_t)G * 8);
     float zero_t[1] = {0.0f};
     dsp_tensor lv = {.data = lg, .dtype = DSP_BF16, .ndim = 3, .shape = {B, G, V}, .stride = {G * V, V, 1}};
-    dsp_head_inputs in = {.batch = (int32_t)B, .hidden = &hv, .anchor = anchor, .seed = seed, .position = pos};
-    dsp_head_outputs out = {.tokens = tok, .logits = &lv};
+    dsp_markov_inputs in = {.batch = (int32_t)B, .hidden = &hv, .anchor = anchor, .seed = seed, .position = pos};
+    dsp_markov_outputs out = {.tokens = tok, .logits = &lv};
     CKD(dsp_cuda_head_propose(vs[0].h, &in, &out));
     const long rows[3] = {0, B / 2, B - 1};
     for (int r = 0; r < 3; r++) {
@@ -281,9 +280,9 @@ int main(int argc, char **argv) {
       h1.data = hid + rows[r] * G * H;
       h1.shape[0] = 1;
       dsp_tensor l1 = {.data = lg1, .dtype = DSP_BF16, .ndim = 3, .shape = {1, G, V}, .stride = {G * V, V, 1}};
-      dsp_head_inputs i1 = {.batch = 1, .hidden = &h1, .anchor = anchor + rows[r], .temperature = zero_t,
+      dsp_markov_inputs i1 = {.batch = 1, .hidden = &h1, .anchor = anchor + rows[r], .temperature = zero_t,
                             .seed = seed + rows[r], .position = pos + rows[r]};
-      dsp_head_outputs o1 = {.tokens = t1, .logits = &l1};
+      dsp_markov_outputs o1 = {.tokens = t1, .logits = &l1};
       CKD(dsp_cuda_head_propose(vs[0].h, &i1, &o1));
       for (size_t j = 0; j < per_row; j++) inv_diff += lg1[j] != lg[rows[r] * per_row + j];
       for (long j = 0; j < G; j++) inv_diff += t1[j] != tok[rows[r] * G + j];
@@ -304,9 +303,9 @@ int main(int argc, char **argv) {
     const struct timespec idle = {0, 300000000};
     CK(cudaDeviceSynchronize());
     nanosleep(&idle, NULL);
-    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_idle));
-    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, &f_mid, NULL));
-    CKD(dsp_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_after));
+    CKD(dsp_bench_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_idle));
+    CKD(dsp_bench_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, &f_mid, NULL));
+    CKD(dsp_bench_cuda_head_time(vs[0].h, (int32_t)B, 0, (int)replays, NULL, &t_after));
     printf("order probe (%s): tail after 0.3 s idle %.3f ms, full %.3f ms, tail right after %.3f ms\n", vs[0].name,
            t_idle, f_mid, t_after);
   }
@@ -330,12 +329,12 @@ int main(int argc, char **argv) {
       const int i = order[q];
       if (vs[i].t.strict == 1) { /* its own rounds after the others' */
         for (long rs = 0; rs < rounds; rs++)
-          CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 0, (int)(replays < 10 ? replays : 10), &vs[i].full[rs],
+          CKD(dsp_bench_cuda_head_time(vs[i].h, (int32_t)B, 0, (int)(replays < 10 ? replays : 10), &vs[i].full[rs],
                                  &vs[i].tail[rs]));
         continue;
       }
-      CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 0, (int)replays, &vs[i].full[r], &vs[i].tail[r]));
-      if (i == 0) CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 1, (int)replays, &vs[i].sfull[r], &vs[i].stail[r]));
+      CKD(dsp_bench_cuda_head_time(vs[i].h, (int32_t)B, 0, (int)replays, &vs[i].full[r], &vs[i].tail[r]));
+      if (i == 0) CKD(dsp_bench_cuda_head_time(vs[i].h, (int32_t)B, 1, (int)replays, &vs[i].sfull[r], &vs[i].stail[r]));
     }
   }
 
@@ -348,7 +347,7 @@ int main(int argc, char **argv) {
     double ej[EPASS][24][2];
     for (int p = 0; p < EPASS; p++)
       for (int i = 0; i < nv; i++) {
-        if (i != 0 && vs[i].t.lm_choice < 2) continue;
+        if (i != 0 && vs[i].t.lm_choice < 3) continue;
         for (int which = 0; which < 2; which++) {
           const int n = which ? 5500 : 1000; /* ~1 s each */
           float med = 0;
@@ -356,7 +355,7 @@ int main(int argc, char **argv) {
           CK(cudaDeviceSynchronize());
           clock_gettime(CLOCK_MONOTONIC, &t0);
           const double e0 = bench_power_joules(&pw);
-          CKD(dsp_cuda_head_time(vs[i].h, (int32_t)B, 0, n, which ? NULL : &med, which ? &med : NULL));
+          CKD(dsp_bench_cuda_head_time(vs[i].h, (int32_t)B, 0, n, which ? NULL : &med, which ? &med : NULL));
           const double e1 = bench_power_joules(&pw);
           clock_gettime(CLOCK_MONOTONIC, &t1);
           const double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -368,7 +367,7 @@ int main(int argc, char **argv) {
         }
       }
     for (int i = 0; i < nv; i++) {
-      if (i != 0 && vs[i].t.lm_choice < 2) continue;
+      if (i != 0 && vs[i].t.lm_choice < 3) continue;
       float f[EPASS], l[EPASS];
       for (int p = 0; p < EPASS; p++) f[p] = (float)ej[p][i][0], l[p] = (float)(ej[p][i][0] - ej[p][i][1]);
       const double jf = median(f, EPASS), jl = median(l, EPASS);

@@ -16,7 +16,7 @@
  * The head's choices' "once" column is one product after 0.3 s idle (full clock).
  * The energy table also has the own kernel's parts (M <= 224): its tensor-
  * core work alone, its data movement alone, and the weight and activation
- * boxes alone (lm_wgmma.h, dsp_cuda_lm_wg_part), and the joules over the
+ * boxes alone (bench/support/gemm_parts.h), and the joules over the
  * card's idle power: which part of a product's energy goes where.
  * --sweep 0 leaves cuBLASLt's configurations out (the head's choices only: for profilers).
  * usage: bench_lm [--m 224] [--n 163840] [--k 7168] [--rounds 5] [--reps 5] [--sweep 1] */
@@ -31,23 +31,25 @@
 #include <unistd.h>
 
 #include "bench_power.h"
-#include "bench_util.h"
-#include "kernels/cuda/lm_head.h"
-#include "kernels/cuda/lm_wgmma.h"
+#include "bench_cuda_util.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_wgmma.h"
+#include "support/gemm_parts.h"
 
 #define MAXCFG 4096
-#define NHEAD 4 /* the head's LM choices timed beside the sweep */
-static const int head_choice[NHEAD] = {DSP_LM_HEURISTIC, DSP_LM_PREFERRED, DSP_LM_WGMMA, DSP_LM_WGMMA_SINGLE};
-static const char *head_name[NHEAD] = {"cuBLASLt pinned (heuristic's first)", "preferred sm_90 config",
-                                       "own wgmma kernel (head default)", "own wgmma kernel, single blocks"};
+#define NHEAD 3 /* the head's LM choices timed beside the sweep */
+#define OWN 1   /* the first of them that is the own kernel */
+static const int head_choice[NHEAD] = {DSP_GEMM_PINNED, DSP_GEMM_WGMMA, DSP_GEMM_WGMMA_SINGLE};
+static const char *head_name[NHEAD] = {"cuBLASLt pinned (heuristic's first)", "own wgmma kernel (head default)",
+                                       "own wgmma kernel, single blocks"};
 static int64_t kdim;
 
 /* One product by head choice c (c >= NHEAD: part c - NHEAD + 1 of the own kernel in single blocks,
    lm_wgmma.h: the energy split). */
-static dsp_status run_head(dsp_cuda_lm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
+static dsp_status run_head(dsp_cuda_gemm *lm, int c, const void *a, const void *w, void *o, int64_t m, int64_t n,
                            cudaStream_t s) {
-  if (c >= NHEAD) return dsp_cuda_lm_wg_part(a, w, o, m, n, kdim, n, c - NHEAD + 1, s);
-  return dsp_cuda_lm_run(lm, a, w, o, m, n, s);
+  if (c >= NHEAD) return dsp_bench_gemm_wg_part(a, w, o, m, n, kdim, n, c - NHEAD + 1, s);
+  return dsp_cuda_gemm_run(lm, a, kdim, w, o, m, n, s);
 }
 #define WS_LIMIT ((size_t)4 << 20)
 
@@ -83,7 +85,7 @@ static float time_algo(const cublasLtMatmulAlgo_t *algo, size_t ws, int reps) {
 
 /* n products back to back (a cuBLASLt algorithm, or the head's product when lm
  * is set): joules per product, mean watts and wall ms per product. */
-static void energy_run(const bench_power *pw, const cublasLtMatmulAlgo_t *algo, size_t ws, dsp_cuda_lm *lm, int c,
+static void energy_run(const bench_power *pw, const cublasLtMatmulAlgo_t *algo, size_t ws, dsp_cuda_gemm *lm, int c,
                        int64_t M, int64_t N, int n, double *j, double *w, double *ms) {
   const float alpha = 1.0f, beta = 0.0f;
   struct timespec t0, t1;
@@ -219,28 +221,28 @@ int main(int argc, char **argv) {
          M, N, K, nid, tried, ncfg);
   /* the head's pinned configuration, through the head's own code (left out where it
      does not run this M, e.g. a square reference shape) */
-  dsp_cuda_lm *lms[NHEAD] = {NULL, NULL, NULL};
+  dsp_cuda_gemm *lms[NHEAD] = {NULL, NULL, NULL};
   for (int c = 0; c < NHEAD; c++) {
-    CKD(dsp_cuda_lm_create(N, K, 0, head_choice[c], &lms[c]));
-    if (dsp_cuda_lm_prepare(lms[c], M) != DSP_OK || (c >= 2 && !strstr(dsp_cuda_lm_describe(lms[c]), "own"))) {
-      printf("%s: left out (%s)\n", head_name[c], c >= 2 ? dsp_cuda_lm_describe(lms[c]) : dsp_error_message());
-      dsp_cuda_lm_free(lms[c]);
+    CKD(dsp_cuda_gemm_create(N, K, 0, head_choice[c], &lms[c]));
+    if (dsp_cuda_gemm_prepare(lms[c], M) != DSP_OK || (c >= OWN && !strstr(dsp_cuda_gemm_describe(lms[c]), "own"))) {
+      printf("%s: left out (%s)\n", head_name[c], c >= OWN ? dsp_cuda_gemm_describe(lms[c]) : dsp_error_message());
+      dsp_cuda_gemm_free(lms[c]);
       lms[c] = NULL;
       continue;
     }
-    printf("%s: %s\n", head_name[c], dsp_cuda_lm_describe(lms[c]));
+    printf("%s: %s\n", head_name[c], dsp_cuda_gemm_describe(lms[c]));
   }
   fflush(stdout);
   /* the own kernel (clusters of two, single blocks) against cuBLASLt's pinned product, value by value */
-  for (int c = 2; c < NHEAD && lms[0]; c++) {
+  for (int c = OWN; c < NHEAD && lms[0]; c++) {
     if (!lms[c]) continue;
     const size_t no = (size_t)M * (size_t)N;
     uint16_t *h = malloc(2 * no * sizeof *h);
     if (!h) return 1;
-    CKD(dsp_cuda_lm_run(lms[0], da, dw, dout, M, N, st));
+    CKD(dsp_cuda_gemm_run(lms[0], da, K, dw, dout, M, N, st));
     CK(cudaMemcpyAsync(h, dout, no * 2, cudaMemcpyDeviceToHost, st));
     CK(cudaMemsetAsync(dout, 0xFF, no * 2, st));
-    CKD(dsp_cuda_lm_run(lms[c], da, dw, dout, M, N, st));
+    CKD(dsp_cuda_gemm_run(lms[c], da, K, dw, dout, M, N, st));
     CK(cudaMemcpyAsync(h + no, dout, no * 2, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
     size_t dif = 0, nan = 0;
@@ -328,7 +330,7 @@ int main(int argc, char **argv) {
     static const char *part_name[NPART] = {"own single: tensor-core work alone", "own single: data movement alone",
                                            "own single: weight boxes alone", "own single: activation boxes alone"};
     const double lim = bench_power_limit_w(&pw);
-    const int ne = top < 4 ? top : 4, np = lms[2] && M <= 224 ? NPART : 0, nent = ne + NHEAD + np;
+    const int ne = top < 4 ? top : 4, np = lms[OWN] && M <= 224 ? NPART : 0, nent = ne + NHEAD + np;
     double ej[EPASS][4 + NHEAD + NPART], ew[EPASS][4 + NHEAD + NPART], ems[EPASS][4 + NHEAD + NPART];
     CK(cudaStreamSynchronize(st));
     usleep(500000);
@@ -349,7 +351,7 @@ int main(int argc, char **argv) {
         const int n = (int)(1.2 / (1e-3 * t));
         usleep(200000);
         energy_run(&pw, i < ne ? &cfg[i].algo : NULL, i < ne ? cfg[i].ws : 0,
-                   i < ne ? NULL : i < ne + NHEAD ? lms[i - ne] : lms[2],
+                   i < ne ? NULL : i < ne + NHEAD ? lms[i - ne] : lms[OWN],
                    i < ne ? 0 : i < ne + NHEAD ? i - ne : i - ne, M, N, n > 0 ? n : 1, &ej[p][i],
                    &ew[p][i], &ems[p][i]);
       }
@@ -375,6 +377,6 @@ int main(int argc, char **argv) {
   } else {
     printf("energy: NVML not available, not measured\n");
   }
-  for (int c = 0; c < NHEAD; c++) dsp_cuda_lm_free(lms[c]);
+  for (int c = 0; c < NHEAD; c++) dsp_cuda_gemm_free(lms[c]);
   return 0;
 }

@@ -34,9 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
+#include "bench_cuda_util.h"
+#include "support/markov_bench.h"
 #include "core/status.h"
-#include "kernels/cuda/lm_head.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/markov.h"
 
 typedef struct {
@@ -45,7 +46,7 @@ typedef struct {
 } variant;
 
 /* --pdl: see the header. Returns 1 when the two launches' tokens differ. */
-static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w, uint16_t *lm_out, const uint16_t *w1,
+static int pdl_pairs(dsp_cuda_gemm *lm, const uint16_t *lm_a, const uint16_t *lm_w, uint16_t *lm_out, const uint16_t *w1,
                      const uint16_t *w2p, const int32_t *anc, int32_t *tokens, unsigned long long *keys,
                      unsigned *barrier, unsigned long long *trace, size_t sync_b, int rows, long V, int bq, long G,
                      int sms, int reps, cudaStream_t st) {
@@ -72,8 +73,8 @@ static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w
       cudaEvent_t *e = ev + ((size_t)(r + 3) * 2 + p) * 2;
       CK(cudaMemsetAsync(barrier, 0, sync_b, st));
       CK(cudaEventRecord(e[0], st));
-      CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, M, rows, st));
-      CKD(dsp_cuda_markov_launch(&a, &l, st));
+      CKD(dsp_cuda_gemm_run(lm, lm_a, 7168, lm_w, lm_out, M, rows, st));
+      CKD(l.ring ? dsp_bench_ring_launch(&a, &l, st) : dsp_cuda_markov_launch(&a, &l, st));
       CK(cudaEventRecord(e[1], st));
     }
   CK(cudaStreamSynchronize(st));
@@ -90,8 +91,8 @@ static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w
     a.trace = trace;
     CK(cudaMemsetAsync(trace, 0, (size_t)sms * G * DSP_MK_TRACE * 8, st));
     CK(cudaMemsetAsync(barrier, 0, sync_b, st));
-    CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, M, rows, st));
-    CKD(dsp_cuda_markov_launch(&a, &l, st));
+    CKD(dsp_cuda_gemm_run(lm, lm_a, 7168, lm_w, lm_out, M, rows, st));
+    CKD(l.ring ? dsp_bench_ring_launch(&a, &l, st) : dsp_cuda_markov_launch(&a, &l, st));
     CK(cudaStreamSynchronize(st));
     CK(cudaMemcpy(tok[p], tokens, (size_t)M * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(tr, trace, (size_t)sms * G * DSP_MK_TRACE * 8, cudaMemcpyDeviceToHost));
@@ -118,7 +119,7 @@ static int pdl_pairs(dsp_cuda_lm *lm, const uint16_t *lm_a, const uint16_t *lm_w
 }
 
 int main(int argc, char **argv) {
-  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1, pdl = 0, lmc = DSP_LM_WGMMA;
+  long B = 32, G = 7, V = 163840, reps = 30, warm = 0, graph = 0, heat = 0, only = -1, pdl = 0, lmc = DSP_GEMM_WGMMA;
   for (int i = 1; i + 1 < argc; i += 2) {
     long *d = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--gamma") ? &G : !strcmp(argv[i], "--vocab") ? &V
               : !strcmp(argv[i], "--reps") ? &reps : !strcmp(argv[i], "--warm") ? &warm
@@ -172,7 +173,7 @@ int main(int argc, char **argv) {
   CKD(dsp_cuda_markov_pack_w2(w2, rows, w2p, 0));
   /* --heat: the LM head's product, as the head runs it before the tail */
   const int64_t HID = 7168, LM_M = G * B;
-  dsp_cuda_lm *lm = NULL;
+  dsp_cuda_gemm *lm = NULL;
   uint16_t *lm_w = NULL, *lm_a = NULL, *lm_out = NULL;
   if (heat) {
     CK(cudaMalloc((void **)&lm_w, (size_t)rows * HID * 2));
@@ -188,9 +189,9 @@ int main(int argc, char **argv) {
     fill(hl, (size_t)(LM_M * HID), 9, 1.7f);
     CK(cudaMemcpy(lm_a, hl, (size_t)(LM_M * HID) * 2, cudaMemcpyHostToDevice));
     free(hl);
-    CKD(dsp_cuda_lm_create(rows, HID, 0, (int)lmc, &lm));
-    printf("LM head product: %s\n", dsp_cuda_lm_describe(lm));
-    CKD(dsp_cuda_lm_prepare(lm, LM_M));
+    CKD(dsp_cuda_gemm_create(rows, HID, 0, (int)lmc, &lm));
+    printf("LM head product: %s\n", dsp_cuda_gemm_describe(lm));
+    CKD(dsp_cuda_gemm_prepare(lm, LM_M));
   }
   fill(h, nw, 2, 1.7f);
   CK(cudaMemcpy(w1, h, nw * 2, cudaMemcpyHostToDevice));
@@ -261,7 +262,7 @@ int main(int argc, char **argv) {
       cudaGraph_t g;
       CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
       CK(cudaMemsetAsync(barrier, 0, sync_b, st));
-      CKD(dsp_cuda_markov_launch(&a, &l, st));
+      CKD(l.ring ? dsp_bench_ring_launch(&a, &l, st) : dsp_cuda_markov_launch(&a, &l, st));
       CK(cudaStreamEndCapture(st, &g));
       CK(cudaGraphInstantiate(&ge, g, 0));
       CK(cudaGraphDestroy(g));
@@ -271,7 +272,7 @@ int main(int argc, char **argv) {
       a.trace = r == (int)reps ? trace : NULL;
       if (a.trace) CK(cudaMemsetAsync(trace, 0, (size_t)sms * G * DSP_MK_TRACE * 8, st)); /* a step may leave fields unset */
       if (heat)
-        CKD(dsp_cuda_lm_run(lm, lm_a, lm_w, lm_out, LM_M, rows, st));
+        CKD(dsp_cuda_gemm_run(lm, lm_a, 7168, lm_w, lm_out, LM_M, rows, st));
       else if (!warm)
         CK(cudaMemsetAsync(flush, r & 0xFF, flush_bytes, st));
       CK(cudaEventRecord(ev[2 * (r + 3)], st));
@@ -279,7 +280,7 @@ int main(int argc, char **argv) {
         CK(cudaGraphLaunch(ge, st));
       } else {
         CK(cudaMemsetAsync(barrier, 0, sync_b, st));
-        CKD(dsp_cuda_markov_launch(&a, &l, st));
+        CKD(l.ring ? dsp_bench_ring_launch(&a, &l, st) : dsp_cuda_markov_launch(&a, &l, st));
       }
       CK(cudaEventRecord(ev[2 * (r + 3) + 1], st));
     }

@@ -1,44 +1,25 @@
-/* Shared by the CUDA benchmark programs (bench_cuda_head, bench_tail, bench_lm):
- * checked CUDA, cuBLASLt and dspark calls that end the program with file and
- * line, the median, and the uniform bf16 fill of synthetic weights. */
+/* What the benchmark programs share: the wall clock, medians, and the uniform
+ * bf16 fill of synthetic inputs (the project's one rounding, core/bf16.h). */
 #ifndef DSP_BENCH_UTIL_H
 #define DSP_BENCH_UTIL_H
-#include <cublasLt.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
+#include "core/clock.h"
 #include "core/status.h"
 
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
-#define CKB(call)                                                                                   \
-  do {                                                                                              \
-    cublasStatus_t b_ = (call);                                                                     \
-    if (b_ != CUBLAS_STATUS_SUCCESS) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasLtGetStatusString(b_));   \
-      exit(1);                                                                                      \
-    }                                                                                               \
-  } while (0)
-#define CKD(call)                                                                             \
-  do {                                                                                        \
-    dsp_status s_ = (call);                                                                   \
-    if (s_ != DSP_OK) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, dsp_error_message());     \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
+static inline double dsp_bench_now_ms(void) { return dsp_now_ms(); }
 
 static inline int bench_cmpf(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static inline int bench_cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
@@ -46,6 +27,11 @@ static inline int bench_cmpf(const void *a, const void *b) {
 static inline float median(float *v, int n) {
   qsort(v, (size_t)n, sizeof *v, bench_cmpf);
   return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static inline double dsp_bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, bench_cmpd);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Uniform bf16 values in [-scale, scale), a pure function of (seed, index). */
@@ -56,11 +42,7 @@ static inline void fill(uint16_t *p, size_t n, uint64_t seed, float scale) {
     size_t end = (c + 1) * 65536 < n ? (c + 1) * 65536 : n;
     for (size_t i = c * 65536; i < end; i++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      float f = ((float)(x >> 40) / 16777216.0f * 2.0f - 1.0f) * scale;
-      uint32_t u;
-      memcpy(&u, &f, 4);
-      u += 0x7FFFu + ((u >> 16) & 1u);
-      p[i] = (uint16_t)(u >> 16);
+      p[i] = dsp_f32_to_bf16(((float)(x >> 40) / 16777216.0f * 2.0f - 1.0f) * scale);
     }
   }
 }

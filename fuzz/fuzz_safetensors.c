@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/safetensors.h"
+#include "dspark.h"
 #include "core/tensor.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,8 +1,11 @@
 /* dspark: a C runtime for DSpark speculative decoding.
- * The one public header: status codes, tensor views, and the entry points of
- * each component. Handles are opaque; every function that can fail because of
- * what the caller gave it returns a dsp_status, and dsp_error_message() holds
- * the readable reason (file, tensor, what is wrong) for the calling thread. */
+ *
+ * The one public header: status codes, tensor views, safetensors files, the
+ * communicator, the backend (CPU, or CUDA over one or several GPUs of one
+ * process), and the components that run on a backend (the Markov head now).
+ * Handles are opaque; every function that can fail because of what the caller
+ * gave it returns a dsp_status, and dsp_error_message() holds the readable
+ * reason (file, tensor, what is wrong) for the calling thread. */
 #ifndef DSPARK_H
 #define DSPARK_H
 
@@ -32,6 +35,24 @@ typedef enum {
 const char *dsp_status_name(dsp_status s);
 /* The last error's message for this thread ("" after success). */
 const char *dsp_error_message(void);
+/* Records a formatted message for this thread and returns s (for callbacks
+ * that hand dspark a failure, e.g. a weights function). */
+dsp_status dsp_fail(dsp_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- the library and its settings --------------------------------------- */
+const char *dsp_version(void);            /* "dspark 0.2" */
+/* Compiler and the backends this build has, e.g. "gcc 12.2.0; backends cpu, mpi, cuda, nccl". */
+const char *dsp_build_info(void);
+/* Validates every DSPARK_* environment variable once (README lists them):
+ * DSP_ERR_ARG naming the variable and its accepted values when one does not
+ * parse. Programs call it at start-up; everything else calls it implicitly. */
+dsp_status dsp_settings_check(void);
+int dsp_settings_quiet(void);   /* DSPARK_QUIET=1: no start-up report lines */
+int dsp_settings_verbose(void); /* DSPARK_VERBOSE=1: kernel choices and check counts too */
 
 /* ---- tensors ------------------------------------------------------------- */
 typedef enum { DSP_BF16 = 0, DSP_F32, DSP_I64, DSP_I32, DSP_F16, DSP_DTYPE_COUNT } dsp_dtype;
@@ -51,7 +72,191 @@ typedef uint16_t dsp_bf16;
 
 size_t dsp_dtype_size(dsp_dtype t);
 const char *dsp_dtype_name(dsp_dtype t);
+/* A contiguous row-major view of `ndim` (<= DSP_MAX_DIMS) dims over data. */
+dsp_tensor dsp_tensor_view(void *data, dsp_dtype dt, int32_t ndim, const int64_t *shape);
+dsp_tensor dsp_tensor_2d(void *data, dsp_dtype dt, int64_t rows, int64_t cols);
+int64_t dsp_tensor_numel(const dsp_tensor *t);
+/* Rows [begin, end) of dim 0, keeping strides. */
+dsp_tensor dsp_tensor_rows(const dsp_tensor *t, int64_t begin, int64_t end);
 
+/* ---- safetensors files ----------------------------------------------------
+ * Layout: u64 little-endian N, then N bytes of a UTF-8 JSON object mapping each
+ * tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+ * relative to the first byte after the header), plus an optional
+ * "__metadata__" object of string -> string; then the data section.
+ *
+ * Reader: dsp_st_open validates the whole header before returning, so every
+ * accessor afterwards can trust offsets and sizes. Open accepts every dtype
+ * name the format defines (F64, U8, BOOL, F8_*, ...) and any number of dims;
+ * the accessors that hand out data (info, view, read_rows) refuse a dtype
+ * that has no dsp_dtype (DSP_ERR_DTYPE) and more than DSP_MAX_DIMS dims
+ * (DSP_ERR_SHAPE). Data ranges may leave gaps but never share a byte (empty
+ * ranges share none). Tensors are listed in the order of their data offsets
+ * (file order; equal offsets by end, then name). */
+#define DSP_ST_MAX_HEADER ((uint64_t)100 * 1024 * 1024) /* longer headers are refused as corrupt */
+
+typedef struct dsp_st_file dsp_st_file;
+
+/* What open learned about one tensor, whatever its dtype. */
+typedef struct {
+  const char *name;
+  const char *dtype;     /* the file's dtype name, e.g. "BF16", "F64" */
+  int32_t ndim;          /* may exceed DSP_MAX_DIMS */
+  const int64_t *shape;  /* ndim values */
+  uint64_t begin, end;   /* byte range within the data section */
+} dsp_st_entry;
+
+/* Opens and maps `path` read-only (MAP_PRIVATE) and validates it.
+ * DSP_ERR_IO when it cannot be opened or mapped, DSP_ERR_FORMAT when malformed. */
+dsp_status dsp_st_open(const char *path, dsp_st_file **out);
+/* The same validation over a caller's buffer, which must outlive the handle;
+ * `label` stands for the path in messages and dsp_st_path. */
+dsp_status dsp_st_open_memory(const void *buf, size_t len, const char *label, dsp_st_file **out);
+void dsp_st_close(dsp_st_file *f);
+
+const char *dsp_st_path(const dsp_st_file *f);
+int dsp_st_count(const dsp_st_file *f);
+/* Name of tensor i (0 <= i < count), in data-offset order; NULL out of range. */
+const char *dsp_st_name(const dsp_st_file *f, int i);
+/* Everything about tensor i; NULL out of range. Valid until dsp_st_close. */
+const dsp_st_entry *dsp_st_entry_at(const dsp_st_file *f, int i);
+/* Value of a "__metadata__" key; NULL when absent. */
+const char *dsp_st_metadata(const dsp_st_file *f, const char *key);
+
+/* dtype and shape of `name` (any output may be NULL). DSP_ERR_MISSING if
+ * absent, DSP_ERR_DTYPE if its dtype has no dsp_dtype, DSP_ERR_SHAPE if it has
+ * more than DSP_MAX_DIMS dims. */
+dsp_status dsp_st_info(const dsp_st_file *f, const char *name, dsp_dtype *dt, int32_t *ndim,
+                       int64_t shape[DSP_MAX_DIMS]);
+/* A contiguous view into the file's bytes, touching none of them. The data is
+ * read-only (a private read-only mapping, or the caller's buffer): callers
+ * must not write through it. DSP_ERR_UNSUPPORTED when the tensor's bytes are
+ * not aligned to its element size (a writer that packed dtypes of different
+ * widths); dsp_st_read_rows copies such tensors. Errors as dsp_st_info. */
+dsp_status dsp_st_view(const dsp_st_file *f, const char *name, dsp_tensor *out);
+/* Copies rows [row0, row0 + nrows) of dim 0 to dst (contiguous, row-major).
+ * Only those rows' bytes are read, so a tensor-parallel rank that reads its
+ * own rows never faults in the others' pages. DSP_ERR_RANGE for a row range
+ * outside [0, shape[0]], DSP_ERR_SHAPE for a 0-dim tensor; errors as info. */
+dsp_status dsp_st_read_rows(const dsp_st_file *f, const char *name, int64_t row0, int64_t nrows, void *dst);
+
+/* Writer. Tensors are copied when added and laid out in the order added,
+ * without padding between them (so a view of a later tensor is aligned only if
+ * the bytes before it are a multiple of its element size). The header is
+ * padded with spaces to a multiple of 8 bytes. Nothing appears at `path` until
+ * dsp_st_writer_finish succeeds: it writes `path`.tmp.<pid> and renames it. */
+typedef struct dsp_st_writer dsp_st_writer;
+
+dsp_status dsp_st_writer_create(const char *path, dsp_st_writer **out);
+/* Copies t's elements (any strides) under `name`. DSP_ERR_ARG for a duplicate,
+ * empty, reserved ("__metadata__") or non-UTF-8 name, or a NULL data pointer
+ * with elements; DSP_ERR_DTYPE / DSP_ERR_SHAPE for a bad dtype or shape. A
+ * failed add leaves the writer as it was. */
+dsp_status dsp_st_writer_add(dsp_st_writer *w, const char *name, const dsp_tensor *t);
+/* Sets a "__metadata__" entry; a later value for the same key replaces it. */
+dsp_status dsp_st_writer_meta(dsp_st_writer *w, const char *key, const char *value);
+/* Writes the file (DSP_ERR_IO on failure, leaving nothing at `path` nor a
+ * temporary file) and frees w in every case. */
+dsp_status dsp_st_writer_finish(dsp_st_writer *w);
+/* Frees w; writes nothing. */
+void dsp_st_writer_abort(dsp_st_writer *w);
+
+/* ---- the communicator -----------------------------------------------------
+ * One interface, several engines: self (one rank), MPI (CPUs, and to
+ * bootstrap), NCCL (GPUs). Host engines take host buffers; NCCL takes device
+ * buffers on the stream its backend uses (and host buffers for the control
+ * plane). Ranks are numbered 0..size-1; gathers are in rank order.
+ *
+ * Collectives are called by every rank, in the same order, with the same sizes.
+ * Zero bytes / zero elements are allowed (buffers may then be NULL). Counts
+ * above INT_MAX work on MPI (split internally). Failures are DSP_ERR_COMM with
+ * file:line and the engine's message; bad arguments are DSP_ERR_ARG/DSP_ERR_DTYPE.
+ *
+ * Failing together, never hanging: a rank that fails alone must not leave the
+ * others waiting in a collective. Callers therefore call dsp_comm_agree(c, s)
+ * at every point where ranks can diverge (file reads, allocation, input
+ * checks), so all ranks return the same error; for an error that cannot be
+ * agreed on they end with dsp_comm_abort, or exit non-zero (under mpirun a
+ * rank that exits without MPI_Finalize makes mpirun end the others). */
+typedef struct dsp_comm dsp_comm;
+typedef enum { DSP_REDUCE_SUM = 0, DSP_REDUCE_MAX } dsp_reduce_op;
+
+/* One rank: collectives are copies, the barrier does nothing, abort exits. */
+dsp_status dsp_comm_self_create(dsp_comm **out);
+/* MPI_COMM_WORLD; initialises MPI when nobody has (and finalises it at free). */
+dsp_status dsp_comm_mpi_create(dsp_comm **out);
+/* MPI when this process was started by an MPI launcher (mpirun sets its
+ * variables), else self: a plain run needs no MPI daemon. */
+dsp_status dsp_comm_auto_create(dsp_comm **out);
+/* NCCL over the ranks of `mpi` (one process per GPU: `device` is this rank's
+ * GPU; the unique id travels over `mpi`, which must outlive the result).
+ * DSP_ERR_UNSUPPORTED in a build without NCCL. */
+dsp_status dsp_comm_nccl_create(dsp_comm *mpi, int device, dsp_comm **out);
+/* NCCL over n GPUs driven by this one process: out[i] is rank i on devices[i];
+ * each is used from its own thread. */
+dsp_status dsp_comm_nccl_create_group(int n, const int *devices, dsp_comm **out);
+
+int dsp_comm_rank(const dsp_comm *c);
+int dsp_comm_size(const dsp_comm *c);
+const char *dsp_comm_kind(const dsp_comm *c); /* "self", "mpi", "nccl" */
+/* recv holds size * bytes: rank r's `bytes` at offset r * bytes. In place when
+ * send == recv + rank * bytes; other overlaps are not allowed. */
+dsp_status dsp_comm_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes);
+dsp_status dsp_comm_bcast(dsp_comm *c, void *buf, size_t bytes, int root);
+/* send == recv is allowed (in place). dt: DSP_F32, DSP_I32, DSP_I64. Every rank
+ * gets the same result; an F32 SUM's rounding order is the engine's (exact
+ * when the sum is exact), so results that must be bit-fixed use MAX or integers. */
+dsp_status dsp_comm_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
+                              dsp_reduce_op op);
+dsp_status dsp_comm_barrier(dsp_comm *c);
+/* Every rank passes its own status; every rank gets the worst (the first
+ * non-OK by rank order), and on failure a message naming the failing rank and
+ * its reason: with R the lowest rank that failed, every rank (R too) returns
+ * R's status with the message "rank R: <R's dsp_error_message()>". When all
+ * pass DSP_OK it returns DSP_OK and leaves the message alone. A collective
+ * failure inside returns DSP_ERR_COMM. */
+dsp_status dsp_comm_agree(dsp_comm *c, dsp_status local);
+/* Ends every rank with exit code `code`: MPI_Abort on MPI, exit on self. c may be NULL. */
+void dsp_comm_abort(dsp_comm *c, int code) __attribute__((noreturn));
+/* NULL is fine. MPI: finalises MPI with the last communicator if we started it. */
+void dsp_comm_free(dsp_comm *c);
+
+/* ---- the backend ------------------------------------------------------------
+ * Where components run their operations: the CPU (OpenMP threads; tensor
+ * parallelism over the ranks of an MPI communicator), or CUDA GPUs (one GPU
+ * per process with NCCL bootstrapped over MPI, or several GPUs driven by one
+ * process with an NCCL group of its own). The tensor-parallel group is the
+ * communicator's processes times the GPUs each drives; TP rank r owns the
+ * r-th equal part of every split weight. */
+typedef struct dsp_backend dsp_backend;
+typedef enum { DSP_BACKEND_CPU = 0, DSP_BACKEND_CUDA } dsp_backend_kind;
+
+typedef struct {
+  dsp_backend_kind kind;
+  /* The processes of the TP group (borrowed; must outlive the backend). NULL:
+   * this process alone. */
+  dsp_comm *comm;
+  /* CUDA: GPUs this process drives (0 or 1: one GPU, under mpirun the local
+   * rank's, else GPU 0; N > 1: GPUs 0..N-1, not under mpirun). CPU: 0 or 1. */
+  int32_t devices;
+} dsp_backend_config;
+
+/* DSP_ERR_UNSUPPORTED for CUDA in a build without it; DSP_ERR_DEVICE when the
+ * GPUs asked for are not there. The CPU backend also sets this process's
+ * thread count (DSPARK_THREADS, else the host's cores shared among its ranks). */
+dsp_status dsp_backend_create(const dsp_backend_config *cfg, dsp_backend **out);
+void dsp_backend_free(dsp_backend *b);
+dsp_backend_kind dsp_backend_kind_of(const dsp_backend *b);
+const char *dsp_backend_kind_name(dsp_backend_kind k); /* "cpu", "cuda" */
+/* 1 when this build has the backend (CUDA: and a GPU is visible). */
+int dsp_backend_available(dsp_backend_kind k);
+int32_t dsp_backend_tp_size(const dsp_backend *b);
+/* This process's first TP rank (its GPUs hold ranks tp_rank0 .. tp_rank0 + devices - 1). */
+int32_t dsp_backend_tp_rank0(const dsp_backend *b);
+int32_t dsp_backend_devices(const dsp_backend *b);
+dsp_comm *dsp_backend_comm(const dsp_backend *b);
+/* One line, e.g. "cpu: avx512f kernels, 2 threads" or "cuda: NVIDIA H200 x1". */
+const char *dsp_backend_describe(const dsp_backend *b);
 
 /* ---- the Markov head (DESIGN §1-§3) ----------------------------------------
  * Vocabulary rows are split over TP ranks: rank r of P owns global rows
@@ -70,15 +275,21 @@ typedef struct {
   dsp_path path;        /* AUTO = sharded where eligible, else original */
   dsp_contract contract;
   int32_t broadcast;    /* per-step broadcast of tokens from rank 0 (default 1) */
-} dsp_head_config;
+} dsp_markov_config;
 
-/* One rank's weights as host views (bf16). lm_local / w2_local: this rank's
- * rows [r*Vr, min((r+1)*Vr, Vp)); w1: all Vp rows (replicated); w2_full: all Vp
- * rows, needed by the original and replicated paths (may be NULL for sharded). */
+/* One TP rank's weights as host views (bf16, rows contiguous). lm_local /
+ * w2_local: the rank's rows [r*Vr, min((r+1)*Vr, Vp)); w1: all Vp rows
+ * (replicated); w2_full: all Vp rows, needed by the original and replicated
+ * paths (has_w2_full = 0: the sharded path only). The views need only live
+ * through dsp_markov_head_create. */
 typedef struct {
   dsp_tensor lm_local, w1, w2_local, w2_full;
   int has_w2_full;
-} dsp_head_weights;
+} dsp_markov_weights;
+
+/* Gives TP rank `tp_rank` of `tp_size` its weights (called once per rank this
+ * process holds: several times for a backend driving several GPUs). */
+typedef dsp_status (*dsp_markov_weights_fn)(void *ctx, int32_t tp_size, int32_t tp_rank, dsp_markov_weights *w);
 
 typedef struct {
   int32_t batch;              /* B <= max_batch */
@@ -87,39 +298,66 @@ typedef struct {
   const float *temperature;   /* [B] or NULL (all greedy); 0 = greedy row */
   const uint64_t *seed;       /* [B] or NULL (0) */
   const int64_t *position;    /* [B] or NULL (0): the anchor's absolute position */
-} dsp_head_inputs;
+} dsp_markov_inputs;
 
 typedef struct {
   int64_t *tokens;            /* [B * gamma] */
   /* Optional [B, gamma, V] view (BF16, or F32 for fp32-add): corrected logits.
    * Filled on every rank when given; sampled batches compute them anyway. */
   dsp_tensor *logits;
-} dsp_head_outputs;
+} dsp_markov_outputs;
 
-typedef struct dsp_head dsp_head;
-typedef struct dsp_comm dsp_comm;
+typedef struct dsp_markov_head dsp_markov_head;
 
 /* Rank's global row range for a TP split. */
-void dsp_head_rows(int64_t vocab_padded, int size, int rank, int64_t *row0, int64_t *rows_per_rank,
-                   int64_t *rows_real);
-dsp_status dsp_head_create(const dsp_head_config *cfg, dsp_comm *comm, const dsp_head_weights *w,
-                           dsp_head **out);
-dsp_status dsp_head_propose(dsp_head *h, const dsp_head_inputs *in, dsp_head_outputs *out);
+void dsp_markov_rows(int64_t vocab_padded, int size, int rank, int64_t *row0, int64_t *rows_per_rank,
+                     int64_t *rows_real);
+/* Collective over the backend's TP group. */
+dsp_status dsp_markov_head_create(dsp_backend *be, const dsp_markov_config *cfg, dsp_markov_weights_fn weights,
+                                  void *ctx, dsp_markov_head **out);
+dsp_status dsp_markov_head_propose(dsp_markov_head *h, const dsp_markov_inputs *in, dsp_markov_outputs *out);
 /* The one start-up line, e.g. "dspark: markov head greedy: W2 sharded over TP4,
- * bf16 local top-1; sampling: full logits". */
-const char *dsp_head_report(const dsp_head *h);
-dsp_path dsp_head_greedy_path(const dsp_head *h);
+ * bf16 local top-1; sampling: full logits"; with DSPARK_VERBOSE=1 a second
+ * line of backend detail (kernels, checks, graphs) follows after a newline. */
+const char *dsp_markov_head_report(const dsp_markov_head *h);
+dsp_path dsp_markov_head_greedy_path(const dsp_markov_head *h);
 /* Switch the greedy path of a live head (benchmarks alternate paths on one set
  * of weights). ORIGINAL and REPLICATED need w2_full; an ineligible SHARDED
- * request falls back to ORIGINAL, as at creation. */
-dsp_status dsp_head_set_path(dsp_head *h, dsp_path p);
+ * request falls back to ORIGINAL, as at creation. DSP_ERR_UNSUPPORTED on
+ * CUDA, whose path is captured in its graphs. */
+dsp_status dsp_markov_head_set_path(dsp_markov_head *h, dsp_path p);
 const char *dsp_path_name(dsp_path p);
-/* Wall-clock parts of the last proposal on this rank: LM-head product (with the
- * base all-gather where the path has one) and the gamma Markov steps. */
-void dsp_head_last_timing(const dsp_head *h, double *lm_ms, double *tail_ms);
-void dsp_head_free(dsp_head *h);
-/* Validates a proposal's inputs against a config (anchor range, temperature). */
-dsp_status dsp_head_check_inputs(const dsp_head_config *cfg, const dsp_head_inputs *in);
+/* Wall-clock milliseconds of the last proposal on this process: LM-head
+ * product (with the base all-gather where the path has one) and the gamma
+ * Markov steps (CPU; on CUDA the whole proposal counts as lm_ms). */
+void dsp_markov_head_last_timing(const dsp_markov_head *h, double *lm_ms, double *tail_ms);
+void dsp_markov_head_free(dsp_markov_head *h);
+/* Validates a proposal's inputs against a config (batch, hidden shape, anchor
+ * range, temperature, position). */
+dsp_status dsp_markov_check_inputs(const dsp_markov_config *cfg, const dsp_markov_inputs *in);
+
+/* Weights and inputs from safetensors files (the layouts of `dspark head`).
+ * A rank maps the whole file but touches only its own rows of lm_head and
+ * markov_w2. Fills cfg's vocab, vocab_padded, hidden and rank from the file
+ * (other fields untouched) and w with views into it. need_full: all of W2. */
+dsp_status dsp_markov_weights_from_file(dsp_st_file *f, int32_t tp_size, int32_t tp_rank, int need_full,
+                                        dsp_markov_config *cfg, dsp_markov_weights *w);
+
+typedef struct {
+  dsp_st_file *file;
+  dsp_tensor hidden;       /* [B, gamma, H] BF16 view into the file */
+  int64_t *anchor;         /* [B], owned */
+  float *temperature;      /* [B] or NULL, owned */
+  uint64_t *seed;          /* [B] or NULL, owned */
+  int64_t *position;       /* [B] or NULL, owned */
+  int32_t batch;
+  int64_t gamma;
+} dsp_markov_input_file;
+
+/* Reads I and checks it against cfg (H, V): shapes, dtypes, ranges. */
+dsp_status dsp_markov_inputs_load(const char *path, const dsp_markov_config *cfg, dsp_markov_input_file *in);
+void dsp_markov_input_file_free(dsp_markov_input_file *in);
+dsp_markov_inputs dsp_markov_input_file_view(const dsp_markov_input_file *in);
 
 #ifdef __cplusplus
 }

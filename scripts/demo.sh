@@ -5,6 +5,8 @@
 set -euo pipefail
 BUILD=${1:-build}
 D="$BUILD/dspark"
+SYNTH="$BUILD/bench/synth"
+BENCH="$BUILD/bench/bench_head"
 OUT="$BUILD/demo"
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
@@ -16,13 +18,13 @@ echo "== dspark info"
 "$D" info
 
 echo; echo "== a seeded checkpoint (V 32000 padded to 32003, H 512, R 64) and 6 requests, every 2nd sampled at T 0.8"
-"$D" synth --weights "$OUT/w.safetensors" --inputs "$OUT/i.safetensors" --vocab 32000 --vocab-padded 32003 \
+"$SYNTH" --weights "$OUT/w.safetensors" --inputs "$OUT/i.safetensors" --vocab 32000 --vocab-padded 32003 \
   --hidden 512 --rank 64 --batch 6 --gamma 7 --seed 7 --sampled-every 2 --temperature 0.8
 
 for mode in sampled greedy; do
   inputs="$OUT/i.safetensors"
   if [ $mode = greedy ]; then
-    "$D" synth --inputs "$OUT/ig.safetensors" --vocab 32000 --hidden 512 --batch 6 --gamma 7 --seed 7
+    "$SYNTH" --inputs "$OUT/ig.safetensors" --vocab 32000 --hidden 512 --batch 6 --gamma 7 --seed 7
     inputs="$OUT/ig.safetensors"
   fi
   for path in original sharded replicated; do
@@ -40,4 +42,4 @@ for mode in sampled greedy; do
 done
 
 echo; echo "== timing, TP4, B 32, gamma 7, V 32000, R 256, H 1024 (short run; see bench/RESULTS.md for full shapes)"
-$MPIRUN "$D" bench head --vocab 32000 --hidden 1024 --rounds 3 --replays 5
+$MPIRUN "$BENCH" --vocab 32000 --hidden 1024 --rounds 3 --replays 5

@@ -13,15 +13,18 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "kernels/cuda/head_cuda.h"
-#include "kernels/cuda/head_cuda_tune.h"
-#include "kernels/cuda/lm_head.h"
-#include "kernels/cuda/lm_wgmma.h"
+#include "backend/cuda/markov_cuda.h"
+#include "kernels/cuda/common/device.h"
+#include "core/env.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/markov.h"
+#include "support/cuda_head_time.h"
+#include "support/gemm_parts.h"
 #include "test_cuda_ref.h"
 
-static dsp_head_config cfg_base(int64_t V, int64_t Vp, int64_t H, int64_t R, int64_t G, int32_t maxb) {
-  dsp_head_config c;
+static dsp_markov_config cfg_base(int64_t V, int64_t Vp, int64_t H, int64_t R, int64_t G, int32_t maxb) {
+  dsp_markov_config c;
   memset(&c, 0, sizeof c);
   c.vocab = V;
   c.vocab_padded = Vp;
@@ -37,12 +40,12 @@ static dsp_head_config cfg_base(int64_t V, int64_t Vp, int64_t H, int64_t R, int
 
 /* The mid-size shape: 2504 units of 16 rows, so warps own several units
  * (pipelining, serpentine order and L2 prefetch all run); odd tail 40000..40063. */
-static dsp_head_config cfg_mid(void) { return cfg_base(40000, 40064, 64, 64, 4, 8); }
+static dsp_markov_config cfg_mid(void) { return cfg_base(40000, 40064, 64, 64, 4, 8); }
 
 static dsp_cuda_head *make_head(tr_model *m, const dsp_cuda_tuning *t) {
-  dsp_head_weights w = tr_weights(m);
+  dsp_markov_weights w = tr_weights(m);
   dsp_cuda_head *h = NULL;
-  dsp_status s = dsp_cuda_head_create_tuned(&m->cfg, NULL, &w, 0, t, &h);
+  dsp_status s = dsp_cuda_head_create(&m->cfg, NULL, &w, 0, t, &h);
   if (s != DSP_OK) print_error("create: %s: %s\n", dsp_status_name(s), dsp_error_message());
   assert_int_equal(s, DSP_OK);
   return h;
@@ -53,19 +56,19 @@ typedef struct {
   void *lg;
 } run_out;
 
-static size_t logit_bytes(const dsp_head_config *c, int B) {
+static size_t logit_bytes(const dsp_markov_config *c, int B) {
   return (size_t)(B * c->gamma * c->vocab) * (c->contract == DSP_CONTRACT_FP32_ADD ? 4 : 2);
 }
 
 /* One proposal; logits when want_logits (which selects the sampling graph). */
-static run_out run(dsp_cuda_head *h, const dsp_head_config *c, tr_inputs *in, int with_temp, int want_logits) {
+static run_out run(dsp_cuda_head *h, const dsp_markov_config *c, tr_inputs *in, int with_temp, int want_logits) {
   run_out r;
   r.tok = calloc((size_t)(in->B * c->gamma), sizeof(int64_t));
   r.lg = want_logits ? malloc(logit_bytes(c, in->B)) : NULL;
   if (r.lg) memset(r.lg, 0xAB, logit_bytes(c, in->B)); /* poison: every element must be written */
-  dsp_head_inputs hi = tr_head_inputs(in, with_temp);
+  dsp_markov_inputs hi = tr_head_inputs(in, with_temp);
   dsp_tensor lv = tr_logits_view(r.lg, in->B, c);
-  dsp_head_outputs out = {.tokens = r.tok, .logits = want_logits ? &lv : NULL};
+  dsp_markov_outputs out = {.tokens = r.tok, .logits = want_logits ? &lv : NULL};
   dsp_status s = dsp_cuda_head_propose(h, &hi, &out);
   if (s != DSP_OK) print_error("propose: %s: %s\n", dsp_status_name(s), dsp_error_message());
   assert_int_equal(s, DSP_OK);
@@ -90,7 +93,7 @@ static long tokens_diff(const int64_t *a, const int64_t *b, size_t n, const char
 /* GPU result vs the scalar reference: tokens always, logits when asked. */
 static void expect_reference(dsp_cuda_head *h, tr_model *m, tr_inputs *in, int with_temp, int want_logits,
                              const char *what) {
-  const dsp_head_config *c = &m->cfg;
+  const dsp_markov_config *c = &m->cfg;
   run_out r = run(h, c, in, with_temp, want_logits);
   int64_t *rt = calloc((size_t)(in->B * c->gamma), sizeof(int64_t));
   void *rl = want_logits ? malloc(logit_bytes(c, in->B)) : NULL;
@@ -114,11 +117,11 @@ static void set_temps(tr_inputs *in) {
 /* ---- exact-grid parity ------------------------------------------------------- */
 static void t_grid_greedy(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 1, 11);
   dsp_cuda_head *h = make_head(&m, NULL);
-  print_message("%s\n", dsp_cuda_head_report(h));
+  print_message("%s\n%s\n", dsp_cuda_head_report(h), dsp_cuda_head_detail(h));
   tr_inputs in;
   tr_inputs_make(&in, &c, 5, 1, 12);
   expect_reference(h, &m, &in, 0, 0, "grid greedy");
@@ -130,7 +133,7 @@ static void t_grid_greedy(void **st) {
 
 static void t_grid_sampling(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 1, 21);
   dsp_cuda_head *h = make_head(&m, NULL);
@@ -146,7 +149,7 @@ static void t_grid_sampling(void **st) {
 
 static void t_fp32_add(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   c.contract = DSP_CONTRACT_FP32_ADD;
   tr_model m;
   tr_model_make(&m, &c, 1, 31);
@@ -164,7 +167,7 @@ static void t_fp32_add(void **st) {
 /* ---- strided host views ------------------------------------------------------ */
 static void t_strided(void **st) {
   (void)st;
-  dsp_head_config c = cfg_base(3000, 3008, 64, 48, 3, 4);
+  dsp_markov_config c = cfg_base(3000, 3008, 64, 48, 3, 4);
   tr_model m;
   tr_model_make(&m, &c, 1, 41);
   const int64_t Vp = c.vocab_padded, H = c.hidden, R = c.rank;
@@ -178,7 +181,7 @@ static void t_strided(void **st) {
       w2[v * (R + 16) + r] = m.w2[v * R + r];
     }
   }
-  dsp_head_weights w = tr_weights(&m);
+  dsp_markov_weights w = tr_weights(&m);
   w.lm_local.data = lm;
   w.lm_local.stride[0] = H + 8;
   w.w1.data = w1;
@@ -188,7 +191,7 @@ static void t_strided(void **st) {
   w.w2_full.stride[0] = R + 16;
   w.w2_local = w.w2_full;
   dsp_cuda_head *h = NULL;
-  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, &h), DSP_OK);
+  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, NULL, &h), DSP_OK);
 
   tr_inputs in;
   tr_inputs_make(&in, &c, 3, 1, 42);
@@ -223,7 +226,7 @@ static void t_strided(void **st) {
 /* hidden = e0 + e1 and e = W1[0] = e0 + e1, so base_v = bf16(lm[v][0] + lm[v][1])
  * and bias_v = bf16(w2[v][0] + w2[v][1]); one step. */
 static void ties_model(tr_model *m, dsp_contract contract) {
-  dsp_head_config c = cfg_base(64, 64, 64, 64, 1, 4);
+  dsp_markov_config c = cfg_base(64, 64, 64, 64, 1, 4);
   c.contract = contract;
   tr_model_make(m, &c, 1, 1);
   memset(m->lm, 0, 64 * 64 * 2);
@@ -250,7 +253,7 @@ static void ties_model(tr_model *m, dsp_contract contract) {
   }
 }
 
-static void ties_inputs(tr_inputs *in, const dsp_head_config *c) {
+static void ties_inputs(tr_inputs *in, const dsp_markov_config *c) {
   tr_inputs_make(in, c, 1, 1, 2);
   memset(in->hidden, 0, (size_t)(c->gamma * c->hidden) * 2);
   in->hidden[0] = in->hidden[1] = tr_bits(1.0f);
@@ -301,7 +304,7 @@ static void t_vocab_padding(void **st) {
   (void)st;
   /* odd V: the last unit has one real column; padding rows are NaN, which would
    * beat everything if a padding id were ever selectable */
-  dsp_head_config c = cfg_base(999, 1024, 64, 64, 3, 8);
+  dsp_markov_config c = cfg_base(999, 1024, 64, 64, 3, 8);
   tr_model m;
   tr_model_make(&m, &c, 1, 51);
   for (int64_t v = c.vocab; v < c.vocab_padded; v++) m.lm[v * c.hidden] = 0x7FC0;
@@ -331,7 +334,7 @@ static void t_vocab_padding(void **st) {
 /* ---- +-inf, NaN, all -inf, first-id ties --------------------------------------- */
 /* hidden = e0 and W2 = 0 except where noted: logit_v = bf16(lm[v][0]). */
 static void special_case(const float *vals, int nan_w2_id, int64_t want, const char *what) {
-  dsp_head_config c = cfg_base(64, 64, 64, 64, 2, 4);
+  dsp_markov_config c = cfg_base(64, 64, 64, 64, 2, 4);
   tr_model m;
   tr_model_make(&m, &c, 1, 61);
   memset(m.lm, 0, 64 * 64 * 2);
@@ -404,7 +407,7 @@ static void t_specials(void **st) {
 /* ---- inputs replaced between replays ------------------------------------------ */
 static void t_inputs_change(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 1, 71);
   dsp_cuda_head *h = make_head(&m, NULL);
@@ -439,7 +442,7 @@ static void slice_inputs(const tr_inputs *src, int b, tr_inputs *dst) {
 
 static void t_bucket_padding(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   c.max_batch = 40;
   tr_model m;
   tr_model_make(&m, &c, 0, 81); /* random: invariance must hold bit for bit */
@@ -480,7 +483,7 @@ static void t_bucket_padding(void **st) {
 static void t_strict(void **st) {
   (void)st;
   for (int contract = 0; contract < 2; contract++) {
-    dsp_head_config c = cfg_mid();
+    dsp_markov_config c = cfg_mid();
     c.contract = contract ? DSP_CONTRACT_FP32_ADD : DSP_CONTRACT_BF16;
     tr_model m;
     tr_model_make(&m, &c, 0, 91 + contract);
@@ -488,7 +491,7 @@ static void t_strict(void **st) {
     dsp_cuda_tuning_default(&t);
     t.strict = 1;
     dsp_cuda_head *h = make_head(&m, &t);
-    if (!contract) print_message("%s\n", dsp_cuda_head_report(h));
+    if (!contract) print_message("%s\n%s\n", dsp_cuda_head_report(h), dsp_cuda_head_detail(h));
     tr_inputs in;
     tr_inputs_make(&in, &c, 5, 0, 93);
     expect_reference(h, &m, &in, 0, 1, "strict greedy, random inputs");
@@ -503,7 +506,7 @@ static void t_strict(void **st) {
 /* ---- tensor cores vs the CPU order on random inputs: how often, not whether ---- */
 static void t_random_rate(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 0, 101);
   dsp_cuda_head *h = make_head(&m, NULL);
@@ -545,7 +548,7 @@ static void t_random_rate(void **st) {
 }
 
 /* ---- every execution plan gives the same bits ----------------------------------- */
-static void compare_heads(dsp_cuda_head *ref, dsp_cuda_head *h, const dsp_head_config *c, tr_inputs *in,
+static void compare_heads(dsp_cuda_head *ref, dsp_cuda_head *h, const dsp_markov_config *c, tr_inputs *in,
                           const char *what) {
   for (int smp = 0; smp < 2; smp++) {
     run_out a = run(ref, c, in, smp, 0), b = run(h, c, in, smp, 0);
@@ -565,7 +568,7 @@ static void compare_heads(dsp_cuda_head *ref, dsp_cuda_head *h, const dsp_head_c
 
 static void t_plans(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 0, 111);
   dsp_cuda_head *ref = make_head(&m, NULL);
@@ -577,23 +580,23 @@ static void t_plans(void **st) {
    * keeps 4 chunks per block of 132 resident by default, and the odd tail stays dynamic */
   /* nopdl: the tail launched after the LM head's product has ended (the default starts it as the product ends) */
   struct { const char *name; int kernel, per_step, graphs, prefetch, serpentine, l2keep, resident, nopdl; } v[] = {
-      {"register kernel", 1, 0, -1, -1, -1, 0, -1, 0},
-      {"register kernel, per-step", 1, 1, -1, -1, -1, 0, -1, 0},
-      {"register kernel, no L2 prefetch, no serpentine", 1, 0, -1, 0, 0, 0, -1, 0},
-      {"register kernel, deep prefetch", 1, 0, -1, 12, 1, 0, -1, 0},
-      {"ring 4", 5, 0, -1, -1, -1, 0, -1, 0},
-      {"ring 4, per-step kernels", 5, 1, -1, -1, -1, 0, -1, 0},
-      {"ring 4, no serpentine, eager", 5, 0, 0, -1, 0, 0, -1, 0},
-      {"ring 4, L2 keep 3/8", 5, 0, -1, -1, -1, 3, -1, 0},
-      {"ring 4, L2 keep 8/8, per-step", 5, 1, -1, -1, -1, 8, -1, 0},
-      {"ring 5 (2 resident chunks per warpgroup)", 6, 0, -1, -1, -1, 0, -1, 0},
-      {"ring 5, per-step kernels", 6, 1, -1, -1, -1, 0, -1, 0},
-      {"ring 5, no serpentine, eager, no L2 hints", 6, 0, 0, -1, 0, 0, -1, 0},
-      {"ring 5, no resident chunks", 6, 0, -1, -1, -1, 0, 0, 0},
-      {"ring 5, 1 resident chunk per warpgroup", 6, 0, -1, -1, -1, 0, 1, 0},
-      {"register kernel, no PDL", 1, 0, -1, -1, -1, 0, -1, 1},
-      {"ring 5, no PDL", 6, 0, -1, -1, -1, 0, -1, 1},
-      {"ring 4, no PDL, eager", 5, 0, 0, -1, -1, 0, -1, 1},
+      {"register kernel", DSP_TAIL_REGISTER, 0, -1, -1, -1, 0, -1, 0},
+      {"register kernel, per-step", DSP_TAIL_REGISTER, 1, -1, -1, -1, 0, -1, 0},
+      {"register kernel, no L2 prefetch, no serpentine", DSP_TAIL_REGISTER, 0, -1, 0, 0, 0, -1, 0},
+      {"register kernel, deep prefetch", DSP_TAIL_REGISTER, 0, -1, 12, 1, 0, -1, 0},
+      {"ring", DSP_TAIL_RING, 0, -1, -1, -1, 0, -1, 0},
+      {"ring, per-step kernels", DSP_TAIL_RING, 1, -1, -1, -1, 0, -1, 0},
+      {"ring, no serpentine, eager", DSP_TAIL_RING, 0, 0, -1, 0, 0, -1, 0},
+      {"ring, L2 keep 3/8", DSP_TAIL_RING, 0, -1, -1, -1, 3, -1, 0},
+      {"ring, L2 keep 8/8, per-step", DSP_TAIL_RING, 1, -1, -1, -1, 8, -1, 0},
+      {"ring-wgmma (2 resident chunks per warpgroup)", DSP_TAIL_RING_WGMMA, 0, -1, -1, -1, 0, -1, 0},
+      {"ring-wgmma, per-step kernels", DSP_TAIL_RING_WGMMA, 1, -1, -1, -1, 0, -1, 0},
+      {"ring-wgmma, no serpentine, eager, no L2 hints", DSP_TAIL_RING_WGMMA, 0, 0, -1, 0, 0, -1, 0},
+      {"ring-wgmma, no resident chunks", DSP_TAIL_RING_WGMMA, 0, -1, -1, -1, 0, 0, 0},
+      {"ring-wgmma, 1 resident chunk per warpgroup", DSP_TAIL_RING_WGMMA, 0, -1, -1, -1, 0, 1, 0},
+      {"register kernel, no PDL", DSP_TAIL_REGISTER, 0, -1, -1, -1, 0, -1, 1},
+      {"ring-wgmma, no PDL", DSP_TAIL_RING_WGMMA, 0, -1, -1, -1, 0, -1, 1},
+      {"ring, no PDL, eager", DSP_TAIL_RING, 0, 0, -1, -1, 0, -1, 1},
   };
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
     dsp_cuda_tuning t;
@@ -619,21 +622,21 @@ static void t_plans(void **st) {
  * for compute-sanitizer: one head each) ----------------------------------------- */
 static void t_resident(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid(); /* 626 chunks: 528 resident at 2 per warpgroup on 132 SMs */
+  dsp_markov_config c = cfg_mid(); /* 626 chunks: 528 resident at 2 per warpgroup on 132 SMs */
   tr_model m;
   tr_model_make(&m, &c, 0, 151);
   dsp_cuda_tuning t;
   dsp_cuda_tuning_default(&t);
-  t.kernel = 1;
+  t.kernel = DSP_TAIL_REGISTER;
   dsp_cuda_head *ref = make_head(&m, &t);
-  t.kernel = 6;
+  t.kernel = DSP_TAIL_RING_WGMMA;
   t.resident = 2;
   dsp_cuda_head *h = make_head(&m, &t);
-  assert_non_null(strstr(dsp_cuda_head_report(h), "2 W2 chunks resident"));
+  assert_non_null(strstr(dsp_cuda_head_detail(h), "2 W2 chunks resident"));
   tr_inputs in;
   tr_inputs_make(&in, &c, 8, 0, 152);
   set_temps(&in);
-  compare_heads(ref, h, &c, &in, "ring 5 with resident chunks vs the register kernel");
+  compare_heads(ref, h, &c, &in, "ring-wgmma with resident chunks vs the register kernel");
   tr_inputs_free(&in);
   dsp_cuda_head_free(h);
   dsp_cuda_head_free(ref);
@@ -661,7 +664,7 @@ static void t_wgmma_check(void **st) {
 /* ---- the multi-rank plans with NCCL collectives, on one rank -------------------- */
 static void t_nccl_one_rank(void **st) {
   (void)st;
-  dsp_head_config c = cfg_mid();
+  dsp_markov_config c = cfg_mid();
   tr_model m;
   tr_model_make(&m, &c, 0, 121);
   dsp_cuda_head *ref = make_head(&m, NULL);
@@ -676,18 +679,18 @@ static void t_nccl_one_rank(void **st) {
         tr_model mm = m;
         mm.cfg.path = paths[p];
         mm.cfg.broadcast = bc;
-        dsp_head_weights w = tr_weights(&mm);
+        dsp_markov_weights w = tr_weights(&mm);
         w.has_w2_full = full;
         dsp_cuda_tuning t;
         dsp_cuda_tuning_default(&t);
         t.force_collectives = 1;
         dsp_cuda_head *h = NULL;
-        dsp_status s = dsp_cuda_head_create_tuned(&mm.cfg, NULL, &w, 0, &t, &h);
+        dsp_status s = dsp_cuda_head_create(&mm.cfg, NULL, &w, 0, &t, &h);
         if (s != DSP_OK) print_error("nccl create: %s\n", dsp_error_message());
         assert_int_equal(s, DSP_OK);
         char what[128];
         snprintf(what, sizeof what, "NCCL one rank, path %d, broadcast %d, full W2 %d", p, bc, full);
-        if (p == 0 && bc) print_message("%s\n", dsp_cuda_head_report(h));
+        if (p == 0 && bc) print_message("%s\n%s\n", dsp_cuda_head_report(h), dsp_cuda_head_detail(h));
         compare_heads(ref, h, &c, &in, what);
         dsp_cuda_head_free(h);
       }
@@ -717,24 +720,22 @@ static void t_lm_invariance(void **st) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   const int sm90 = major == 9 && minor == 0;
-  for (int choice = DSP_LM_HEURISTIC; choice <= DSP_LM_WGMMA_SINGLE; choice++) {
+  for (int choice = DSP_GEMM_PINNED; choice <= DSP_GEMM_WGMMA_SINGLE; choice++) {
     uint16_t *h1, *h2, *h3;
-    dsp_cuda_lm *full = NULL, *shard = NULL;
-    assert_int_equal(dsp_cuda_lm_create(N, K, 0, choice, &full), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_create(1024, K, 0, choice, &shard), DSP_OK);
-    print_message("LM head: %s\n", dsp_cuda_lm_describe(full));
-    if (choice == DSP_LM_PREFERRED && sm90) /* the fixed sm_90 configuration must be the one tested */
-      assert_non_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
-    if (choice == DSP_LM_HEURISTIC) assert_null(strstr(dsp_cuda_lm_describe(full), "preferred"));
-    if (choice >= DSP_LM_WGMMA && sm90) /* the own kernel must be the one tested (its tile check passed) */
-      assert_non_null(strstr(dsp_cuda_lm_describe(full), "own wgmma"));
-    if (choice == DSP_LM_WGMMA_SINGLE && sm90) assert_non_null(strstr(dsp_cuda_lm_describe(full), "single blocks"));
-    assert_int_equal(dsp_cuda_lm_prepare(full, M), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_prepare(full, 112), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_prepare(shard, M), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_run(full, da, dw, o1, M, N, 0), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_run(full, da, dw, o2, 112, N, 0), DSP_OK);
-    assert_int_equal(dsp_cuda_lm_run(shard, da, (uint16_t *)dw + 2048 * K, o3, M, 1024, 0), DSP_OK);
+    dsp_cuda_gemm *full = NULL, *shard = NULL;
+    assert_int_equal(dsp_cuda_gemm_create(N, K, 0, choice, &full), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_create(1024, K, 0, choice, &shard), DSP_OK);
+    print_message("LM head: %s\n", dsp_cuda_gemm_describe(full));
+    if (choice == DSP_GEMM_PINNED) assert_non_null(strstr(dsp_cuda_gemm_describe(full), "cublasLt"));
+    if (choice >= DSP_GEMM_WGMMA && sm90) /* the own kernel must be the one tested (its tile check passed) */
+      assert_non_null(strstr(dsp_cuda_gemm_describe(full), "own wgmma"));
+    if (choice == DSP_GEMM_WGMMA_SINGLE && sm90) assert_non_null(strstr(dsp_cuda_gemm_describe(full), "single blocks"));
+    assert_int_equal(dsp_cuda_gemm_prepare(full, M), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_prepare(full, 112), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_prepare(shard, M), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_run(full, da, K, dw, o1, M, N, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_run(full, da, K, dw, o2, 112, N, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_run(shard, da, K, (uint16_t *)dw + 2048 * K, o3, M, 1024, 0), DSP_OK);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     h1 = malloc((size_t)(M * N) * 2);
     h2 = malloc((size_t)(112 * N) * 2);
@@ -756,8 +757,8 @@ static void t_lm_invariance(void **st) {
                   shard_diff, cpu_diff, (long long)(64 * N));
     assert_int_equal(shard_diff, 0);
     assert_true(cpu_diff * 20 < 64 * N);
-    dsp_cuda_lm_free(full);
-    dsp_cuda_lm_free(shard);
+    dsp_cuda_gemm_free(full);
+    dsp_cuda_gemm_free(shard);
     free(h1);
     free(h2);
     free(h3);
@@ -792,12 +793,12 @@ static void *own_upload(const uint16_t *h, int64_t n) {
   return d;
 }
 
-/* The own kernel's benchmark parts (lm_wgmma.h, dsp_cuda_lm_wg_part): the data-movement parts store zeros
+/* The own kernel's benchmark parts (lm_wgmma.h, dsp_cuda_gemm_wg_part): the data-movement parts store zeros
  * over the whole product and nothing past it; the tensor-core part stores over the same region; bad
  * arguments are refused with a message. */
 static void t_lm_parts(void **st) {
   (void)st;
-  if (!dsp_cuda_lm_wg_supported(512)) {
+  if (!dsp_cuda_gemm_wg_supported(512)) {
     print_message("own wgmma LM kernel: not supported on this device (sm_90a only), nothing to test\n");
     return;
   }
@@ -809,7 +810,7 @@ static void t_lm_parts(void **st) {
   assert_int_equal(cudaMalloc(&o, ob), cudaSuccess);
   for (int part = 1; part <= 4; part++) {
     assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
-    assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, K, LDO, part, 0), DSP_OK);
+    assert_int_equal(dsp_bench_gemm_wg_part(da, dw, o, M, N, K, LDO, part, 0), DSP_OK);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(h, o, ob, cudaMemcpyDeviceToHost);
     long inside_untouched = 0, inside_nonzero = 0, pad_touched = 0;
@@ -823,10 +824,10 @@ static void t_lm_parts(void **st) {
     assert_int_equal(inside_untouched, 0);
     if (part >= 2) assert_int_equal(inside_nonzero, 0); /* nothing multiplied: zeros */
   }
-  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, K, LDO, 5, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_bench_gemm_wg_part(da, dw, o, M, N, K, LDO, 5, 0), DSP_ERR_ARG);
   assert_non_null(strstr(dsp_error_message(), "part"));
-  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, 225, N, K, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
-  assert_int_equal(dsp_cuda_lm_wg_part(da, dw, o, M, N, 500, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_bench_gemm_wg_part(da, dw, o, 225, N, K, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_bench_gemm_wg_part(da, dw, o, M, N, 500, LDO, 1, 0), DSP_ERR_UNSUPPORTED);
   cudaFree(da);
   cudaFree(dw);
   cudaFree(o);
@@ -839,7 +840,7 @@ static void t_lm_parts(void **st) {
  * output, and agreement with the pinned cuBLASLt product --------------------------- */
 static void t_lm_own_edges(void **st) {
   (void)st;
-  if (!dsp_cuda_lm_wg_supported(512)) {
+  if (!dsp_cuda_gemm_wg_supported(512)) {
     print_message("own wgmma LM kernel: not supported on this device (sm_90a only), nothing to test\n");
     return;
   }
@@ -856,7 +857,7 @@ static void t_lm_own_edges(void **st) {
   for (int r = 0; r < 4; r++) { /* clusters of two, named (not the default, which may change); the last: single blocks */
     h[r] = malloc(ob);
     assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
-    assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 2, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 2, 0), DSP_OK);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(h[r], o, ob, cudaMemcpyDeviceToHost);
   }
@@ -888,10 +889,10 @@ static void t_lm_own_edges(void **st) {
   assert_int_equal(special_bad, 0);
   assert_true(cpu_diff * 20 < M * N);
   /* the pinned cuBLASLt product of the same problem: how often the two differ (reported) */
-  dsp_cuda_lm *lt = NULL;
-  assert_int_equal(dsp_cuda_lm_create(N, K, 0, DSP_LM_HEURISTIC, &lt), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_prepare(lt, M), DSP_OK);
-  assert_int_equal(dsp_cuda_lm_run(lt, da, dw, o, M, LDO, 0), DSP_OK);
+  dsp_cuda_gemm *lt = NULL;
+  assert_int_equal(dsp_cuda_gemm_create(N, K, 0, DSP_GEMM_PINNED, &lt), DSP_OK);
+  assert_int_equal(dsp_cuda_gemm_prepare(lt, M), DSP_OK);
+  assert_int_equal(dsp_cuda_gemm_run(lt, da, K, dw, o, M, LDO, 0), DSP_OK);
   assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
   uint16_t *hl = malloc(ob);
   cudaMemcpy(hl, o, ob, cudaMemcpyDeviceToHost);
@@ -899,14 +900,14 @@ static void t_lm_own_edges(void **st) {
   for (int64_t i = 0; i < M; i++)
     for (int64_t j = 0; j < N; j++)
       if (i != 3 && j != 17) lt_diff += hl[i * LDO + j] != h[0][i * LDO + j];
-  print_message("own wgmma LM kernel vs %s: %ld of %lld finite values differ\n", dsp_cuda_lm_describe(lt), lt_diff,
+  print_message("own wgmma LM kernel vs %s: %ld of %lld finite values differ\n", dsp_cuda_gemm_describe(lt), lt_diff,
                 (long long)((M - 1) * (N - 1)));
-  dsp_cuda_lm_free(lt);
+  dsp_cuda_gemm_free(lt);
   /* refused shapes are statuses */
-  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, 520, LDO, 0, 0, 0), DSP_ERR_UNSUPPORTED);
-  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, K, LDO, 96, 0, 0), DSP_ERR_ARG);
-  assert_int_equal(dsp_cuda_lm_wg_run(da, dw, o, M, N, K, LDO, 0, 3, 0), DSP_ERR_ARG);
-  assert_int_equal(dsp_cuda_lm_wg_supported(520), 0);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, 520, dw, o, M, N, 520, LDO, 0, 0, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 96, 0, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 0, 3, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_gemm_wg_supported(520), 0);
   for (int r = 0; r < 4; r++) free(h[r]);
   free(hl);
   cudaFree(da);
@@ -919,38 +920,38 @@ static void t_lm_own_edges(void **st) {
 /* ---- errors are statuses, not crashes ------------------------------------------- */
 static void t_errors(void **st) {
   (void)st;
-  dsp_head_config c = cfg_base(100, 112, 64, 32, 2, 4);
+  dsp_markov_config c = cfg_base(100, 112, 64, 32, 2, 4);
   tr_model m;
   tr_model_make(&m, &c, 1, 141);
-  dsp_head_weights w = tr_weights(&m);
+  dsp_markov_weights w = tr_weights(&m);
   dsp_cuda_head *h = NULL;
-  dsp_head_config bad = c;
+  dsp_markov_config bad = c;
   bad.rank = 300;
-  assert_int_equal(dsp_cuda_head_create(&bad, NULL, &w, 0, &h), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_head_create(&bad, NULL, &w, 0, NULL, &h), DSP_ERR_UNSUPPORTED);
   bad = c;
   bad.max_batch = 200;
-  assert_int_equal(dsp_cuda_head_create(&bad, NULL, &w, 0, &h), DSP_ERR_UNSUPPORTED);
-  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 4096, &h), DSP_ERR_DEVICE);
-  dsp_head_weights bw = w;
+  assert_int_equal(dsp_cuda_head_create(&bad, NULL, &w, 0, NULL, &h), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 4096, NULL, &h), DSP_ERR_DEVICE);
+  dsp_markov_weights bw = w;
   bw.lm_local.shape[0] = 111;
-  assert_int_equal(dsp_cuda_head_create(&c, NULL, &bw, 0, &h), DSP_ERR_SHAPE);
+  assert_int_equal(dsp_cuda_head_create(&c, NULL, &bw, 0, NULL, &h), DSP_ERR_SHAPE);
   bw = w;
   bw.w1.dtype = DSP_F32;
-  assert_int_equal(dsp_cuda_head_create(&c, NULL, &bw, 0, &h), DSP_ERR_DTYPE);
-  const int refused[3] = {2, 4, 7}; /* removed ring kernels 1 and 3, past the last */
+  assert_int_equal(dsp_cuda_head_create(&c, NULL, &bw, 0, NULL, &h), DSP_ERR_DTYPE);
+  const int refused[3] = {4, 7, 100}; /* past the last dsp_tail_kernel */
   for (int i = 0; i < 3; i++) {
     dsp_cuda_tuning t;
     dsp_cuda_tuning_default(&t);
     t.kernel = refused[i];
-    assert_int_equal(dsp_cuda_head_create_tuned(&c, NULL, &w, 0, &t, &h), DSP_ERR_ARG);
+    assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, &t, &h), DSP_ERR_ARG);
   }
   assert_null(h);
-  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, &h), DSP_OK);
+  assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, NULL, &h), DSP_OK);
   tr_inputs in;
   tr_inputs_make(&in, &c, 2, 1, 142);
   int64_t tok[8];
-  dsp_head_inputs hi = tr_head_inputs(&in, 0);
-  dsp_head_outputs out = {.tokens = tok, .logits = NULL};
+  dsp_markov_inputs hi = tr_head_inputs(&in, 0);
+  dsp_markov_outputs out = {.tokens = tok, .logits = NULL};
   in.anchor[1] = c.vocab;
   assert_int_equal(dsp_cuda_head_propose(h, &hi, &out), DSP_ERR_RANGE);
   in.anchor[1] = 0;
@@ -965,9 +966,9 @@ static void t_errors(void **st) {
   hi.batch = 2;
   assert_int_equal(dsp_cuda_head_propose(h, &hi, &out), DSP_OK);
   float full_ms = 0, tail_ms = 0;
-  assert_int_equal(dsp_cuda_head_time(h, 2, 0, 5, &full_ms, &tail_ms), DSP_OK);
+  assert_int_equal(dsp_bench_cuda_head_time(h, 2, 0, 5, &full_ms, &tail_ms), DSP_OK);
   assert_true(full_ms > 0 && tail_ms > 0);
-  assert_int_equal(dsp_cuda_head_time(h, 2, 1, 5, &full_ms, &tail_ms), DSP_OK);
+  assert_int_equal(dsp_bench_cuda_head_time(h, 2, 1, 5, &full_ms, &tail_ms), DSP_OK);
   tr_inputs_free(&in);
   dsp_cuda_head_free(h);
   tr_model_free(&m);
@@ -975,12 +976,12 @@ static void t_errors(void **st) {
 
 int main(int argc, char **argv) {
   if (dsp_cuda_device_count() == 0) {
-    dsp_head_config c = cfg_base(16, 16, 64, 32, 1, 1);
+    dsp_markov_config c = cfg_base(16, 16, 64, 32, 1, 1);
     tr_model m;
     tr_model_make(&m, &c, 1, 1);
-    dsp_head_weights w = tr_weights(&m);
+    dsp_markov_weights w = tr_weights(&m);
     dsp_cuda_head *h = NULL;
-    dsp_status s = dsp_cuda_head_create(&c, NULL, &w, 0, &h);
+    dsp_status s = dsp_cuda_head_create(&c, NULL, &w, 0, NULL, &h);
     tr_model_free(&m);
     if (s != DSP_ERR_DEVICE || h) {
       fprintf(stderr, "no CUDA device, yet create returned %s\n", dsp_status_name(s));

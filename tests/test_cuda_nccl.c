@@ -13,7 +13,8 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
-#include "kernels/cuda/head_cuda.h"
+#include "backend/cuda/markov_cuda.h"
+#include "kernels/cuda/common/device.h"
 #include "test_cuda_ref.h"
 
 #define MAXP 8
@@ -31,19 +32,19 @@ typedef struct {
 
 static void *rank_main(void *arg) {
   rank_job *j = arg;
-  const dsp_head_config *c = &j->m->cfg;
+  const dsp_markov_config *c = &j->m->cfg;
   int64_t r0, vr, real;
-  dsp_head_rows(c->vocab_padded, j->P, j->rank, &r0, &vr, &real);
-  dsp_head_weights w = tr_weights(j->m);
+  dsp_markov_rows(c->vocab_padded, j->P, j->rank, &r0, &vr, &real);
+  dsp_markov_weights w = tr_weights(j->m);
   w.lm_local = tr_view2(j->m->lm + r0 * c->hidden, real, c->hidden);
   w.w2_local = tr_view2(j->m->w2 + r0 * c->rank, real, c->rank);
   w.has_w2_full = j->full;
   dsp_cuda_head *h = NULL;
-  j->s = dsp_cuda_head_create(c, j->comm, &w, j->rank, &h);
+  j->s = dsp_cuda_head_create(c, j->comm, &w, j->rank, NULL, &h);
   for (int smp = 0; smp < 2 && j->s == DSP_OK; smp++) {
-    dsp_head_inputs hi = tr_head_inputs(j->in, smp);
+    dsp_markov_inputs hi = tr_head_inputs(j->in, smp);
     dsp_tensor lv = tr_logits_view(j->lg, j->in->B, c);
-    dsp_head_outputs out = {.tokens = j->tok[smp], .logits = smp ? &lv : NULL};
+    dsp_markov_outputs out = {.tokens = j->tok[smp], .logits = smp ? &lv : NULL};
     j->s = dsp_cuda_head_propose(h, &hi, &out);
   }
   if (j->s != DSP_OK) snprintf(j->err, sizeof j->err, "%s", dsp_error_message());
@@ -55,7 +56,7 @@ static void *rank_main(void *arg) {
 static void t_parity(void **st) {
   (void)st;
   const int n = dsp_cuda_device_count();
-  dsp_head_config c;
+  dsp_markov_config c;
   memset(&c, 0, sizeof c);
   c.vocab = 40000;
   c.vocab_padded = 40064;
@@ -74,13 +75,13 @@ static void t_parity(void **st) {
   int64_t *ref_tok[2] = {calloc(nt, 8), calloc(nt, 8)};
   uint16_t *ref_lg = calloc(nl, 2);
   {
-    dsp_head_weights w = tr_weights(&m);
+    dsp_markov_weights w = tr_weights(&m);
     dsp_cuda_head *h = NULL;
-    assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, &h), DSP_OK);
+    assert_int_equal(dsp_cuda_head_create(&c, NULL, &w, 0, NULL, &h), DSP_OK);
     for (int smp = 0; smp < 2; smp++) {
-      dsp_head_inputs hi = tr_head_inputs(&in, smp);
+      dsp_markov_inputs hi = tr_head_inputs(&in, smp);
       dsp_tensor lv = tr_logits_view(ref_lg, 5, &c);
-      dsp_head_outputs out = {.tokens = ref_tok[smp], .logits = smp ? &lv : NULL};
+      dsp_markov_outputs out = {.tokens = ref_tok[smp], .logits = smp ? &lv : NULL};
       assert_int_equal(dsp_cuda_head_propose(h, &hi, &out), DSP_OK);
     }
     dsp_cuda_head_free(h);

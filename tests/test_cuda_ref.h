@@ -64,11 +64,11 @@ static inline uint16_t tr_draw(int grid, int range, int e, float scale) {
 }
 
 typedef struct {
-  dsp_head_config cfg;
+  dsp_markov_config cfg;
   uint16_t *lm, *w1, *w2; /* [Vp][H], [Vp][R], [Vp][R] */
 } tr_model;
 
-static inline void tr_model_make(tr_model *m, const dsp_head_config *cfg, int grid, uint64_t seed) {
+static inline void tr_model_make(tr_model *m, const dsp_markov_config *cfg, int grid, uint64_t seed) {
   m->cfg = *cfg;
   const int64_t Vp = cfg->vocab_padded, H = cfg->hidden, R = cfg->rank;
   m->lm = malloc((size_t)(Vp * H) * 2);
@@ -100,8 +100,8 @@ static inline dsp_tensor tr_view2(void *p, int64_t rows, int64_t cols) {
 }
 
 /* Single-rank weights: everything is local. */
-static inline dsp_head_weights tr_weights(tr_model *m) {
-  dsp_head_weights w;
+static inline dsp_markov_weights tr_weights(tr_model *m) {
+  dsp_markov_weights w;
   memset(&w, 0, sizeof w);
   const int64_t Vp = m->cfg.vocab_padded;
   w.lm_local = tr_view2(m->lm, Vp, m->cfg.hidden);
@@ -124,7 +124,7 @@ typedef struct {
   int64_t pos[TR_MAXB];
 } tr_inputs;
 
-static inline void tr_inputs_make(tr_inputs *in, const dsp_head_config *cfg, int B, int grid, uint64_t seed) {
+static inline void tr_inputs_make(tr_inputs *in, const dsp_markov_config *cfg, int B, int grid, uint64_t seed) {
   memset(in, 0, sizeof *in);
   in->B = B;
   in->G = cfg->gamma;
@@ -151,8 +151,8 @@ static inline void tr_inputs_make(tr_inputs *in, const dsp_head_config *cfg, int
 
 static inline void tr_inputs_free(tr_inputs *in) { free(in->hidden); }
 
-static inline dsp_head_inputs tr_head_inputs(tr_inputs *in, int with_temp) {
-  dsp_head_inputs hi;
+static inline dsp_markov_inputs tr_head_inputs(tr_inputs *in, int with_temp) {
+  dsp_markov_inputs hi;
   memset(&hi, 0, sizeof hi);
   hi.batch = in->B;
   hi.hidden = &in->view;
@@ -172,7 +172,7 @@ static inline float tr_hidden(const tr_inputs *in, int b, int64_t k, int64_t h) 
 /* The reference proposal: tokens [B][G]; logits [B][G][V] (bf16 bits or fp32)
  * when non-NULL. */
 static inline void tr_reference(const tr_model *m, const tr_inputs *in, int with_temp, int64_t *tokens, void *logits) {
-  const dsp_head_config *c = &m->cfg;
+  const dsp_markov_config *c = &m->cfg;
   const int64_t V = c->vocab, H = c->hidden, R = c->rank, G = c->gamma;
   const int fp32 = c->contract == DSP_CONTRACT_FP32_ADD;
   float *base = malloc((size_t)V * sizeof(float));
@@ -237,7 +237,7 @@ static inline long tr_logits_diff(const void *a, const void *b, size_t n, int fp
   return d;
 }
 
-static inline dsp_tensor tr_logits_view(void *p, int B, const dsp_head_config *c) {
+static inline dsp_tensor tr_logits_view(void *p, int B, const dsp_markov_config *c) {
   dsp_tensor t;
   memset(&t, 0, sizeof t);
   t.data = p;

@@ -14,32 +14,37 @@
 
 #include <cmocka.h>
 
-#include "comm/comm.h"
-#include "core/tensor.h"
-#include "core/threads.h"
+#include "dspark.h"
 #include "support/synth.h"
 
 static int64_t g_B = 32, g_G = 7, g_V = 163840, g_R = 256, g_H = 7168;
 #define REPLAYS 5
 
+/* This process's one TP rank: its synthetic weights. */
+static dsp_status synth_weights(void *ctx, int32_t size, int32_t rank, dsp_markov_weights *w) {
+  (void)size, (void)rank;
+  *w = ((dsp_synth_weights *)ctx)->w;
+  return DSP_OK;
+}
+
 static void test_paths_agree(void **st) {
   (void)st;
   dsp_comm *c;
   assert_int_equal(dsp_comm_mpi_create(&c), DSP_OK);
-  dsp_threads_setup();
+  dsp_backend *be;
+  dsp_backend_config bc = {.kind = DSP_BACKEND_CPU, .comm = c};
+  assert_int_equal(dsp_backend_create(&bc, &be), DSP_OK);
   int rank = dsp_comm_rank(c), P = dsp_comm_size(c);
-  dsp_head_config cfg = {.vocab = g_V, .vocab_padded = g_V, .hidden = g_H, .rank = g_R, .gamma = g_G,
+  dsp_markov_config cfg = {.vocab = g_V, .vocab_padded = g_V, .hidden = g_H, .rank = g_R, .gamma = g_G,
                          .max_batch = (int32_t)g_B, .path = DSP_PATH_AUTO, .broadcast = 1};
   dsp_synth_weights sw;
   assert_int_equal(dsp_synth_weights_create(&cfg, P, rank, 1, 7, &sw), DSP_OK);
-  dsp_head *h;
-  assert_int_equal(dsp_head_create(&cfg, c, &sw.w, &h), DSP_OK);
-  /* the head holds packed copies of the LM and W2 rows; W1 stays referenced */
-  free(sw.lm);
-  free(sw.w2);
-  sw.lm = sw.w2 = NULL;
-  if (rank == 0) printf("%s\n", dsp_head_report(h));
-  assert_int_equal(dsp_head_greedy_path(h), P <= g_V ? DSP_PATH_SHARDED : DSP_PATH_ORIGINAL);
+  dsp_markov_head *h;
+  assert_int_equal(dsp_markov_head_create(be, &cfg, synth_weights, &sw, &h), DSP_OK);
+  /* the head holds its own copies of the weights */
+  dsp_synth_weights_free(&sw);
+  if (rank == 0) printf("%s\n", dsp_markov_head_report(h));
+  assert_int_equal(dsp_markov_head_greedy_path(h), P <= g_V ? DSP_PATH_SHARDED : DSP_PATH_ORIGINAL);
 
   size_t nt = (size_t)(g_B * g_G);
   dsp_bf16 *hid = malloc(nt * (size_t)g_H * 2);
@@ -54,11 +59,11 @@ static void test_paths_agree(void **st) {
     for (int64_t b = 0; b < g_B; b++) anchor[b] = (b * 4099 + r * 65537 + 3) % g_V;
     int64_t sh[3] = {g_B, g_G, g_H};
     dsp_tensor hv = dsp_tensor_view(hid, DSP_BF16, 3, sh);
-    dsp_head_inputs in = {.batch = (int32_t)g_B, .hidden = &hv, .anchor = anchor};
+    dsp_markov_inputs in = {.batch = (int32_t)g_B, .hidden = &hv, .anchor = anchor};
     for (int p = 0; p < 3; p++) {
-      assert_int_equal(dsp_head_set_path(h, paths[p]), DSP_OK);
-      dsp_head_outputs out = {.tokens = tok[p]};
-      assert_int_equal(dsp_head_propose(h, &in, &out), DSP_OK);
+      assert_int_equal(dsp_markov_head_set_path(h, paths[p]), DSP_OK);
+      dsp_markov_outputs out = {.tokens = tok[p]};
+      assert_int_equal(dsp_markov_head_propose(h, &in, &out), DSP_OK);
     }
     for (int p = 1; p < 3; p++)
       for (size_t i = 0; i < nt; i++) {
@@ -95,8 +100,8 @@ static void test_paths_agree(void **st) {
   free(hid);
   free(anchor);
   free(all);
-  dsp_head_free(h);
-  dsp_synth_weights_free(&sw);
+  dsp_markov_head_free(h);
+  dsp_backend_free(be);
   dsp_comm_free(c);
 }
 

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "io/safetensors.h"
+#include "dspark.h"
 #include "core/tensor.h"
 
 /* ---- helpers ---------------------------------------------------------------- */

@@ -3,18 +3,14 @@
 #include <stdio.h>
 
 #include "cmds.h"
-#include "io/safetensors.h"
-#include "core/status.h"
-#include "core/tensor.h"
+#include "dspark.h"
 
-static void show_one(dsp_st_file *f, const char *name) {
+static void show_one(dsp_st_file *f, const dsp_st_entry *e) {
+  printf("  %s %s [", e->name, e->dtype);
+  for (int32_t d = 0; d < e->ndim; d++) printf(d ? ", %" PRId64 : "%" PRId64, e->shape[d]);
+  printf("]\n");
   dsp_tensor t;
-  char sh[96];
-  if (dsp_st_view(f, name, &t) != DSP_OK) {
-    printf("  %s: %s\n", name, dsp_error_message());
-    return;
-  }
-  printf("  %s %s %s\n", name, dsp_dtype_name(t.dtype), dsp_shape_str(&t, sh, sizeof sh));
+  if (dsp_st_view(f, e->name, &t) != DSP_OK) return; /* a dtype dspark does not read: listed only */
   int64_t n = dsp_tensor_numel(&t);
   if (t.dtype != DSP_I64 || n > 1024 || t.ndim < 1) return;
   int64_t cols = t.shape[t.ndim - 1];
@@ -33,7 +29,7 @@ int dsp_cmd_show(int argc, char **argv) {
     return 1;
   }
   printf("%s:\n", argv[1]);
-  for (int i = 0; i < dsp_st_count(f); i++) show_one(f, dsp_st_name(f, i));
+  for (int i = 0; i < dsp_st_count(f); i++) show_one(f, dsp_st_entry_at(f, i));
   dsp_st_close(f);
   return 0;
 }

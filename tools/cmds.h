@@ -4,8 +4,6 @@
 
 int dsp_cmd_info(int argc, char **argv);
 int dsp_cmd_head(int argc, char **argv);
-int dsp_cmd_bench(int argc, char **argv);
-int dsp_cmd_synth(int argc, char **argv);
 int dsp_cmd_show(int argc, char **argv);
 
 #endif

@@ -7,10 +7,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dspark <command> [options]\n"
-          "  info          build, backends, MPI size, product kernel; measured copy bandwidth and product rate\n"
+          "  info          build, backends, MPI size, the CPU kernel and threads, the GPUs\n"
           "  head          run the Markov head on safetensors inputs (see README)\n"
-          "  bench head    benchmark the head's paths on synthetic weights\n"
-          "  synth         write a seeded synthetic checkpoint and inputs for `head`\n"
           "  show          list a safetensors file's tensors (small integer tensors in full)\n");
 }
 
@@ -21,8 +19,6 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "info")) return dsp_cmd_info(argc - 1, argv + 1);
   if (!strcmp(argv[1], "head")) return dsp_cmd_head(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "bench")) return dsp_cmd_bench(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "synth")) return dsp_cmd_synth(argc - 1, argv + 1);
   if (!strcmp(argv[1], "show")) return dsp_cmd_show(argc - 1, argv + 1);
   fprintf(stderr, "dspark: unknown command '%s'\n", argv[1]);
   usage(stderr);

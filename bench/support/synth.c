@@ -23,11 +23,11 @@ void dsp_synth_fill(dsp_bf16 *dst, int64_t rows, int64_t cols, int64_t row0, uin
   }
 }
 
-dsp_status dsp_synth_weights_create(const dsp_head_config *cfg, int size, int rank, int full, uint64_t seed,
+dsp_status dsp_synth_weights_create(const dsp_markov_config *cfg, int size, int rank, int full, uint64_t seed,
                                     dsp_synth_weights *out) {
   memset(out, 0, sizeof *out);
   int64_t row0, vr, real, vp = cfg->vocab_padded, H = cfg->hidden, R = cfg->rank;
-  dsp_head_rows(vp, size, rank, &row0, &vr, &real);
+  dsp_markov_rows(vp, size, rank, &row0, &vr, &real);
   out->lm = malloc((size_t)(real ? real : 1) * (size_t)H * 2);
   out->w1 = malloc((size_t)vp * (size_t)R * 2);
   out->w2 = malloc((size_t)(full ? vp : (real ? real : 1)) * (size_t)R * 2);
@@ -41,7 +41,7 @@ dsp_status dsp_synth_weights_create(const dsp_head_config *cfg, int size, int ra
   dsp_synth_fill(out->w1, vp, R, 0, seed ^ 0x22, 1.0f);
   if (full) dsp_synth_fill(out->w2, vp, R, 0, seed ^ 0x33, s_w2);
   else dsp_synth_fill(out->w2, real, R, row0, seed ^ 0x33, s_w2);
-  dsp_head_weights *w = &out->w;
+  dsp_markov_weights *w = &out->w;
   w->lm_local = dsp_tensor_2d(out->lm, DSP_BF16, real, H);
   w->w1 = dsp_tensor_2d(out->w1, DSP_BF16, vp, R);
   if (full) {

@@ -10,12 +10,12 @@
 void dsp_synth_fill(dsp_bf16 *dst, int64_t rows, int64_t cols, int64_t row0, uint64_t seed, float scale);
 
 typedef struct {
-  dsp_head_weights w;
+  dsp_markov_weights w;
   dsp_bf16 *lm, *w1, *w2; /* owned */
 } dsp_synth_weights;
 
 /* This rank's weights for cfg (vocab, vocab_padded, hidden, rank); full = also all of W2. */
-dsp_status dsp_synth_weights_create(const dsp_head_config *cfg, int size, int rank, int full, uint64_t seed,
+dsp_status dsp_synth_weights_create(const dsp_markov_config *cfg, int size, int rank, int full, uint64_t seed,
                                     dsp_synth_weights *out);
 void dsp_synth_weights_free(dsp_synth_weights *s);
 

@@ -12,7 +12,7 @@
 #include "comm/comm_impl.h"
 #include "core/status.h"
 #include "kernels/cuda/common/check.h"
-#include "kernels/cuda/head_cuda.h"
+#include "kernels/cuda/common/device.h"
 
 typedef struct {
   ncclComm_t nc;
@@ -168,7 +168,7 @@ static dsp_status check_device(int device) {
   return DSP_OK;
 }
 
-dsp_status dsp_comm_nccl_create_mpi(dsp_comm *mpi, int device, dsp_comm **out) {
+dsp_status dsp_comm_nccl_create(dsp_comm *mpi, int device, dsp_comm **out) {
   if (!out) return dsp_fail(DSP_ERR_ARG, "comm nccl: NULL output handle");
   *out = NULL;
   if (!mpi) return dsp_fail(DSP_ERR_ARG, "comm nccl: no MPI communicator to bootstrap from");

@@ -1,18 +1,38 @@
-/* Every DSPARK_* environment switch is read here, once; README.md lists them. */
+/* Every DSPARK_* environment switch is read and validated here, once;
+ * README.md lists them. A value that does not parse is an error naming the
+ * variable and what it accepts (dsp_settings_check), never a silent default. */
 #ifndef DSP_CORE_ENV_H
 #define DSP_CORE_ENV_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DSPARK_CUDA_TAIL: the Markov tail kernel on CUDA. */
+typedef enum {
+  DSP_TAIL_AUTO = 0,    /* ring-wgmma where its bit check passes and the tail is one launch, else by timing */
+  DSP_TAIL_REGISTER,    /* register-streaming kernel (strict mode always runs it) */
+  DSP_TAIL_RING,        /* shared-memory ring kernel, mma.sync consumers */
+  DSP_TAIL_RING_WGMMA   /* the ring kernel with wgmma consumers (after its bit check; else ring) */
+} dsp_tail_kernel;
+
 typedef struct {
-  int threads;            /* DSPARK_THREADS: CPU threads per process (0 = one per core, 1 under MPI) */
+  int threads;            /* DSPARK_THREADS: CPU threads per process (0 = the default share of the cores) */
   const char *cpu_kernel; /* DSPARK_CPU_KERNEL: auto|avx512|avx2|scalar */
   int quiet;              /* DSPARK_QUIET=1: no start-up report lines */
+  int verbose;            /* DSPARK_VERBOSE=1: kernel choices and check counts in the report */
   const char *buckets;    /* DSPARK_BUCKETS: CUDA graph batch buckets, e.g. "1,2,4,8,16,32,64" */
-  int graphs;             /* DSPARK_GRAPHS=0: run the CUDA head eagerly, without graphs (debugging) */
+  int graphs;             /* DSPARK_GRAPHS=0: run CUDA components eagerly, without graphs (debugging) */
   int cuda_strict;        /* DSPARK_CUDA_STRICT=1: fixed-order fp32 products on the GPU (bitwise = CPU) */
-  int cuda_tail;          /* DSPARK_CUDA_TAIL: Markov tail kernel, 0 = the fastest by timing at creation,
-                             1 register-streaming, 5 ring kernel 4, 6 ring kernel 5 (2-4: removed) */
+  dsp_tail_kernel cuda_tail; /* DSPARK_CUDA_TAIL */
+  const char *error;      /* NULL, or why a variable was refused */
 } dsp_env;
 
+/* The settings (defaults where a variable is unset or refused; see error). */
 const dsp_env *dsp_env_get(void);
+const char *dsp_tail_kernel_name(dsp_tail_kernel k);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

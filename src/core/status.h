@@ -3,8 +3,11 @@
 #define DSP_CORE_STATUS_H
 #include "dspark.h"
 
-/* Records a formatted message for this thread and returns s. */
-dsp_status dsp_fail(dsp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* (dsp_fail is public: dspark.h.) */
 void dsp_error_clear(void);
 
 /* Propagate a non-OK status. */
@@ -18,4 +21,7 @@ void dsp_error_clear(void);
 void dsp_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 #define DSP_ASSERT(c) ((c) ? (void)0 : dsp_assert_fail(#c, __FILE__, __LINE__))
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,4 +1,4 @@
-/* Tensor views: construction, slicing and element access. Strides are in
+/* Tensor views: slicing and element access beyond the public helpers. Strides are in
  * elements; a view never owns its data. */
 #ifndef DSP_CORE_TENSOR_H
 #define DSP_CORE_TENSOR_H
@@ -6,13 +6,12 @@
 
 #include "dspark.h"
 
-/* A contiguous row-major view of `ndim` dims over data. */
-dsp_tensor dsp_tensor_view(void *data, dsp_dtype dt, int32_t ndim, const int64_t *shape);
-dsp_tensor dsp_tensor_2d(void *data, dsp_dtype dt, int64_t rows, int64_t cols);
-int64_t dsp_tensor_numel(const dsp_tensor *t);
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* (dsp_tensor_view, _2d, _numel and _rows are public: dspark.h.) */
 bool dsp_tensor_is_contiguous(const dsp_tensor *t);
-/* Rows [begin, end) of dim 0, keeping strides. */
-dsp_tensor dsp_tensor_rows(const dsp_tensor *t, int64_t begin, int64_t end);
 /* Columns [begin, end) of the last dim, keeping strides (a non-contiguous view). */
 dsp_tensor dsp_tensor_cols(const dsp_tensor *t, int64_t begin, int64_t end);
 /* Merge dims 0..ndim-2 into one when their strides allow it; DSP_ERR_SHAPE otherwise. */
@@ -25,4 +24,7 @@ static inline void *dsp_tensor_row(const dsp_tensor *t, int64_t r) {
 /* "[2, 7, 4096]" into buf. */
 const char *dsp_shape_str(const dsp_tensor *t, char *buf, size_t n);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

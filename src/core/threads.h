@@ -5,8 +5,15 @@
 #ifndef DSP_CORE_THREADS_H
 #define DSP_CORE_THREADS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 int dsp_threads_default(void);
 /* omp_set_num_threads(dsp_threads_default()). */
 void dsp_threads_setup(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,6 +1,6 @@
 /* safetensors reader: map, validate the header once, then hand out views and
  * row ranges without further checks. */
-#include "io/safetensors.h"
+#include "dspark.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "io/safetensors.h"
+#include "dspark.h"
 #include "core/status.h"
 #include "core/tensor.h"
 

@@ -10,6 +10,8 @@ unexpected or mis-shaped, and compares on random sequences:
     the row's largest |logit|), the share of bit-equal logits, and greedy
     agreement (argmax of each position);
   - hidden-state taps (raw decoder-layer outputs, read with forward hooks);
+  - the same with transformers' SDPA attention against the reference's
+    fused-attention variant (float32 scores and probabilities);
   - greedy generation with the KV cache (transformers' generate) against the
     reference's prefill + decode steps: the common prefix.
 
@@ -46,10 +48,10 @@ MIN_GREEDY = 0.97
 MAX_REL = 0.05
 
 
-def load_hf(path):
-    kw = {"attn_implementation": "eager", "output_loading_info": True}
-    major = int(transformers.__version__.split(".")[0])
-    kw["dtype" if major >= 5 else "torch_dtype"] = torch.bfloat16
+def load_hf(path, attn="eager"):
+    kw = {"attn_implementation": attn, "output_loading_info": True}
+    version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    kw["dtype" if version >= (4, 56) else "torch_dtype"] = torch.bfloat16  # the name changed in 4.56
     model, info = Qwen3ForCausalLM.from_pretrained(path, **kw)
     bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     assert not bad, "loading %s: %s" % (path, bad)
@@ -84,14 +86,18 @@ def common_prefix(a, b):
     return n
 
 
-def check(wd, form, tied, shards, args):
+def check(wd, form, tied, shards, args, attn="eager"):
+    """attn "eager": the reference's eager numerics against transformers'
+    eager attention; "sdpa": its fused variant against transformers' SDPA."""
     tag = "form %d %s %s" % (form, "tied" if tied else "untied", "%d shards" % shards if shards else "one file")
+    if attn != "eager":
+        tag += " " + attn
     path = os.path.join(wd, "q%d%s%d" % (form, "t" if tied else "u", shards))
     make_qwen3.make(path, seed=args.seed, shards=shards, hidden=args.hidden, intermediate=2 * args.hidden,
                     layers=args.layers, heads=4, kv_heads=2, head_dim=16, vocab=args.vocab,
                     tied=tied, form=form, eos=[args.vocab - 1, args.vocab - 3])
-    ref = qwen3_ref.Qwen3.from_dir(path)
-    hf = load_hf(path)
+    ref = qwen3_ref.Qwen3.from_dir(path, attn="eager" if attn == "eager" else "fused")
+    hf = load_hf(path, attn)
     if tied:
         assert hf.lm_head.weight.data_ptr() == hf.model.embed_tokens.weight.data_ptr(), "lm_head not tied"
     rng = np.random.default_rng(args.seed + 1)
@@ -121,7 +127,7 @@ def check(wd, form, tied, shards, args):
     g_hf = hf_greedy(hf, prompt, args.gen)
     pre = common_prefix(g_ref, g_hf)
     agree = n_agree / n_pos
-    print("%-26s logits max abs %.4g, max rel %.4g, bit-equal %.4f; greedy %d/%d = %.4f; "
+    print("%-32s logits max abs %.4g, max rel %.4g, bit-equal %.4f; greedy %d/%d = %.4f; "
           "largest top-2 gap where they disagree %.4g; taps max rel %.4g; generate prefix %d/%d"
           % (tag, max_abs, max_rel, n_bits / n_vals, n_agree, n_pos, agree, max_gap, max_tap, pre, args.gen))
     ok = agree >= MIN_GREEDY and max_rel <= MAX_REL
@@ -158,6 +164,12 @@ def main():
                         passed += 1
                     else:
                         failed += 1
+        # transformers' SDPA path keeps scores and probabilities out of bf16
+        # in its own way; the reference's fused variant is the nearest model.
+        if check(wd, 5 if int(transformers.__version__.split(".")[0]) >= 5 else 4, False, 0, args, "sdpa"):
+            passed += 1
+        else:
+            failed += 1
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -8,10 +8,14 @@ model-0000N-of-0000M.safetensors shards with model.safetensors.index.json.
                 [--heads 4] [--kv-heads 2] [--head-dim 16] [--vocab 512]
                 [--tied] [--sharded M] [--form 4|5] [--seed S]
                 [--eos 511 | --eos 511,509] [--bos 510] [--theta 1e6]
+                [--residual-scale 1.0]
 
 Weights are random but give non-degenerate logits: projections ~ N(0,
 1/fan_in), embeddings and an untied LM head ~ N(0, 1/hidden) * 2 (logits of
-a few units), norm weights uniform in [0.8, 1.2]."""
+a few units), norm weights uniform in [0.8, 1.2]. --residual-scale s < 1
+shrinks o_proj and down_proj, so the layers add little to the residual
+stream and the model is close to a bigram model (next token a function of
+the current one): a target that make_dspark.py --bigram-markov drafts well."""
 import argparse
 import json
 import math
@@ -80,7 +84,7 @@ def _norm_weight(rng, n):
     return qwen3_ref.bf16(rng.uniform(0.8, 1.2, n))
 
 
-def weights(cfg, seed=0):
+def weights(cfg, seed=0, residual_scale=1.0):
     """name -> bf16 array, names exactly as transformers saves Qwen3ForCausalLM."""
     rng = np.random.default_rng(seed)
     H, I, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
@@ -92,13 +96,13 @@ def weights(cfg, seed=0):
         w[p + "self_attn.q_proj.weight"] = _normal(rng, (hq * d, H), 1 / math.sqrt(H))
         w[p + "self_attn.k_proj.weight"] = _normal(rng, (hkv * d, H), 1 / math.sqrt(H))
         w[p + "self_attn.v_proj.weight"] = _normal(rng, (hkv * d, H), 1 / math.sqrt(H))
-        w[p + "self_attn.o_proj.weight"] = _normal(rng, (H, hq * d), 1 / math.sqrt(hq * d))
+        w[p + "self_attn.o_proj.weight"] = _normal(rng, (H, hq * d), residual_scale / math.sqrt(hq * d))
         w[p + "self_attn.q_norm.weight"] = _norm_weight(rng, d)
         w[p + "self_attn.k_norm.weight"] = _norm_weight(rng, d)
         w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, H)
         w[p + "mlp.gate_proj.weight"] = _normal(rng, (I, H), 1 / math.sqrt(H))
         w[p + "mlp.up_proj.weight"] = _normal(rng, (I, H), 1 / math.sqrt(H))
-        w[p + "mlp.down_proj.weight"] = _normal(rng, (H, I), 1 / math.sqrt(I))
+        w[p + "mlp.down_proj.weight"] = _normal(rng, (H, I), residual_scale / math.sqrt(I))
     w["model.norm.weight"] = _norm_weight(rng, H)
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = _normal(rng, (V, H), 2 / math.sqrt(H))
@@ -143,7 +147,7 @@ def write_json(path, obj):
         f.write("\n")
 
 
-def make(outdir, seed=0, shards=0, **kw):
+def make(outdir, seed=0, shards=0, residual_scale=1.0, **kw):
     """Writes the checkpoint; kw as for config(). Returns (config, weights)."""
     os.makedirs(outdir, exist_ok=True)
     # As Qwen3 ships: config.json names one eos id, generation_config.json
@@ -151,7 +155,7 @@ def make(outdir, seed=0, shards=0, **kw):
     eos = kw.pop("eos", None)
     eos_list = eos if isinstance(eos, list) else None
     cfg = config(eos=eos_list[0] if eos_list else eos, **kw)
-    w = weights(cfg, seed)
+    w = weights(cfg, seed, residual_scale)
     write_json(os.path.join(outdir, "config.json"), cfg)
     gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": eos_list or cfg["eos_token_id"],
            "transformers_version": cfg["transformers_version"]}
@@ -184,8 +188,9 @@ def main(argv=None):
     ap.add_argument("--sharded", type=int, default=0, metavar="M")
     ap.add_argument("--form", type=int, choices=(4, 5), default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--residual-scale", type=float, default=1.0)
     a = ap.parse_args(argv)
-    make(a.outdir, seed=a.seed, shards=a.sharded, hidden=a.hidden, intermediate=a.intermediate,
+    make(a.outdir, seed=a.seed, shards=a.sharded, residual_scale=a.residual_scale, hidden=a.hidden, intermediate=a.intermediate,
          layers=a.layers, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
          vocab=a.vocab, tied=a.tied, eps=a.eps, theta=a.theta, max_pos=a.max_pos,
          bos=a.bos, eos=a.eos, form=a.form)

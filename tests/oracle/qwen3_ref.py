@@ -11,7 +11,11 @@ in bf16 eagerly: every tensor torch would hold in bf16 is rounded to bf16 here
   RoPE      cos/sin computed in fp32, held in bf16; x*cos and rot(x)*sin each
             rounded to bf16, their sum rounded to bf16
   softmax   of the bf16 scores in fp32, the probabilities cast to bf16
+            (attention's fused variant, attn="fused", is described at
+            attention())
   SiLU      in fp32 on the bf16 input, rounded to bf16
+  residual  bf16 + bf16 computed in fp32, rounded to bf16
+  logits    bf16 (returned widened to float32, exactly)
 
 Sums (matmul, mean of squares, softmax denominator) are taken in float64 and
 rounded to float32, and exp/cos/sin are taken in float64 and rounded to
@@ -19,8 +23,6 @@ float32: an order-free, length-free stand-in for fp32 arithmetic, so the
 reference's results do not depend on array shapes (numpy's float32 pairwise
 sums and SIMD transcendentals would). An fp32 implementation differs from
 it by its own accumulation error only.
-  residual  bf16 + bf16, rounded to bf16
-  logits    bf16 (returned widened to float32, exactly)
 
 Per layer: h = norm(x); q/k/v projections (no bias); per-head RMSNorm of q
 and k over head_dim; NeoX "rotate half" RoPE at absolute positions; causal
@@ -105,11 +107,12 @@ def silu(x):
 
 
 def add(a, b):
-    """bf16 + bf16 -> bf16 (one rounding of the float32 sum, which is exact)."""
+    """bf16 + bf16 -> bf16: the float32 sum rounded, as torch computes it."""
     return bf16(f32(a) + f32(b))
 
 
 def mul(a, b):
+    """bf16 * bf16 -> bf16 (the float32 product is exact)."""
     return bf16(f32(a) * f32(b))
 
 
@@ -134,30 +137,42 @@ def apply_rope(x, cos, sin):
     return add(mul(x, cos), mul(rot, sin))
 
 
-def attention(q, k, v, q_pos, k_pos, scale, causal=True):
-    """Eager GQA attention. q [Hq, n, D], k/v [Hkv, T, D] bf16; q_pos [n] and
+def attention(q, k, v, q_pos, k_pos, scale, causal=True, fused=False):
+    """GQA attention. q [Hq, n, D], k/v [Hkv, T, D] bf16; q_pos [n] and
     k_pos [T] are absolute positions; with causal, query i sees keys whose
     position is <= q_pos[i], else it sees every key. Returns [n, Hq * D].
 
-    scores = bf16(q @ k^T) then bf16(scores * scale); masked scores are -inf
-    (transformers adds the dtype's minimum, which gives the same exact zero
-    after exp unless a row is fully masked, which never happens here);
-    softmax in float32 (x - max, exp, divide by the sum), cast to bf16;
-    out = bf16(p @ v)."""
+    Eager (transformers' eager_attention_forward): scores = bf16(q @ k^T)
+    then bf16(scores * scale); masked scores are -inf (transformers adds the
+    dtype's minimum, the same exact zero after exp unless a whole row is
+    masked, which never happens here); softmax in float32 (x - max, exp,
+    divide by the sum), cast to bf16; out = bf16(p @ v).
+    fused=True models a fused kernel (flash-attention style, and torch's
+    CPU SDPA): scores and their scaling stay float32, e = exp(s - max) in
+    float32 is summed unrounded but enters the product with v as bf16, and
+    out = bf16(f32(bf16(e) @ v) / sum) (one pass, no online rescaling)."""
     hq, n, d = q.shape
     hkv = k.shape[0]
     assert hq % hkv == 0, "query heads %d not a multiple of kv heads %d" % (hq, hkv)
     rep = hq // hkv
     k = np.repeat(k, rep, axis=0)  # repeat_kv: head h reads kv head h // rep
     v = np.repeat(v, rep, axis=0)
-    s = mm(q, np.swapaxes(k, -1, -2))
-    s = f32(bf16(f32(s) * F32(scale)))
+    s = np.matmul(f32(q).astype(np.float64), np.swapaxes(f32(k), -1, -2).astype(np.float64)).astype(F32)
+    if fused:
+        s = s * F32(scale)
+    else:  # eager holds the scores in bf16 before and after the scaling
+        s = f32(bf16(f32(bf16(s)) * F32(scale)))
     if causal:
         allowed = np.asarray(k_pos)[None, :] <= np.asarray(q_pos)[:, None]
         s = np.where(allowed[None], s, F32(-np.inf))
     e = fexp(s - s.max(axis=-1, keepdims=True))
-    p = bf16(e / fsum(e))
-    out = mm(p, v)  # [Hq, n, D]
+    v64 = f32(v).astype(np.float64)
+    if fused:
+        pv = np.matmul(f32(bf16(e)).astype(np.float64), v64).astype(F32)
+        out = bf16(pv / fsum(e))
+    else:  # softmax(..., dtype=float32).to(bf16), then a bf16 matmul
+        p = f32(bf16(e / fsum(e)))
+        out = bf16(np.matmul(p.astype(np.float64), v64).astype(F32))  # [Hq, n, D]
     return np.ascontiguousarray(np.swapaxes(out, 0, 1)).reshape(n, hq * d)
 
 
@@ -247,7 +262,12 @@ class KVCache:
 class Qwen3:
     """Qwen3ForCausalLM inference over explicit per-sequence KV caches."""
 
-    def __init__(self, config, weights):
+    def __init__(self, config, weights, attn="eager"):
+        """attn: "eager" (transformers' eager numerics) or "fused" (see
+        attention())."""
+        if attn not in ("eager", "fused"):
+            raise ValueError("attn must be eager or fused, not %r" % attn)
+        self.fused = attn == "fused"
         c = read_config(config)
         self.cfg = c
         self.H = c["hidden_size"]
@@ -300,8 +320,8 @@ class Qwen3:
             raise ValueError("unexpected tensors: %s" % ", ".join(sorted(w)))
 
     @classmethod
-    def from_dir(cls, path):
-        return cls(read_config(path), read_weights(path))
+    def from_dir(cls, path, attn="eager"):
+        return cls(read_config(path), read_weights(path), attn)
 
     def new_cache(self):
         return KVCache(self.L, self.hkv, self.d)
@@ -334,7 +354,8 @@ class Qwen3:
             q = apply_rope(q.transpose(1, 0, 2), cos, sin)
             k = apply_rope(k.transpose(1, 0, 2), cos, sin)
             cache.append(i, k, v.transpose(1, 0, 2))
-            a = attention(q, cache.k[i], cache.v[i], pos, np.arange(p0 + n), self.scale)
+            a = attention(q, cache.k[i], cache.v[i], pos, np.arange(p0 + n), self.scale,
+                          fused=self.fused)
             x = add(x, linear(a, ly["o"]))
             x = add(x, swiglu(rms_norm(x, ly["ln2"], self.eps), ly["gate"], ly["up"], ly["down"]))
             if i in taps:

@@ -78,6 +78,9 @@ typedef struct {
   const int32_t *token_slot; /* [total tokens], or NULL */
 } dsp_kda_seqs;
 
+/* Checks a layer's dims (H > 0, HV a multiple of H, K in 1..256, V in 1..1024). */
+dsp_status dsp_kda_dims_check(const dsp_kda_dims *d);
+
 /* Checks a batch against a slot pool of num_slots and returns its token count
  * in *tokens (the backends share this check). */
 dsp_status dsp_kda_seqs_check(const dsp_kda_seqs *s, int32_t num_slots, int64_t *tokens);
@@ -175,6 +178,11 @@ dsp_status dsp_kda_chunked(const dsp_kda_dims *d, const dsp_kda_opts *opt, const
 dsp_status dsp_kda_state_copy(const dsp_kda_dims *d, dsp_kda_state *st, int32_t src, int32_t dst);
 dsp_status dsp_kda_conv_state_copy(const dsp_kda_conv_dims *cd, dsp_kda_conv_state *cs, int32_t src,
                                    int32_t dst);
+
+/* Shared by the two recurrence forms: checks dims, batch, io and state, and
+ * returns the token count in *T; who names the caller in the message. */
+dsp_status dsp_kda_io_check(const char *who, const dsp_kda_dims *d, const dsp_kda_seqs *s,
+                            const dsp_kda_io *io, const dsp_kda_state *st, int64_t *T);
 
 /* Shared by the kernel files: aligns ws up to 64 bytes into *base and returns
  * how many per-thread regions of per_thread bytes (a multiple of 64) fit, at

@@ -14,6 +14,15 @@
 #ifndef DSP_CUDA_MARKOV_DYN_CUH
 #define DSP_CUDA_MARKOV_DYN_CUH
 
+/* Benchmark builds (bench/support/markov_bench.cu) define this as 1 before any
+ * include: the ring-wgmma kernel's other warpgroup split then exists. The
+ * trace hooks (dsp_mk_args.trace) stay in every build: compiled out, ptxas
+ * allocated the ring-wgmma kernel's registers differently and spilled 40-116
+ * bytes; the product never passes a trace buffer. */
+#ifndef DSP_MK_BENCH_VARIANTS
+#define DSP_MK_BENCH_VARIANTS 0
+#endif
+
 #include "kernels/cuda/markov_ring.cuh"
 #include "kernels/cuda/markov_wgmma.cuh"
 
@@ -37,7 +46,7 @@ __device__ __forceinline__ void rd_copy(uint32_t dst, const void *src, uint32_t 
         "l"(src), "r"(bytes), "r"(bar), "l"(pol)
         : "memory");
   else
-    rg_copy(dst, src, bytes, bar);
+    dsp_bulk_copy(dst, src, bytes, bar);
 }
 
 /* One unit's base rows: the box (16 columns, bq rows, 1 segment) of the base
@@ -50,7 +59,7 @@ __device__ __forceinline__ void rd_tcopy_base(uint32_t dst, const CUtensorMap *t
         "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
         : "memory");
   else
-    rg_tcopy3(dst, tm, c0, c1, c2, bar);
+    dsp_tcopy3(dst, tm, c0, c1, c2, bar);
 }
 
 /* Step k's base rows of units u0 .. u0 + nu - 1 into dst ([unit][bq][16]), one
@@ -274,7 +283,7 @@ template <int MT, bool SAMPLING, int WGN>
 __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1)
     rd_kernel(const dsp_mk_args a, const __grid_constant__ CUtensorMap tb) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char *smem = smem_raw + ((1024u - (rg_saddr(smem_raw) & 1023u)) & 1023u);
+  unsigned char *smem = smem_raw + ((1024u - (dsp_saddr(smem_raw) & 1023u)) & 1023u);
   const int bq = a.bq, S = a.stages;
   const rg_smem_t L = rg_smem(bq, SAMPLING, S);
   const size_t SB = rg_stage_bytes(bq);
@@ -308,13 +317,13 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
 
   if (tid == 0) {
     for (int s = 0; s < S; s++) {
-      rg_bar_init(rg_saddr(&bars[s]), 1);               /* the producer's arrive (+ the bytes) */
-      rg_bar_init(rg_saddr(&bars[RG_MAXS + s]), RG_NC * 32); /* every consumer thread arrives: each orders
+      dsp_bar_init(dsp_saddr(&bars[s]), 1);               /* the producer's arrive (+ the bytes) */
+      dsp_bar_init(dsp_saddr(&bars[RG_MAXS + s]), RG_NC * 32); /* every consumer thread arrives: each orders
                                                                its own reads of the stage before the refill */
     }
-    rg_bar_init(rg_saddr(&rbar[0]), 1);
-    rg_bar_init(rg_saddr(&rbar[1]), RG_NC * 32);
-    rg_bar_init(rg_saddr(&abar), 1);
+    dsp_bar_init(dsp_saddr(&rbar[0]), 1);
+    dsp_bar_init(dsp_saddr(&rbar[1]), RG_NC * 32);
+    dsp_bar_init(dsp_saddr(&abar), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   mk_load_rows<SAMPLING>(a, sbest, sprev, st, sseed, spos, tid);
@@ -341,37 +350,37 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
       unsigned p0 = atomicAdd(&claims[k], 1u), p1 = atomicAdd(&claims[k], 1u), p2 = atomicAdd(&claims[k], 1u);
       /* pause: no copy of this step until the block has arrived at the last step's grid
          barrier, whose release would otherwise wait for the copies in flight */
-      if (a.pause && ks > 0) rg_bar_wait(rg_saddr(&abar), (uint32_t)(ks - 1) & 1u);
+      if (a.pause && ks > 0) dsp_bar_wait(dsp_saddr(&abar), (uint32_t)(ks - 1) & 1u);
       if (nrb && ks > 0) { /* the resident chunks' base rows, once their last readers are done */
-        const uint32_t rf = rg_saddr(&rbar[0]);
-        if (ks > 1) rg_bar_wait(rg_saddr(&rbar[1]), (uint32_t)(ks - 2) & 1u);
-        rg_bar_expect(rf, (uint32_t)(nrb * CBB));
+        const uint32_t rf = dsp_saddr(&rbar[0]);
+        if (ks > 1) dsp_bar_wait(dsp_saddr(&rbar[1]), (uint32_t)(ks - 2) & 1u);
+        dsp_bar_expect(rf, (uint32_t)(nrb * CBB));
         for (int i = 0; i < nrb; i++)
-          rd_copy_base_rows(rg_saddr(rbuf + i * CBB), &tb, a, (res0 + i) * RG_C, RG_C, upr, k, rf, hint, pol_stream);
+          rd_copy_base_rows(dsp_saddr(rbuf + i * CBB), &tb, a, (res0 + i) * RG_C, RG_C, upr, k, rf, hint, pol_stream);
       }
       /* stage s gets chunk ch (tag: what the consumers see, -1 = end of step) */
       auto fill = [&](int ch, int tag) {
         if (r > 0) {
           const unsigned long long w0 = trace ? rd_clock() : 0;
-          rg_bar_wait(rg_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
+          dsp_bar_wait(dsp_saddr(&bars[RG_MAXS + s]), (uint32_t)(r - 1) & 1u);
           if (trace) wait += rd_clock() - w0;
         }
-        const uint32_t full = rg_saddr(&bars[s]);
-        const uint32_t dst = rg_saddr(smem + (size_t)s * SB);
+        const uint32_t full = dsp_saddr(&bars[s]);
+        const uint32_t dst = dsp_saddr(smem + (size_t)s * SB);
         shdr[s] = tag;
         if (tag != -1) {
           const int u0 = ch * RG_C, nu = U - u0 < RG_C ? U - u0 : RG_C;
           const uint64_t pw = (ch & 7) < a.keep8 ? pol_keep : pol_stream;
           if (a.w2p) { /* the packed chunk: a whole 32 KB block (zero rows past the end) */
-            rg_bar_expect(full, (uint32_t)(rg_w_bytes() + (size_t)nu * UNIT * bq * 2));
+            dsp_bar_expect(full, (uint32_t)(rg_w_bytes() + (size_t)nu * UNIT * bq * 2));
             rd_copy(dst, a.w2p + (size_t)ch * (rg_w_bytes() / 2), (uint32_t)rg_w_bytes(), full, hint, pw);
           } else {
-            rg_bar_expect(full, (uint32_t)(nu * UNIT * (RP + bq) * 2));
+            dsp_bar_expect(full, (uint32_t)(nu * UNIT * (RP + bq) * 2));
             rd_copy(dst, a.w2 + (size_t)u0 * UNIT * RP, (uint32_t)(nu * UNIT * RP * 2), full, hint, pw);
           }
           rd_copy_base_rows(dst + (uint32_t)rg_w_bytes(), &tb, a, u0, nu, upr, k, full, hint, pol_stream);
         } else {
-          rg_bar_arrive(full);
+          dsp_bar_arrive(full);
         }
         if (++s == S) s = 0, r++;
       };
@@ -416,7 +425,7 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     uint32_t fb0 = 0u, fb1 = 0u;
 #pragma unroll
     for (int i = 0; i < NF; i++) fbw[i] = 0u;
-    if (trace && tid == 0) stc[0] = mk_now_ns(), stc[1] = rd_clock(), stc[2] = 0, stc[3] = 0;
+    if (trace && tid == 0) stc[0] = dsp_dev_now_ns(), stc[1] = rd_clock(), stc[2] = 0, stc[3] = 0;
     unsigned nch = 0; /* chunks seen this step (ring kernel 5 with N = bq: who takes the next) */
     if constexpr (RES > 0) {
       if (resw && ks > 0) { /* the resident chunks first: their W2 is already here.
@@ -424,21 +433,21 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
                               per step; bench_tail on an H200: last 0.193 vs none 0.194 ms, first 0.172
                               vs none 0.181 ms, each pair in one call) */
         const int wg = warp >> 2;
-        rg_bar_wait(rg_saddr(&rbar[0]), (uint32_t)(ks - 1) & 1u);
+        dsp_bar_wait(dsp_saddr(&rbar[0]), (uint32_t)(ks - 1) & 1u);
         auto one_res = [&](const uint32_t(&f)[16][4], int j) {
           const int slot = wg * resw + j;
           float d[WGN / 2];
-          wg_product_rs<WGN>(d, f, rg_saddr(se), bq, 0);
+          wg_product_rs<WGN>(d, f, dsp_saddr(se), bq, 0);
           rd_epi_wg<WGN>(a, d, res0 + slot, U, upr, (const uint16_t *)(rbuf + slot * CBB), 0, warp & 3, g, q, fbw);
         };
         one_res(fr0, 0);
         if (RES > 1 && resw > 1) one_res(fr1, 1);
-        rg_bar_arrive(rg_saddr(&rbar[1]));
+        dsp_bar_arrive(dsp_saddr(&rbar[1]));
       }
     }
     for (;;) {
       if (trace && tid == 0) stc[4] = rd_clock();
-      rg_bar_wait(rg_saddr(&bars[s]), ph);
+      dsp_bar_wait(dsp_saddr(&bars[s]), ph);
       if (trace && tid == 0) stc[2] += rd_clock() - stc[4];
       const int ch = *(volatile int *)&shdr[s];
       const uint16_t *ws = (const uint16_t *)(smem + (size_t)s * SB), *bs = ws + rg_w_bytes() / 2;
@@ -447,17 +456,17 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
          * epilogue, the other's wgmma chain runs (both see every stage in order, so
          * they agree on the count; the keys' max does not depend on who took what) */
         if (ch >= 0 && (nch++ & 1) == (warp >> 2))
-          rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), 0, warp & 3, g, q, fbw);
+          rd_chunk_wg<WGN>(a, ch, U, upr, dsp_saddr(ws), bs, dsp_saddr(se), 0, warp & 3, g, q, fbw);
         if (RES > 0 && ch <= -2 && (-2 - ch) / resw == (warp >> 2)) { /* step 0: a resident chunk arrives */
           const int slot = -2 - ch;
           if (slot % resw == 0)
             wg_load_a(fr0, (const unsigned char *)ws, warp & 3, g, q);
           else if (RES > 1)
             wg_load_a(fr1, (const unsigned char *)ws, warp & 3, g, q);
-          rd_chunk_wg<WGN>(a, res0 + slot, U, upr, rg_saddr(ws), bs, rg_saddr(se), 0, warp & 3, g, q, fbw);
+          rd_chunk_wg<WGN>(a, res0 + slot, U, upr, dsp_saddr(ws), bs, dsp_saddr(se), 0, warp & 3, g, q, fbw);
         }
       } else if constexpr (WGN > 0) {
-        if (ch >= 0) rd_chunk_wg<WGN>(a, ch, U, upr, rg_saddr(ws), bs, rg_saddr(se), warp >> 2, warp & 3, g, q, fbw);
+        if (ch >= 0) rd_chunk_wg<WGN>(a, ch, U, upr, dsp_saddr(ws), bs, dsp_saddr(se), warp >> 2, warp & 3, g, q, fbw);
       } else if (ch >= 0 && a.w2p) {
         rd_chunk<MT, SAMPLING, true>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
                                      best1, fb0, fb1, st, sseed, spos);
@@ -465,28 +474,28 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
         rd_chunk<MT, SAMPLING, false>(a, k, ch, U, upr, fast, ws, bs, warp, mt, g, q, af, best0,
                                       best1, fb0, fb1, st, sseed, spos);
       }
-      rg_bar_arrive(rg_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
+      dsp_bar_arrive(dsp_saddr(&bars[RG_MAXS + s])); /* this thread is done with stage s */
       if (++s == S) s = 0, ph ^= 1u;
       if (ch == -1) break;
       if (trace && tid == 0) stc[3]++;
     }
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;
-      tr[0] = stc[0], tr[1] = mk_now_ns(), tr[3] = rd_clock() - stc[1], tr[5] = stc[2], tr[6] = stc[3];
+      tr[0] = stc[0], tr[1] = dsp_dev_now_ns(), tr[3] = rd_clock() - stc[1], tr[5] = stc[2], tr[6] = stc[3];
       stc[1] = rd_clock();
     }
     unsigned long long *trk = trace ? trace + (size_t)ks * DSP_MK_TRACE : NULL;
     if constexpr (WGN > 0) {
       rd_merge_wg<WGN, WGN == 16 * MT>(a, fbw, warp, g, q, tid,
                                        (unsigned long long *)(smem + rd_sk_offset(bq, S, 2 * a.resident)), sbest);
-      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk, rg_saddr(&abar))) rd_gather_e(a, sprev, se, tid);
+      if (rg_grid_end(a, ks, nsteps, tid, sbest, sprev, &slast, trk, dsp_saddr(&abar))) rd_gather_e(a, sprev, se, tid);
     } else {
       rg_step_end<MT>(a, ks, nsteps, fast, fb0, fb1, best0, best1, active, mt, g, q, tid, sbest, sprev, &slast,
-                      af, trk, rg_saddr(&abar));
+                      af, trk, dsp_saddr(&abar));
     }
     if (trace && tid == 0) {
       unsigned long long *tr = trace + (size_t)ks * DSP_MK_TRACE;
-      tr[2] = mk_now_ns(), tr[4] = rd_clock() - stc[1];
+      tr[2] = dsp_dev_now_ns(), tr[4] = rd_clock() - stc[1];
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "core/philox.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/markov.h"
 
 namespace {
@@ -58,17 +59,7 @@ __device__ __forceinline__ void mk_prefetch_line(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned *p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
-__device__ __forceinline__ unsigned long long mk_now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 /* d += a * b for one m16n8k16 tile: bf16 operands, fp32 accumulators. */
 __device__ __forceinline__ void mk_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -194,10 +185,10 @@ __device__ __forceinline__ void mk_grid_barrier(unsigned *ctr, unsigned target) 
   __syncthreads();
   if (threadIdx.x == 0) {
     atomicAdd(ctr, 1u);
-    const unsigned long long t0 = mk_now_ns();
-    while (mk_ld_acquire(ctr) < target) {
+    const unsigned long long t0 = dsp_dev_now_ns();
+    while (dsp_dev_ld_acquire(ctr) < target) {
       __nanosleep(32);
-      if (mk_now_ns() - t0 > 5000000000ull) __trap();
+      if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap();
     }
   }
   __syncthreads();

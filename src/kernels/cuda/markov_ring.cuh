@@ -10,9 +10,8 @@
 #ifndef DSP_CUDA_MARKOV_RING_CUH
 #define DSP_CUDA_MARKOV_RING_CUH
 
-#include <cuda.h> /* CUtensorMap (the type only; the encoder comes through the runtime) */
-#include <cudaTypedefs.h>
-
+#include "kernels/cuda/common/copy.cuh"
+#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/markov_kernel.cuh"
 
 namespace {
@@ -49,45 +48,12 @@ __host__ __device__ inline rg_smem_t rg_smem(int bq, bool sampling, int stages) 
   return L;
 }
 
-__device__ __forceinline__ uint32_t rg_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void rg_bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
 
-__device__ __forceinline__ void rg_bar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
 
-__device__ __forceinline__ void rg_bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
 
-__device__ __forceinline__ bool rg_bar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 
-/* Waits for the phase of `parity` to complete; traps after 5 s (a broken
- * pipeline fails loudly instead of hanging the device). */
-__device__ __forceinline__ void rg_bar_wait(uint32_t bar, uint32_t parity) {
-  if (rg_bar_test(bar, parity)) return;
-  const unsigned long long t0 = mk_now_ns();
-  while (!rg_bar_test(bar, parity))
-    if (mk_now_ns() - t0 > 5000000000ull) __trap();
-}
 
-/* Global -> shared bulk copy completing `bytes` of transaction on `bar`. */
-__device__ __forceinline__ void rg_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 /* Barrier among the 256 consumer threads only (the producer warp may have left). */
 __device__ __forceinline__ void rg_consumers_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
@@ -112,13 +78,6 @@ __device__ __forceinline__ void rg_load_e(const dsp_mk_args &a, const int32_t *s
     }
 }
 
-/* 3-D tensor copy completing on `bar`: box (c0, c1, c2) of the map. */
-__device__ __forceinline__ void rg_tcopy3(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 /* The grid part of the end of step ks, after every consumer merged its best
  * keys into sbest (shared atomics): the block's keys go to the grid (one
  * global atomicMax per row); persistent launches then wait at the grid
@@ -131,7 +90,7 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
                                             unsigned long long *tr, uint32_t abar) {
   const int k = a.k_begin + ks, bq = a.bq;
   rg_consumers_sync();
-  if (tr && tid == 0) tr[8] = mk_now_ns();
+  if (tr && tid == 0) tr[8] = dsp_dev_now_ns();
   if (tid < bq) {
     const unsigned long long v = sbest[tid];
     sbest[tid] = 0ull;
@@ -148,12 +107,12 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
       /* a release reduction orders the block's keys (before the CTA barrier) before the
        * arrival, with no fence round trip and no returned value to wait for */
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.barrier) : "memory");
-      rg_bar_arrive(abar); /* the producer may refill again (dsp_mk_args.pause) */
-      if (tr) tr[9] = mk_now_ns();
-      const unsigned long long t0 = mk_now_ns();
-      while (mk_ld_acquire(a.barrier) < target) {
+      dsp_bar_arrive(abar); /* the producer may refill again (dsp_mk_args.pause) */
+      if (tr) tr[9] = dsp_dev_now_ns();
+      const unsigned long long t0 = dsp_dev_now_ns();
+      while (dsp_dev_ld_acquire(a.barrier) < target) {
         __nanosleep(32);
-        if (mk_now_ns() - t0 > 5000000000ull) __trap();
+        if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap();
       }
     }
     rg_consumers_sync();
@@ -163,7 +122,7 @@ __device__ __forceinline__ bool rg_grid_end(const dsp_mk_args &a, int ks, int ns
       sprev[tid] = id;
       if (blockIdx.x == 0) a.tokens[(size_t)k * bq + tid] = id;
     }
-    if (tr && tid == 0) tr[10] = mk_now_ns();
+    if (tr && tid == 0) tr[10] = dsp_dev_now_ns();
     rg_consumers_sync();
     return true;
   }

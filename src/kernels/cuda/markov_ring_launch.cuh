@@ -19,26 +19,12 @@ inline int rg_stages_for(int bq, bool sampling) {
   return s > RG_MAXS ? RG_MAXS : s;
 }
 
-/* The driver's tensor-map encoder, through the runtime (NULL where absent). */
-inline PFN_cuTensorMapEncodeTiled_v12000 rg_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 enc = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void *p = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return NULL;
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)p;
-  }();
-  return enc;
-}
 
 /* The tensor map of the base logits for ring kernel 4: (columns ld, rows
  * k_end * bq, segments nseg) with box (16, bq, 1): one unit's base rows of one
  * step and segment, landing as [bq][16]. */
 inline dsp_status rd_base_map(const dsp_mk_args *a, CUtensorMap *tm) {
-  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = dsp_tma_encoder();
   if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda markov ring kernels 4-5: no cuTensorMapEncodeTiled");
   const cuuint64_t rows = (cuuint64_t)a->k_end * (cuuint64_t)a->bq;
   const cuuint64_t dims[3] = {(cuuint64_t)a->ld, rows, (cuuint64_t)a->nseg};
@@ -102,12 +88,13 @@ dsp_status rg_launch_mt(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream
     return DSP_OK;
   }
   const int ver = l->ring;
-  if (ver < 4 || ver > 6) return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel %d: only ring kernels 4-5 exist", ver);
+  if (ver < 4 || ver > (DSP_MK_BENCH_VARIANTS ? 6 : 5))
+    return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel %d: only ring kernels 4-5 exist", ver);
   if (a->stages < 2 || a->stages > RG_MAXS)
     return dsp_fail(DSP_ERR_ARG, "cuda markov ring kernel: %d stages outside [2, %d]", a->stages, RG_MAXS);
-  /* ring kernel 5: one computing warpgroup up to bq 32, two above (bench_tail on an H200:
-   * bq 32 0.169 vs 0.186 ms, bq 64 0.221 vs 0.202 ms); ver 6 takes the other split (benchmarks) */
-  const bool wg1 = (ver == 5) == (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
+  /* ring kernel 5: one computing warpgroup up to bq 32, two above (faster each side:
+   * bench/RESULTS.md); a benchmark build's ver 6 takes the other split */
+  const bool wg1 = (ver == 6) != (a->bq <= 32) && rd_wg1_kernel<MT, SAMPLING>();
   const rd_fn kern5 = wg1 ? rd_wg1_kernel<MT, SAMPLING>() : rd_wg_kernel<MT, SAMPLING>();
   cudaLaunchAttribute attr[2];
   CUtensorMap tm;

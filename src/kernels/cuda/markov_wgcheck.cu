@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(256, 1) wc_kernel(const uint16_t *w2p, const u
                                                     float *out_mma, float *out_rs) {
   constexpr int N = 8 * MT, BQ = 16 * MT;
   extern __shared__ __align__(16) unsigned char raw[];
-  unsigned char *sw = raw + ((1024u - (rg_saddr(raw) & 1023u)) & 1023u), *se = sw + 64 * RP * 2;
+  unsigned char *sw = raw + ((1024u - (dsp_saddr(raw) & 1023u)) & 1023u), *se = sw + 64 * RP * 2;
   __shared__ int32_t sprev[BQ];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3, c = blockIdx.x;
   const uint4 *src = (const uint4 *)(w2p + (size_t)c * 64 * RP);
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(256, 1) wc_kernel(const uint16_t *w2p, const u
 
   const int wg = warp >> 2, w4 = warp & 3;
   float d[N / 2];
-  wg_product<N>(d, rg_saddr(sw), rg_saddr(se), BQ, wg * N);
+  wg_product<N>(d, dsp_saddr(sw), dsp_saddr(se), BQ, wg * N);
 #pragma unroll
   for (int j = 0; j < N / 8; j++)
 #pragma unroll
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(256, 1) wc_kernel(const uint16_t *w2p, const u
       uint32_t fr[16][4];
       float d2[BQ / 2];
       wg_load_a(fr, sw, w4, g, q);
-      wg_product_rs<BQ>(d2, fr, rg_saddr(se), BQ, 0);
+      wg_product_rs<BQ>(d2, fr, dsp_saddr(se), BQ, 0);
 #pragma unroll
       for (int j = 0; j < BQ / 8; j++)
 #pragma unroll

@@ -1,10 +1,10 @@
-/* The Markov head on CUDA: weights on the device, a pool of captured CUDA
+/* The Markov head's CUDA executor: weights on the device, a pool of captured CUDA
  * graphs (one greedy and one sampling graph per batch bucket, sharing that
  * bucket's static input buffers), and the plans of the three greedy paths and
  * the sampling variant (DESIGN §3, §4).
  *
  * One proposal, as enqueued (and captured) on the head's stream:
- *   base = lm_head(hidden_static)          [gamma][bq][vrp] bf16 (cuda/lm_head.h)
+ *   base = lm_head(hidden_static)          [gamma][bq][vrp] bf16 (kernels/cuda/gemm.h)
  *   (original/replicated/sampling over TP>1) all-gather base -> [P] segments
  *   keys, barrier = 0
  *   tail: one persistent launch for all gamma steps where no per-step
@@ -20,13 +20,14 @@
 
 extern "C" {
 #include "comm/comm.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/status.h"
 }
+#include "backend/cuda/markov_cuda.h"
 #include "kernels/cuda/common/check.h"
-#include "kernels/cuda/head_cuda.h"
-#include "kernels/cuda/head_cuda_tune.h"
-#include "kernels/cuda/lm_head.h"
+#include "kernels/cuda/common/device.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/markov.h"
 
 #define HP_ALIGN 64    /* hidden padded with zeros to a multiple of 64 columns */
@@ -42,7 +43,7 @@ typedef struct {
   unsigned char *meta;   /* anchor i32[bq] | temperature f32[bq] | seed u64[bq] | position i64[bq] */
   int grid[2];           /* tail blocks: greedy, sampling */
   int stages[2];         /* ring stages (ring kernel): greedy, sampling */
-  cudaGraphExec_t full[2], tail[2];
+  cudaGraphExec_t full[2];
 } cu_bucket;
 
 /* What a variant does on this head. */
@@ -54,21 +55,21 @@ typedef struct {
   int gather_logits; /* sharded sampling: all-gather the local logits at the end */
 } cu_plan;
 
-struct dsp_cuda_head {
-  dsp_head_config cfg;
+struct dsp_markov_exec {
+  dsp_markov_plan plan; /* the shared plan: paths, rows, checks, the start-up line */
+  dsp_markov_config cfg;
   dsp_cuda_tuning tune; /* resolved: no -1 left */
   int device, rank, P, multi;
   dsp_comm *comm, *own_comm;
   int64_t hp, row0, vr, vrp, rows_real;
   int has_full;
-  dsp_path greedy_path;
   int strict, ring, coop, sms; /* ring: 0 register kernel, 4-5 ring kernels 4-5 (markov_dyn.cuh) */
   int pdl;               /* the persistent tail starts while the LM head's product finishes (PDL) */
   float t_kernel[3];     /* tail ms of the register kernel and ring kernels 4, 5 when chosen by timing (0: not timed) */
   long long wg_compared, wg_differ; /* ring kernel 5's check here (dsp_cuda_markov_wgmma_check); -1: could not run */
   int wg_ok;             /* the check passed on every rank: ring kernel 5 may run */
   cudaStream_t stream;
-  dsp_cuda_lm *lm;
+  dsp_cuda_gemm *lm;
   uint16_t *d_lm, *d_w1, *d_w2_local, *d_w2_full;
   int w2_local_owned;               /* d_w2_local is its own allocation (not a segment of d_w2_full) */
   uint16_t *d_w2p_local, *d_w2p_full; /* W2 packed for ring kernel 4 (cuda/markov.h); NULL in strict mode */
@@ -84,24 +85,17 @@ struct dsp_cuda_head {
   cu_bucket bk[MAX_BUCKETS];
   int nb, bq_max;
   size_t bytes_buffers, bytes_graphs;
+  double t_propose_ms;  /* wall clock of the last proposal, copies included */
   int ngraphs;
   char buckets_str[160];
-  char report[2048];
+  char report[512];
+  char detail[2048];
 };
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static size_t logit_size(const dsp_cuda_head *h) { return h->cfg.contract == DSP_CONTRACT_FP32_ADD ? 4 : 2; }
 static int64_t gamma_of(const dsp_cuda_head *h) { return h->cfg.gamma; }
 static size_t sync_bytes(const dsp_cuda_head *h) { return (size_t)round_up((1 + gamma_of(h)) * 4, 16); }
-
-extern "C" int dsp_cuda_device_count(void) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   memset(t, 0, sizeof *t);
@@ -186,17 +180,6 @@ static dsp_status parse_buckets(const char *s, int max_batch, int *out, int *n) 
   return DSP_OK;
 }
 
-static dsp_status check_weight(const dsp_tensor *t, const char *name, int64_t rows, int64_t cols) {
-  if (t->dtype != DSP_BF16)
-    return dsp_fail(DSP_ERR_DTYPE, "cuda markov head: %s is %s, expected BF16", name, dsp_dtype_name(t->dtype));
-  if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
-    return dsp_fail(DSP_ERR_SHAPE, "cuda markov head: %s has shape [%lld, %lld], expected [%lld, %lld]", name,
-                    (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows,
-                    (long long)cols);
-  if (rows * cols > 0 && !t->data) return dsp_fail(DSP_ERR_ARG, "cuda markov head: %s has no data", name);
-  return DSP_OK;
-}
-
 /* Rows [r0, r0 + rows) x cols of a host view (any strides) into a device
  * matrix with row stride dst_ld elements. */
 static dsp_status upload_rows(uint16_t *dst, int64_t dst_ld, const dsp_tensor *t, int64_t r0, int64_t rows,
@@ -229,17 +212,14 @@ static dsp_status upload_rows(uint16_t *dst, int64_t dst_ld, const dsp_tensor *t
 }
 
 static cu_plan plan_of(const dsp_cuda_head *h, int sampling) {
+  const dsp_markov_steps st = dsp_markov_plan_steps(&h->plan, sampling, h->multi);
   cu_plan p;
   memset(&p, 0, sizeof p);
-  p.per_step = h->tune.per_step;
-  if (!h->multi) return p; /* one rank: its rows are the whole vocabulary, no collective */
-  const int bc = h->cfg.broadcast && h->greedy_path != DSP_PATH_REPLICATED;
-  const int sharded = sampling ? !h->has_full : h->greedy_path == DSP_PATH_SHARDED;
-  p.full = !sharded;
-  p.exchange = sharded;
-  p.bcast = bc;
-  p.gather_logits = sampling && sharded;
-  p.per_step |= sharded || bc;
+  p.full = st.full;
+  p.exchange = st.exchange;
+  p.bcast = st.bcast;
+  p.gather_logits = st.gather_logits;
+  p.per_step = h->tune.per_step || st.exchange || st.bcast;
   return p;
 }
 
@@ -250,11 +230,12 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   const size_t es = logit_size(h);
   cudaStream_t s = h->stream;
   const cu_plan p = plan_of(h, sampling);
+  if (h->comm) DSP_TRY(dsp_comm_set_stream(h->comm, s)); /* a shared communicator: ours while we enqueue */
   /* one memset node clears the barrier, the claim counters and the keys (they share an allocation);
      before the LM head's product, so that the tail's launch follows the product directly (PDL) */
   DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
   if (!tail_only) {
-    DSP_TRY(dsp_cuda_lm_run(h->lm, bk->hidden, h->d_lm, h->d_base_local, M, h->vrp, s));
+    DSP_TRY(dsp_cuda_gemm_run(h->lm, bk->hidden, h->hp, h->d_lm, h->d_base_local, M, h->vrp, s));
     if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
   }
 
@@ -349,39 +330,8 @@ static dsp_status capture(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   return s;
 }
 
-static const char *path_text(const dsp_cuda_head *h, char *buf, size_t n) {
-  const char *c = h->cfg.contract == DSP_CONTRACT_FP32_ADD ? "fp32-add" : "bf16";
-  const char *bc = h->cfg.broadcast ? "broadcast on" : "broadcast off";
-  const char *samp = h->multi && !h->has_full ? "full logits (local W2 rows, local Gumbel top-1, logits all-gathered)"
-                                              : "full logits";
-  if (!h->multi) {
-    snprintf(buf, n,
-             "dspark: markov head greedy: TP1 on one GPU (original, sharded and replicated coincide: no collective), "
-             "%s top-1; sampling: %s",
-             c, samp);
-  } else if (h->greedy_path == DSP_PATH_SHARDED) {
-    snprintf(buf, n, "dspark: markov head greedy: W2 sharded over TP%d, %s local top-1, %s; sampling: %s", h->P, c, bc,
-             samp);
-  } else if (h->greedy_path == DSP_PATH_REPLICATED) {
-    snprintf(buf, n,
-             "dspark: markov head greedy: replicated over TP%d (base all-gathered once, full W2 on every rank, no "
-             "per-step collective), %s; sampling: %s",
-             h->P, c, samp);
-  } else {
-    snprintf(buf, n,
-             "dspark: markov head greedy: original over TP%d (base all-gathered, full W2 on every rank), %s, %s%s; "
-             "sampling: %s",
-             h->P, c, bc,
-             (h->cfg.path == DSP_PATH_SHARDED || h->cfg.path == DSP_PATH_AUTO)
-                 ? " (sharded path not eligible: TP size > vocabulary)"
-                 : "",
-             samp);
-  }
-  return buf;
-}
-
 static void make_report(dsp_cuda_head *h) {
-  char path[512], dev[256] = "GPU";
+  char dev[256] = "GPU";
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, h->device) == cudaSuccess) snprintf(dev, sizeof dev, "%s", prop.name);
   cu_plan pg = plan_of(h, 0);
@@ -391,11 +341,12 @@ static void make_report(dsp_cuda_head *h) {
            "take the chunks in turn, %d W2 chunks resident in each one's registers; two halves of every chunk above; "
            "greedy buckets of 16, 32, 64 or 128 rows, other launches ring kernel 4)",
            h->tune.resident);
-  snprintf(h->report, sizeof h->report,
-           "%s; cuda: %s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s, %s (%d "
+  dsp_markov_plan_line(&h->plan, "cuda", h->report, sizeof h->report);
+  snprintf(h->detail, sizeof h->detail,
+           "%s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s, %s (%d "
            "blocks), products %s",
-           path_text(h, path, sizeof path), dev, h->buckets_str, h->ngraphs, h->ngraphs ? "" : ": DSPARK_GRAPHS=0, eager",
-           (double)h->bytes_graphs / (1 << 20), dsp_cuda_lm_describe(h->lm),
+           dev, h->buckets_str, h->ngraphs, h->ngraphs ? "" : ": DSPARK_GRAPHS=0, eager",
+           (double)h->bytes_graphs / (1 << 20), dsp_cuda_gemm_describe(h->lm),
            pg.per_step ? "per-step kernels"
            : h->pdl    ? (h->coop ? "one persistent cooperative kernel launched as the LM head's product ends (PDL)"
                                   : "one persistent kernel (plain launch) launched as the LM head's product ends (PDL)")
@@ -409,17 +360,17 @@ static void make_report(dsp_cuda_head *h) {
            : h->ring == 5 ? "tensor cores (wgmma and mma.sync bf16, fp32 accumulate)"
                           : "tensor cores (mma.sync bf16, fp32 accumulate)");
   if (h->t_kernel[0] > 0 && h->t_kernel[1] > 0) {
-    size_t n = strlen(h->report);
-    snprintf(h->report + n, sizeof h->report - n,
+    size_t n = strlen(h->detail);
+    snprintf(h->detail + n, sizeof h->detail - n,
              "; tail kernel chosen by timing: register %.3f ms, ring 4 %.3f ms, ring 5 %.3f ms",
              (double)h->t_kernel[0], (double)h->t_kernel[1], (double)h->t_kernel[2]);
   }
   if (h->wg_compared) {
-    size_t n = strlen(h->report);
+    size_t n = strlen(h->detail);
     if (h->wg_compared < 0)
-      snprintf(h->report + n, sizeof h->report - n, "; ring kernel 5 not run (its wgmma check could not run here)");
+      snprintf(h->detail + n, sizeof h->detail - n, "; ring kernel 5 not run (its wgmma check could not run here)");
     else
-      snprintf(h->report + n, sizeof h->report - n, "; wgmma check: %lld of %lld products differ from mma.sync%s",
+      snprintf(h->detail + n, sizeof h->detail - n, "; wgmma check: %lld of %lld products differ from mma.sync%s",
                h->wg_differ, h->wg_compared,
                h->wg_ok ? "" : h->wg_differ ? " (ring kernel 5 not used)" : " (failed on another rank: ring kernel 5 not used)");
   }
@@ -433,7 +384,6 @@ extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
     cu_bucket *b = &h->bk[i];
     for (int v = 0; v < 2; v++) {
       if (b->full[v]) cudaGraphExecDestroy(b->full[v]);
-      if (b->tail[v]) cudaGraphExecDestroy(b->tail[v]);
     }
     cudaFree(b->hidden);
     cudaFree(b->meta);
@@ -446,7 +396,7 @@ extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
   void *host[] = {h->h_hidden, h->h_meta, h->h_tokens, h->h_logits};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
     if (host[i]) cudaFreeHost(host[i]);
-  dsp_cuda_lm_free(h->lm);
+  dsp_cuda_gemm_free(h->lm);
   if (h->stream) cudaStreamDestroy(h->stream);
   dsp_comm_free(h->own_comm);
   cudaGetLastError();
@@ -459,7 +409,7 @@ static dsp_status setup_comm(dsp_cuda_head *h, dsp_comm *comm) {
   if (is_nccl) {
     h->comm = comm;
   } else if (size > 1) {
-    DSP_TRY(dsp_comm_nccl_create_mpi(comm, h->device, &h->own_comm));
+    DSP_TRY(dsp_comm_nccl_create(comm, h->device, &h->own_comm));
     h->comm = h->own_comm;
   } else if (h->tune.force_collectives) {
     DSP_TRY(dsp_comm_nccl_create_group(1, &h->device, &h->own_comm));
@@ -472,7 +422,7 @@ static dsp_status setup_comm(dsp_cuda_head *h, dsp_comm *comm) {
   return DSP_OK;
 }
 
-static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
+static dsp_status upload_weights(dsp_cuda_head *h, const dsp_markov_weights *w) {
   const int64_t H = h->cfg.hidden, R = h->cfg.rank, Vp = h->cfg.vocab_padded;
   DSP_TRY(dev_alloc(h, (void **)&h->d_lm, (size_t)(h->vrp * h->hp) * 2));
   DSP_TRY(upload_rows(h->d_lm, h->hp, &w->lm_local, 0, h->rows_real, H));
@@ -483,7 +433,7 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
     DSP_TRY(dev_alloc(h, (void **)&h->d_w2_full, (size_t)(h->P * h->vrp) * DSP_MK_RP * 2));
     for (int s = 0; s < h->P; s++) {
       int64_t r0, vr, real;
-      dsp_head_rows(Vp, h->P, s, &r0, &vr, &real);
+      dsp_markov_rows(Vp, h->P, s, &r0, &vr, &real);
       DSP_TRY(upload_rows(h->d_w2_full + (size_t)(s * h->vrp) * DSP_MK_RP, DSP_MK_RP, &w->w2_full, r0, real, R));
     }
     h->d_w2_local = h->d_w2_full + (size_t)(h->rank * h->vrp) * DSP_MK_RP;
@@ -496,7 +446,7 @@ static dsp_status upload_weights(dsp_cuda_head *h, const dsp_head_weights *w) {
       DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R));
     if (!h->multi) h->d_w2_full = h->d_w2_local;
   }
-  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel < 5)) return DSP_OK; /* no ring kernel 4-5 to feed */
+  if (h->strict || h->tune.kernel == DSP_TAIL_REGISTER) return DSP_OK; /* no ring kernel to feed */
   /* ring kernels 4-5 read W2 packed by chunks: the local rows, and the full rows when they differ */
   DSP_TRY(dev_alloc(h, (void **)&h->d_w2p_local, dsp_cuda_markov_packed_elems(h->vrp) * 2));
   DSP_TRY(dsp_cuda_markov_pack_w2(h->d_w2_local, h->vrp, h->d_w2p_local, h->stream));
@@ -532,40 +482,22 @@ static dsp_status alloc_buffers(dsp_cuda_head *h) {
   return DSP_OK;
 }
 
-/* Times the LM head's candidates on the largest bucket with random hidden rows
- * (never zeros: they run faster than data), then clears the buffer again. */
-static dsp_status autotune_lm(dsp_cuda_head *h) {
-  cu_bucket *b = &h->bk[h->nb - 1];
-  const int64_t M = gamma_of(h) * b->bq;
-  uint64_t x = 0x2545F4914F6CDD1Dull;
-  for (int64_t i = 0; i < M * h->hp; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    h->h_hidden[i] = (uint16_t)(0x3C00u | (x & 0xFFu) | ((x >> 8) & 0x8000u));
-  }
-  DSP_CUDA_TRY(cudaMemcpy(b->hidden, h->h_hidden, (size_t)(M * h->hp) * 2, cudaMemcpyHostToDevice));
-  DSP_TRY(dsp_cuda_lm_autotune(h->lm, b->hidden, h->d_lm, h->d_base_local, M, h->vrp, h->stream));
-  DSP_CUDA_TRY(cudaMemset(b->hidden, 0, (size_t)(M * h->hp) * 2));
-  memset(h->h_hidden, 0, (size_t)(M * h->hp) * 2);
-  return DSP_OK;
-}
-
 /* Kernel instances, launch sizes and the LM-head algorithm for every bucket. */
 static dsp_status prepare_kernels(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&h->sms, cudaDevAttrMultiProcessorCount, h->device));
-  DSP_TRY(dsp_cuda_lm_create(h->vrp, h->hp, h->strict, h->tune.lm_choice == 2   ? DSP_LM_PREFERRED
-                              : h->tune.lm_choice == 0 ? DSP_LM_WGMMA
-                              : h->tune.lm_choice == 4 ? DSP_LM_WGMMA_SINGLE
-                                                       : DSP_LM_HEURISTIC,
+  DSP_TRY(dsp_cuda_gemm_create(h->vrp, h->hp, h->strict, h->tune.lm_choice == 0   ? DSP_GEMM_WGMMA
+                                                       : h->tune.lm_choice == 4 ? DSP_GEMM_WGMMA_SINGLE
+                                                                                : DSP_GEMM_PINNED,
                               &h->lm));
   for (int i = 0; i < h->nb; i++) {
     cu_bucket *b = &h->bk[i];
-    DSP_TRY(dsp_cuda_lm_prepare(h->lm, gamma_of(h) * b->bq));
+    DSP_TRY(dsp_cuda_gemm_prepare(h->lm, gamma_of(h) * b->bq));
     for (int v = 0; v < 2; v++) {
       /* both kernels when the choice is left to timing (register first, so the ring's
        * stage count stays); one block per SM: every block resident at once, as the grid
        * barrier needs */
       for (int ring = 0; ring < 2; ring++) {
-        if (ring ? !(h->ring || h->tune.kernel == 0) : h->ring) continue;
+        if (ring ? !(h->ring || h->tune.kernel == DSP_TAIL_AUTO) : h->ring) continue;
         size_t smem = 0;
         int occ = 0, stages = 0;
         DSP_TRY(dsp_cuda_markov_prepare(b->bq, v, h->strict, ring, &smem, &occ, &stages));
@@ -584,7 +516,7 @@ static dsp_status prepare_kernels(dsp_cuda_head *h) {
  * batch that its wgmma products give mma.sync's bits on this device; where
  * any differ (on any rank) or the check cannot run, ring kernel 5 is not used. */
 static dsp_status wg_check(dsp_cuda_head *h) {
-  if (h->strict || (h->tune.kernel != 0 && h->tune.kernel != 6)) return DSP_OK;
+  if (h->strict || (h->tune.kernel != DSP_TAIL_AUTO && h->tune.kernel != DSP_TAIL_RING_WGMMA)) return DSP_OK;
   float bad = 0.0f;
   for (int i = 0; i < h->nb; i++) {
     const int bq = h->bk[i].bq;
@@ -624,7 +556,7 @@ static int cmp_float(const void *a, const void *b) {
  * cuda/markov.h) and keep the faster. Every rank runs the same sequence and the
  * times are summed over the communicator, so all ranks pick the same kernel. */
 static dsp_status choose_kernel(dsp_cuda_head *h) {
-  if (h->strict || h->tune.kernel != 0) return DSP_OK;
+  if (h->strict || h->tune.kernel != DSP_TAIL_AUTO) return DSP_OK;
   cu_bucket *bk = &h->bk[h->nb - 1];
   if (h->wg_ok && !plan_of(h, 0).per_step) {
     h->ring = 5;
@@ -705,28 +637,20 @@ static dsp_status capture_all(dsp_cuda_head *h) {
   return DSP_OK;
 }
 
-static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_weights *w) {
-  const dsp_head_config *cfg = &h->cfg;
+static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_markov_weights *w) {
+  const dsp_markov_config *cfg = &h->cfg;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
   DSP_CUDA_TRY(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
   DSP_TRY(setup_comm(h, comm));
-  dsp_head_rows(cfg->vocab_padded, h->P, h->rank, &h->row0, &h->vr, &h->rows_real);
+  /* the shared plan: rows, path and its eligibility, weight checks */
+  DSP_TRY(dsp_markov_plan_make(cfg, h->P, h->rank, w->has_w2_full, &h->plan));
+  DSP_TRY(dsp_markov_plan_check_weights(&h->plan, w));
+  h->row0 = h->plan.row0;
+  h->vr = h->plan.vr;
+  h->rows_real = h->plan.rows_real;
+  h->has_full = h->plan.has_full;
   h->vrp = round_up(h->vr, ROW_ALIGN);
   h->hp = round_up(cfg->hidden, HP_ALIGN);
-  h->has_full = w->has_w2_full || h->P == 1;
-  dsp_path want = cfg->path == DSP_PATH_AUTO ? DSP_PATH_SHARDED : cfg->path;
-  if (want == DSP_PATH_SHARDED && h->P > cfg->vocab) want = DSP_PATH_ORIGINAL;
-  if (h->multi && want != DSP_PATH_SHARDED && !h->has_full)
-    return dsp_fail(DSP_ERR_ARG, "cuda markov head: the %s path needs the full markov_w2 on every rank",
-                    want == DSP_PATH_ORIGINAL ? "original" : "replicated");
-  h->greedy_path = want;
-
-  DSP_TRY(check_weight(&w->lm_local, "lm_head.weight (local rows)", h->rows_real, cfg->hidden));
-  DSP_TRY(check_weight(&w->w1, "markov_w1.weight", cfg->vocab_padded, cfg->rank));
-  if (w->has_w2_full)
-    DSP_TRY(check_weight(&w->w2_full, "markov_w2.weight", cfg->vocab_padded, cfg->rank));
-  else
-    DSP_TRY(check_weight(&w->w2_local, "markov_w2.weight (local rows)", h->rows_real, cfg->rank));
 
   int sizes[MAX_BUCKETS], n = 0;
   DSP_TRY(parse_buckets(h->tune.buckets, cfg->max_batch, sizes, &n));
@@ -748,7 +672,6 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
     DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
   }
   DSP_TRY(prepare_kernels(h));
-  if (h->tune.lm_choice == 1) DSP_TRY(autotune_lm(h));
   if (h->tune.graphs) {
     h->coop = dsp_cuda_markov_coop_capturable(h->stream);
   } else {
@@ -765,12 +688,12 @@ static dsp_status create_body(dsp_cuda_head *h, dsp_comm *comm, const dsp_head_w
   return DSP_OK;
 }
 
-extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp_comm *comm,
-                                                 const dsp_head_weights *w, int device, const dsp_cuda_tuning *t,
-                                                 dsp_cuda_head **out) {
+extern "C" dsp_status dsp_cuda_head_create(const dsp_markov_config *cfg, dsp_comm *comm, const dsp_markov_weights *w,
+                                           int device, const dsp_cuda_tuning *t, dsp_cuda_head **out) {
   if (!out) return dsp_fail(DSP_ERR_ARG, "cuda markov head: NULL output handle");
   *out = NULL;
   if (!cfg || !w) return dsp_fail(DSP_ERR_ARG, "cuda markov head: NULL config or weights");
+  DSP_TRY(dsp_settings_check());
   if (cfg->vocab < 1 || cfg->vocab_padded < cfg->vocab || cfg->hidden < 1 || cfg->rank < 1 || cfg->gamma < 1 ||
       cfg->max_batch < 1)
     return dsp_fail(DSP_ERR_ARG, "cuda markov head: bad config (V %lld, Vp %lld, H %lld, R %lld, gamma %lld, batch %d)",
@@ -804,18 +727,18 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.pdl < 0) h->tune.pdl = 1;
   if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
-  if (h->tune.kernel < 0 || h->tune.kernel > 6 || (h->tune.kernel >= 2 && h->tune.kernel <= 4)) {
+  if (h->tune.kernel > DSP_TAIL_RING_WGMMA) {
     const int k = h->tune.kernel;
     free(h);
-    return dsp_fail(DSP_ERR_ARG,
-                    "cuda markov head: tail kernel %d (DSPARK_CUDA_TAIL): 0 (fastest by timing), 1 (register), 5 "
-                    "(ring 4) or 6 (ring 5); ring kernels 1-3 (2-4) were removed",
-                    k);
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: tail kernel %d is not a dsp_tail_kernel", k);
   }
   if (h->tune.l2keep < 0) h->tune.l2keep = DEFAULT_L2KEEP;
   if (h->tune.resident < 0) h->tune.resident = DEFAULT_RESIDENT;
   h->strict = h->tune.strict;
-  h->ring = h->strict ? 0 : h->tune.kernel >= 5 ? h->tune.kernel - 1 : 0;
+  h->ring = h->strict                                ? 0
+            : h->tune.kernel == DSP_TAIL_RING       ? 4
+            : h->tune.kernel == DSP_TAIL_RING_WGMMA ? 5
+                                                    : 0;
   dsp_status s = create_body(h, comm, w);
   h->tune.buckets = NULL; /* the caller's string need not outlive create */
   if (s != DSP_OK) {
@@ -826,11 +749,6 @@ extern "C" dsp_status dsp_cuda_head_create_tuned(const dsp_head_config *cfg, dsp
   return DSP_OK;
 }
 
-extern "C" dsp_status dsp_cuda_head_create(const dsp_head_config *cfg, dsp_comm *comm, const dsp_head_weights *w,
-                                           int device, dsp_cuda_head **out) {
-  return dsp_cuda_head_create_tuned(cfg, comm, w, device, NULL, out);
-}
-
 static cu_bucket *bucket_for(dsp_cuda_head *h, int32_t batch) {
   for (int i = 0; i < h->nb; i++)
     if (h->bk[i].size >= batch) return &h->bk[i];
@@ -839,7 +757,7 @@ static cu_bucket *bucket_for(dsp_cuda_head *h, int32_t batch) {
 
 /* The inputs into the pinned staging buffers in the bucket's layout, padding
  * rows inert (hidden 0, anchor 0, T 0, seed 0, position 0). */
-static void stage_inputs(dsp_cuda_head *h, const cu_bucket *bk, const dsp_head_inputs *in) {
+static void stage_inputs(dsp_cuda_head *h, const cu_bucket *bk, const dsp_markov_inputs *in) {
   const int bq = bk->bq, B = in->batch;
   const int64_t G = gamma_of(h), H = h->cfg.hidden, hp = h->hp;
   const dsp_tensor *x = in->hidden;
@@ -894,29 +812,21 @@ static void scatter_logits(const dsp_cuda_head *h, const cu_bucket *bk, int B, c
   }
 }
 
-static dsp_status run_variant(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only) {
+static dsp_status run_variant(dsp_cuda_head *h, cu_bucket *bk, int sampling) {
   if (h->tune.graphs) {
-    cudaGraphExec_t g = tail_only ? bk->tail[sampling] : bk->full[sampling];
-    DSP_CUDA_TRY(cudaGraphLaunch(g, h->stream));
+    DSP_CUDA_TRY(cudaGraphLaunch(bk->full[sampling], h->stream));
     return DSP_OK;
   }
-  return enqueue(h, bk, sampling, tail_only);
+  return enqueue(h, bk, sampling, 0);
 }
 
-extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_head_inputs *in, dsp_head_outputs *out) {
-  if (!h || !in || !out || !out->tokens) return dsp_fail(DSP_ERR_ARG, "cuda markov head: NULL argument");
-  if (!in->hidden || !in->anchor) return dsp_fail(DSP_ERR_ARG, "cuda markov head: inputs need hidden and anchor");
-  DSP_TRY(dsp_head_check_inputs(&h->cfg, in));
+extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_markov_inputs *in, dsp_markov_outputs *out) {
+  if (!h || !in || !out) return dsp_fail(DSP_ERR_ARG, "cuda markov head: NULL argument");
+  DSP_TRY(dsp_markov_check_inputs(&h->cfg, in));
+  DSP_TRY(dsp_markov_plan_check_outputs(&h->plan, in, out));
+  const double t0 = dsp_now_ms();
   const int32_t B = in->batch;
   const int64_t G = gamma_of(h);
-  const dsp_dtype ldt = h->cfg.contract == DSP_CONTRACT_FP32_ADD ? DSP_F32 : DSP_BF16;
-  if (out->logits) {
-    const dsp_tensor *l = out->logits;
-    if (l->dtype != ldt || l->ndim != 3 || l->shape[0] != B || l->shape[1] != G || l->shape[2] != h->cfg.vocab ||
-        !l->data)
-      return dsp_fail(DSP_ERR_SHAPE, "cuda markov head: logits output must be [%d, %lld, %lld] %s", B, (long long)G,
-                      (long long)h->cfg.vocab, dsp_dtype_name(ldt));
-  }
   cu_bucket *bk = bucket_for(h, B);
   DSP_ASSERT(bk != NULL); /* the largest bucket covers max_batch */
   int sampling = out->logits != NULL;
@@ -933,7 +843,7 @@ extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_head_inp
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->hidden, h->h_hidden, (size_t)(G * bq * h->hp) * 2, cudaMemcpyHostToDevice,
                                h->stream));
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->meta, h->h_meta, (size_t)bq * 24, cudaMemcpyHostToDevice, h->stream));
-  DSP_TRY(run_variant(h, bk, sampling, 0));
+  DSP_TRY(run_variant(h, bk, sampling));
   DSP_CUDA_TRY(cudaMemcpyAsync(h->h_tokens, h->d_tokens, (size_t)(G * bq) * 4, cudaMemcpyDeviceToHost, h->stream));
   if (out->logits)
     DSP_CUDA_TRY(cudaMemcpyAsync(h->h_logits, h->d_logits, lbytes, cudaMemcpyDeviceToHost, h->stream));
@@ -945,6 +855,7 @@ extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_head_inp
       out->tokens[(size_t)b * (size_t)G + (size_t)k] = t;
     }
   if (out->logits) scatter_logits(h, bk, B, out->logits);
+  h->t_propose_ms = dsp_now_ms() - t0;
   return DSP_OK;
 }
 
@@ -955,54 +866,42 @@ extern "C" void dsp_cuda_head_memory(const dsp_cuda_head *h, size_t *buffers, si
   *graphs = h->bytes_graphs;
 }
 
-static dsp_status time_runs(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only, int replays,
-                            float *median) {
-  cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)replays * 2, sizeof *ev);
-  float *ms = (float *)calloc((size_t)replays, sizeof *ms);
-  dsp_status s = ev && ms ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "cuda head time: out of memory");
-  int made = 0;
-  for (; s == DSP_OK && made < 2 * replays; made++) {
-    cudaError_t e = cudaEventCreate(&ev[made]);
-    if (e != cudaSuccess) s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaEventCreate: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-  }
-  for (int w = 0; w < 3 && s == DSP_OK; w++) s = run_variant(h, bk, sampling, tail_only);
-  for (int r = 0; r < replays && s == DSP_OK; r++) {
-    cudaError_t e = cudaEventRecord(ev[2 * r], h->stream);
-    if (e == cudaSuccess) {
-      s = run_variant(h, bk, sampling, tail_only);
-      if (s == DSP_OK) e = cudaEventRecord(ev[2 * r + 1], h->stream);
-    }
-    if (s == DSP_OK && e != cudaSuccess)
-      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaEventRecord: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-  }
-  if (s == DSP_OK) {
-    cudaError_t e = cudaStreamSynchronize(h->stream);
-    for (int r = 0; r < replays && e == cudaSuccess; r++) e = cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]);
-    if (e != cudaSuccess)
-      s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: timing replays: %s", __FILE__, __LINE__, cudaGetErrorString(e));
-  }
-  if (s == DSP_OK) {
-    qsort(ms, (size_t)replays, sizeof *ms, cmp_float);
-    *median = replays % 2 ? ms[replays / 2] : 0.5f * (ms[replays / 2 - 1] + ms[replays / 2]);
-  }
-  for (int i = 0; i < made; i++)
-    if (ev[i]) cudaEventDestroy(ev[i]);
-  free(ev);
-  free(ms);
-  return s;
+extern "C" const char *dsp_cuda_head_detail(const dsp_cuda_head *h) { return h->detail; }
+
+extern "C" cudaStream_t dsp_cuda_head_stream(const dsp_cuda_head *h) { return h->stream; }
+
+extern "C" dsp_status dsp_cuda_head_capture(dsp_cuda_head *h, int32_t batch, int sampling, int tail_only,
+                                            cudaGraphExec_t *out) {
+  *out = NULL;
+  if (batch < 1 || batch > h->cfg.max_batch)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: batch %d outside [1, %d]", batch, h->cfg.max_batch);
+  DSP_CUDA_TRY(cudaSetDevice(h->device));
+  return capture(h, bucket_for(h, batch), sampling != 0, tail_only, out);
 }
 
-extern "C" dsp_status dsp_cuda_head_time(dsp_cuda_head *h, int32_t batch, int sampling, int replays,
-                                         float *ms_full_median, float *ms_tail_median) {
-  if (!h || replays < 1 || batch < 1 || batch > h->cfg.max_batch)
-    return dsp_fail(DSP_ERR_ARG, "cuda head time: batch %d outside [1, %d] or replays %d < 1", batch,
-                    h ? h->cfg.max_batch : 0, replays);
-  cu_bucket *bk = bucket_for(h, batch);
-  DSP_ASSERT(bk != NULL);
-  sampling = sampling != 0;
+extern "C" dsp_status dsp_cuda_head_replay(dsp_cuda_head *h, int32_t batch, int sampling) {
+  if (batch < 1 || batch > h->cfg.max_batch)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: batch %d outside [1, %d]", batch, h->cfg.max_batch);
   DSP_CUDA_TRY(cudaSetDevice(h->device));
-  if (h->tune.graphs && !bk->tail[sampling]) DSP_TRY(capture(h, bk, sampling, 1, &bk->tail[sampling]));
-  if (ms_full_median) DSP_TRY(time_runs(h, bk, sampling, 0, replays, ms_full_median));
-  if (ms_tail_median) DSP_TRY(time_runs(h, bk, sampling, 1, replays, ms_tail_median));
-  return DSP_OK;
+  return run_variant(h, bucket_for(h, batch), sampling != 0);
 }
+
+/* ---- the backend ops ---------------------------------------------------------- */
+extern "C" dsp_status dsp_cuda_markov_create(dsp_backend *be, int dev, const dsp_markov_plan *plan,
+                                             const dsp_markov_weights *w, dsp_markov_exec **out) {
+  return dsp_cuda_head_create(&plan->cfg, be->tp[dev], w, be->device[dev], NULL, out);
+}
+
+extern "C" dsp_status dsp_cuda_markov_propose(dsp_markov_exec *x, const dsp_markov_inputs *in,
+                                              dsp_markov_outputs *out) {
+  return dsp_cuda_head_propose(x, in, out);
+}
+
+extern "C" const char *dsp_cuda_markov_detail(const dsp_markov_exec *x) { return x->detail; }
+
+extern "C" void dsp_cuda_markov_last_timing(const dsp_markov_exec *x, double *lm_ms, double *tail_ms) {
+  *lm_ms = x->t_propose_ms;
+  *tail_ms = 0;
+}
+
+extern "C" void dsp_cuda_markov_free(dsp_markov_exec *x) { dsp_cuda_head_free(x); }

@@ -1,5 +1,7 @@
-/* The LM-head product on the warpgroup tensor cores: see lm_wgmma.h for the
- * contract and the accumulation order.
+/* The bf16 NT GEMM kernel on the warpgroup tensor cores (see gemm_wgmma.h for
+ * the contract and the accumulation order), as templates: the product
+ * instances live in gemm_wgmma.cu, measurement-only parts (PART != 0) are
+ * instantiated by bench/ alone.
  *
  * Block: 384 threads. Warpgroup 0's thread 0 is the producer: for each of the
  * block's tiles (tile t, t + grid, ...: vocabulary tile t / nmt, token tile
@@ -22,6 +24,9 @@
  * both blocks meet at a cluster barrier before either exits. Which block
  * computes a row changes nothing in its arithmetic. CUDA C++ only; the wgmma
  * path exists only in sm_90a builds. */
+#ifndef DSP_KERNELS_CUDA_GEMM_WGMMA_KERNEL_CUH
+#define DSP_KERNELS_CUDA_GEMM_WGMMA_KERNEL_CUH
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <stdio.h>
@@ -29,12 +34,16 @@
 
 #include <atomic>
 
-#include "kernels/cuda/common/check.h"
 #include "kernels/cuda/check_fill.cuh"
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/common/copy.cuh"
 #include "kernels/cuda/common/devmath.cuh"
-#include "kernels/cuda/lm_wgmma.h"
-#include "kernels/cuda/markov_ring.cuh" /* mbarriers (rg_bar_*), rg_saddr */
-#include "kernels/cuda/markov_ring_launch.cuh" /* rg_encoder */
+#include "kernels/cuda/common/sync.cuh"
+#include "kernels/cuda/common/wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
+extern "C" {
+#include "core/env.h"
+}
 
 namespace {
 
@@ -79,55 +88,20 @@ __device__ __forceinline__ void lw_next(int &s, uint32_t &ph, int stages) {
   }
 }
 
-/* Both blocks of a cluster of two: arrive and wait (all threads). */
-__device__ __forceinline__ void lw_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 
-/* Arrival on the mbarrier at the same shared offset in cluster block `rank`.
- * CTA-scope release (the default): the stage's readers are wgmma groups that
- * wgmma.wait_group has already seen complete, so no cluster-scope fence is
- * needed before the peer's producer overwrites it. With `.release.cluster`
- * every arrival waited on a memory barrier (ncu: 44% of the stalls) and
- * clusters ran at half speed (bench/RESULTS.md v35, v37). */
-__device__ __forceinline__ void lw_arrive_remote(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
 
 /* A consumer warp hands a stage back to every block that writes it. */
 template <int CL>
 __device__ __forceinline__ void lw_release(uint32_t bar) {
   if (CL == 1) {
-    rg_bar_arrive(bar);
+    dsp_bar_arrive(bar);
   } else {
-    lw_arrive_remote(bar, 0);
-    lw_arrive_remote(bar, 1);
+    dsp_bar_arrive_remote(bar, 0);
+    dsp_bar_arrive_remote(bar, 1);
   }
 }
 
-/* Tensor copy into the same shared offset of both cluster blocks, each one's
- * mbarrier at `bar` receiving the bytes. */
-__device__ __forceinline__ void lw_tload_mc(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
-                                            uint64_t pol) {
-  const uint16_t mask = 3;
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(dst),
-      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "h"(mask), "l"(pol)
-      : "memory");
-}
 
-/* 2-D tensor copy of box (c0 = k, c1 = row) completing on `bar`, with an L2 policy. */
-__device__ __forceinline__ void lw_tload(uint32_t dst, const CUtensorMap *tm, int c0, int c1, uint32_t bar,
-                                         uint64_t pol) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(tm), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
-      : "memory");
-}
 
 /* Tile t of the walk: its first vocabulary row and token row. Single blocks
  * take tile t = (vocabulary tile t / nmt, token tile t % nmt); clusters of two
@@ -143,7 +117,7 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
   m0 = (t % nmt) * NT;
 }
 
-/* PART (bench only, dsp_cuda_lm_wg_part): 0 the product; 1 the tensor-core work
+/* PART (bench only, dsp_cuda_gemm_wg_part): 0 the product; 1 the tensor-core work
  * alone (the producer lands each stage once, then hands the same bytes back
  * round after round, so no operand leaves HBM or L2 after the first pass);
  * 2 the data movement alone (every box lands, the consumers hand it back
@@ -158,7 +132,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
   extern __shared__ unsigned char lw_raw[];
   /* the shared window has the same base in every block, so the same offsets line up across the cluster */
   unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
-  const uint32_t sbase = rg_saddr(smem);
+  const uint32_t sbase = dsp_saddr(smem);
   const uint32_t full0 = sbase + (uint32_t)stages * SB, empty0 = full0 + LW_MAXS * 8;
   const int tid = threadIdx.x, wg = tid >> 7;
   uint32_t rank = 0;
@@ -166,13 +140,13 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
   const int walker = CL > 1 ? (int)(blockIdx.x / CL) : (int)blockIdx.x, nwalkers = (int)gridDim.x / CL;
   if (tid == 0) {
     for (int s = 0; s < stages; s++) {
-      rg_bar_init(full0 + 8 * s, 1);
-      rg_bar_init(empty0 + 8 * s, 8 * CL); /* one arrival per consumer warp of every block that writes it */
+      dsp_bar_init(full0 + 8 * s, 1);
+      dsp_bar_init(empty0 + 8 * s, 8 * CL); /* one arrival per consumer warp of every block that writes it */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if (CL > 1)
-    lw_cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival */
+    dsp_cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival */
   else
     __syncthreads();
 
@@ -183,8 +157,8 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(&tw) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
       uint64_t pw, pa; /* weights stream once; activations are read by every tile */
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pw));
-      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pa));
+      pw = dsp_l2_evict_first();
+      pa = dsp_l2_evict_last();
       int s = 0, fills = 0;
       uint32_t ph = 0;
       for (int t = walker; t < nwalk; t += nwalkers) {
@@ -192,23 +166,23 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
         bool store;
         lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
         for (int kb = 0; kb < nkb; kb++) {
-          rg_bar_wait(empty0 + 8 * s, ph ^ 1);
+          dsp_bar_wait(empty0 + 8 * s, ph ^ 1);
           const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
           if (PART == 1 && fills++ >= stages) { /* the stage keeps its first bytes */
-            rg_bar_arrive(fb);
+            dsp_bar_arrive(fb);
             lw_next(s, ph, stages);
             continue;
           }
-          rg_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
-          if (PART != 4) lw_tload(st, &tw, kb * LW_BK, v0, fb, pw);
-          if (PART != 3 && CL == 1) lw_tload(st + WB, &ta, kb * LW_BK, m0, fb, pa);
-          if (PART != 3 && CL > 1) lw_tload_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
+          dsp_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
+          if (PART != 4) dsp_tcopy2(st, &tw, kb * LW_BK, v0, fb, pw);
+          if (PART != 3 && CL == 1) dsp_tcopy2(st + WB, &ta, kb * LW_BK, m0, fb, pa);
+          if (PART != 3 && CL > 1) dsp_tcopy2_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
           lw_next(s, ph, stages);
         }
       }
     }
     __syncwarp();
-    if (CL > 1) lw_cluster_sync();
+    if (CL > 1) dsp_cluster_sync();
     return;
   }
   {
@@ -229,7 +203,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
       int prev = -1;
       for (int kb = 0; kb < nkb; kb++) {
-        rg_bar_wait(full0 + 8 * s, ph);
+        dsp_bar_wait(full0 + 8 * s, ph);
         if (PART >= 2) { /* the bytes landed; nothing multiplies them */
           if (lane == 0) lw_release<CL>(empty0 + 8 * s);
           lw_next(s, ph, stages);
@@ -262,15 +236,15 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
     }
   }
   /* a cluster's blocks leave together: the peer may still arrive on this block's barriers */
-  if (CL > 1) lw_cluster_sync();
+  if (CL > 1) dsp_cluster_sync();
 }
 
 /* Tensor map of a row-major [rows][k] bf16 matrix, box [box_rows][64 k], 128-byte swizzle. */
-dsp_status lw_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 enc = rg_encoder();
+dsp_status lw_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int64_t ld, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = dsp_tma_encoder();
   if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no cuTensorMapEncodeTiled");
   const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
   const cuuint32_t box[2] = {LW_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
   const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -300,7 +274,7 @@ lw_dev lw_device() {
   }
   d.sms = sms;
   d.optin = (size_t)optin;
-  d.ok = major == 9 && minor == 0 && rg_encoder() != NULL;
+  d.ok = major == 9 && minor == 0 && dsp_tma_encoder() != NULL;
   return d;
 }
 
@@ -324,7 +298,7 @@ int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
       return 0;
     }
     resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
-    if (getenv("DSPARK_LM_WG_VERBOSE"))
+    if (dsp_env_get()->verbose)
       fprintf(stderr, "dspark: lm wgmma tile %d cluster %d part %d: %d clusters resident (of %d SMs), %zu B\n", NT,
               CL, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
   }
@@ -369,13 +343,13 @@ int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
 }
 
 template <int NT, int CL, int PART = 0>
-dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                     const lw_dev &dv, cudaStream_t s) {
+dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                     int64_t ldo, const lw_dev &dv, cudaStream_t s) {
   const int stages = lw_stages<NT>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
   CUtensorMap tw, ta;
-  DSP_TRY(lw_map(&tw, w, n, k, LW_BM));
-  DSP_TRY(lw_map(&ta, a, m, k, NT / CL));
+  DSP_TRY(lw_map(&tw, w, n, k, k, LW_BM));
+  DSP_TRY(lw_map(&ta, a, m, k, lda, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg;
@@ -391,82 +365,4 @@ dsp_status lw_launch(const void *a, const void *w, void *out, int64_t m, int64_t
 
 }  // namespace
 
-extern "C" int dsp_cuda_lm_wg_supported(int64_t k) {
-  if (k < LW_BK || k % LW_BK || k > INT32_MAX) return 0;
-  const lw_dev dv = lw_device();
-  return dv.ok && lw_stages<224>(dv.optin) >= 2;
-}
-
-extern "C" dsp_status dsp_cuda_lm_wg_run(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                                         int64_t ldo, int nt, int cluster, cudaStream_t s) {
-  if (m < 1) return DSP_OK;
-  const lw_dev &dv = lw_dev_once();
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): not supported here (K %lld, ldo %lld)", (long long)k,
-                    (long long)ldo);
-  if (nt == 0) nt = m <= 112 ? 112 : 224;
-  if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
-  if (cluster != 1 && cluster != 2)
-    return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): cluster %d (1 or 2)", cluster);
-  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, w, out, m, n, k, ldo, dv, s)
-                                     : lw_launch<112, 1>(a, w, out, m, n, k, ldo, dv, s);
-  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, w, out, m, n, k, ldo, dv, s)
-                                     : lw_launch<224, 1>(a, w, out, m, n, k, ldo, dv, s);
-  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma): token tile %d (112 or 224)", nt);
-}
-
-extern "C" dsp_status dsp_cuda_lm_wg_part(const void *a, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                                          int64_t ldo, int part, cudaStream_t s) {
-  const lw_dev &dv = lw_dev_once();
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || m < 1 || m > 224)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma) part: not supported here (M %lld, K %lld)",
-                    (long long)m, (long long)k);
-  if (part == 1) return lw_launch<224, 1, 1>(a, w, out, m, n, k, ldo, dv, s);
-  if (part == 2) return lw_launch<224, 1, 2>(a, w, out, m, n, k, ldo, dv, s);
-  if (part == 3) return lw_launch<224, 1, 3>(a, w, out, m, n, k, ldo, dv, s);
-  if (part == 4) return lw_launch<224, 1, 4>(a, w, out, m, n, k, ldo, dv, s);
-  return dsp_fail(DSP_ERR_ARG, "cuda lm head (wgmma) part: %d (1 compute, 2 data movement, 3 weights, 4 activations)",
-                  part);
-}
-
-extern "C" dsp_status dsp_cuda_lm_wg_check(int64_t k, long long *compared, long long *differ) {
-  const int64_t M = 224, N = 512;
-  *compared = *differ = 0;
-  uint16_t *buf = NULL;
-  const size_t na = (size_t)(M * k), nw = (size_t)(N * k), no = (size_t)(M * N);
-  DSP_CUDA_TRY(cudaMalloc(&buf, (na + nw + 2 * no) * 2));
-  uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
-  dsp_status st = DSP_OK;
-  cudaStream_t s = NULL;
-  uint16_t *h = (uint16_t *)malloc(4 * no * 2);
-  if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda lm head (wgmma) check: out of memory");
-  if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
-    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
-                  cudaGetErrorString(cudaGetLastError()));
-  if (st == DSP_OK) {
-    dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x1234u);
-    dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
-    st = dsp_cuda_lm_wg_run(a, w, o1, M, N, k, N, 224, 2, s);
-  }
-  /* the other three (token tile, cluster) pairs in turn against (224, 2) */
-  const int other[3][2] = {{112, 2}, {224, 1}, {112, 1}};
-  for (int v = 0; v < 3 && st == DSP_OK; v++) {
-    st = dsp_cuda_lm_wg_run(a, w, o2, M, N, k, N, other[v][0], other[v][1], s);
-    if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
-      st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
-                    cudaGetErrorString(cudaGetLastError()));
-  }
-  if (st == DSP_OK && (cudaMemcpyAsync(h + 3 * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
-                       cudaStreamSynchronize(s) != cudaSuccess))
-    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm head (wgmma) check: %s", __FILE__, __LINE__,
-                  cudaGetErrorString(cudaGetLastError()));
-  if (st == DSP_OK) {
-    for (size_t v = 0; v < 3; v++)
-      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[3 * no + i];
-    *compared = 3 * (long long)no;
-  }
-  if (s) cudaStreamDestroy(s);
-  free(h);
-  cudaFree(buf);
-  return st;
-}
+#endif

@@ -1,4 +1,8 @@
-#include "model/head_load.h"
+/* Reading the head's weights and a proposal's inputs from safetensors files
+ * (the layouts of `dspark head`, README). A rank maps the whole file but
+ * touches only its own rows of lm_head and markov_w2 (zero-copy views; the
+ * packing reads just those pages). */
+#include "dspark.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,6 +11,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "model/markov_plan.h"
 
 /* A 2-D BF16 tensor of the weights file, by name. */
 static dsp_status weight_view(dsp_st_file *f, const char *name, dsp_tensor *t) {
@@ -41,8 +46,8 @@ static dsp_status parse_vocab(dsp_st_file *f, int64_t vp, int64_t *v) {
   return DSP_OK;
 }
 
-dsp_status dsp_head_weights_from_file(dsp_st_file *f, int size, int rank, int need_full, dsp_head_config *cfg,
-                                      dsp_head_weights *w) {
+dsp_status dsp_markov_weights_from_file(dsp_st_file *f, int32_t size, int32_t rank, int need_full, dsp_markov_config *cfg,
+                                        dsp_markov_weights *w) {
   dsp_tensor lm, w1, w2;
   DSP_TRY(weight_view(f, "lm_head.weight", &lm));
   DSP_TRY(weight_view(f, "markov_w1.weight", &w1));
@@ -60,7 +65,7 @@ dsp_status dsp_head_weights_from_file(dsp_st_file *f, int size, int rank, int ne
   cfg->hidden = lm.shape[1];
   cfg->rank = w1.shape[1];
   int64_t row0, vr, real;
-  dsp_head_rows(vp, size, rank, &row0, &vr, &real);
+  dsp_markov_rows(vp, size, rank, &row0, &vr, &real);
   memset(w, 0, sizeof *w);
   w->lm_local = dsp_tensor_rows(&lm, real ? row0 : 0, real ? row0 + real : 0);
   w->w2_local = dsp_tensor_rows(&w2, real ? row0 : 0, real ? row0 + real : 0);
@@ -70,18 +75,6 @@ dsp_status dsp_head_weights_from_file(dsp_st_file *f, int size, int rank, int ne
     w->has_w2_full = 1;
   }
   return DSP_OK;
-}
-
-dsp_status dsp_head_load_weights(const char *path, int size, int rank, int need_full, dsp_head_config *cfg,
-                                 dsp_head_weights *w, dsp_st_file **file) {
-  *file = NULL;
-  DSP_TRY(dsp_st_open(path, file));
-  dsp_status s = dsp_head_weights_from_file(*file, size, rank, need_full, cfg, w);
-  if (s != DSP_OK) {
-    dsp_st_close(*file);
-    *file = NULL;
-  }
-  return s;
 }
 
 /* A 1-D tensor of B elements of dtype dt copied out (absent: *dst stays NULL). */
@@ -104,7 +97,7 @@ static dsp_status vector_of(dsp_st_file *f, const char *name, dsp_dtype dt, int3
   return dsp_st_read_rows(f, name, 0, B, *dst);
 }
 
-static dsp_status load_inputs(const dsp_head_config *cfg, dsp_head_input_file *in) {
+static dsp_status load_inputs(const dsp_markov_config *cfg, dsp_markov_input_file *in) {
   dsp_st_file *f = in->file;
   const char *p = dsp_st_path(f);
   dsp_dtype dt;
@@ -126,11 +119,11 @@ static dsp_status load_inputs(const dsp_head_config *cfg, dsp_head_input_file *i
   DSP_TRY(vector_of(f, "temperature", DSP_F32, in->batch, 0, (void **)&in->temperature));
   DSP_TRY(vector_of(f, "seed", DSP_I64, in->batch, 0, (void **)&in->seed));
   DSP_TRY(vector_of(f, "position", DSP_I64, in->batch, 0, (void **)&in->position));
-  dsp_head_config c = *cfg;
+  dsp_markov_config c = *cfg;
   c.gamma = in->gamma;
   c.max_batch = in->batch;
-  dsp_head_inputs v = dsp_head_input_file_view(in);
-  s = dsp_head_check_inputs(&c, &v);
+  dsp_markov_inputs v = dsp_markov_input_file_view(in);
+  s = dsp_markov_check_inputs(&c, &v);
   if (s != DSP_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", dsp_error_message());
@@ -139,15 +132,15 @@ static dsp_status load_inputs(const dsp_head_config *cfg, dsp_head_input_file *i
   return DSP_OK;
 }
 
-dsp_status dsp_head_load_inputs(const char *path, const dsp_head_config *cfg, dsp_head_input_file *in) {
+dsp_status dsp_markov_inputs_load(const char *path, const dsp_markov_config *cfg, dsp_markov_input_file *in) {
   memset(in, 0, sizeof *in);
   DSP_TRY(dsp_st_open(path, &in->file));
   dsp_status s = load_inputs(cfg, in);
-  if (s != DSP_OK) dsp_head_input_file_free(in);
+  if (s != DSP_OK) dsp_markov_input_file_free(in);
   return s;
 }
 
-void dsp_head_input_file_free(dsp_head_input_file *in) {
+void dsp_markov_input_file_free(dsp_markov_input_file *in) {
   dsp_st_close(in->file);
   free(in->anchor);
   free(in->temperature);
@@ -156,8 +149,8 @@ void dsp_head_input_file_free(dsp_head_input_file *in) {
   memset(in, 0, sizeof *in);
 }
 
-dsp_head_inputs dsp_head_input_file_view(const dsp_head_input_file *in) {
-  dsp_head_inputs v = {.batch = in->batch, .hidden = &in->hidden, .anchor = in->anchor,
+dsp_markov_inputs dsp_markov_input_file_view(const dsp_markov_input_file *in) {
+  dsp_markov_inputs v = {.batch = in->batch, .hidden = &in->hidden, .anchor = in->anchor,
                        .temperature = in->temperature, .seed = in->seed, .position = in->position};
   return v;
 }

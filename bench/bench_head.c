@@ -1,4 +1,4 @@
-/* dspark bench head: the head's paths on synthetic weights, alone or under mpirun.
+/* bench_head: the Markov head's paths on synthetic weights, alone or under mpirun.
  * Each path replays the same changing inputs; rounds alternate between paths
  * (in an order shuffled anew each round);
  * each figure is the median over rounds of the per-round median of the
@@ -11,19 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "cmds.h"
-#include "comm/comm_auto.h"
+#include "backend/backend.h"
+#include "bench_util.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "model/markov_head_impl.h"
 #include "support/ceilings.h"
 #include "support/synth.h"
-#include "tool_common.h"
 #ifdef DSPARK_HAVE_CUDA
 #include "support/collectives_time.h"
-#include "kernels/cuda/head_cuda.h"
+#include "support/cuda_head_time.h"
 #endif
+#include "tool_common.h"
 
 #define NSETS 4 /* input sets rotated through the replays */
 #define MAXP 3
@@ -36,10 +36,12 @@ typedef struct {
   dsp_tool_backend backend;
 } bench_args;
 
+typedef dsp_markov_head head_t;
+
 static void bench_usage(FILE *f) {
-  fprintf(f, "usage: dspark bench head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256] [--hidden 7168]\n"
-             "                         [--rounds 5] [--replays 40] [--paths original,sharded,replicated]\n"
-             "                         [--broadcast on|off] [--contract bf16|fp32-add] [--backend cpu|cuda] [--json]\n");
+  fprintf(f, "usage: bench_head [--batch 32] [--gamma 7] [--vocab 163840] [--rank 256] [--hidden 7168]\n"
+             "                  [--rounds 5] [--replays 40] [--paths original,sharded,replicated]\n"
+             "                  [--broadcast on|off] [--contract bf16|fp32-add] [--backend cpu|cuda] [--json]\n");
 }
 
 static int parse_paths(const char *v, bench_args *a) {
@@ -79,28 +81,12 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
     else if (!strcmp(o, "--contract") && v) { if (dsp_tool_parse_contract(v, &a->contract)) return -1; }
     else if ((used = 0, br = dsp_tool_backend_option(&a->backend, o, v, &used)) != 1) { if (br < 0) return -1; }
     else {
-      fprintf(stderr, "dspark bench head: unknown or incomplete option '%s'\n", o);
+      fprintf(stderr, "bench_head: unknown or incomplete option '%s'\n", o);
       return -1;
     }
     i += used;
   }
   return 0;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct {
@@ -130,6 +116,36 @@ static void free_inputs(input_sets *in) {
   }
 }
 
+/* CUDA heads: median ms of the full proposal and of the Markov tail over
+ * `replays` graph replays (CUDA events); with several GPUs the slowest one's. */
+typedef struct {
+  head_t *h;
+  int32_t batch;
+  int sampling, replays;
+  float full[DSP_BACKEND_MAX_DEVICES], tail[DSP_BACKEND_MAX_DEVICES];
+} time_job;
+
+static dsp_status time_one(void *ctx, int dev) {
+#ifdef DSPARK_HAVE_CUDA
+  time_job *j = ctx;
+  return dsp_bench_cuda_head_time(j->h->x[dev], j->batch, j->sampling, j->replays, &j->full[dev], &j->tail[dev]);
+#else
+  (void)ctx, (void)dev;
+  return dsp_fail(DSP_ERR_UNSUPPORTED, "graph-replay timing is for the CUDA head");
+#endif
+}
+
+static dsp_status head_time(head_t *h, int32_t batch, int sampling, int replays, float *full_ms, float *tail_ms) {
+  time_job j = {.h = h, .batch = batch, .sampling = sampling, .replays = replays};
+  DSP_TRY(dsp_backend_each(h->be, time_one, &j));
+  *full_ms = *tail_ms = 0;
+  for (int i = 0; i < h->n; i++) {
+    if (j.full[i] > *full_ms) *full_ms = j.full[i];
+    if (j.tail[i] > *tail_ms) *tail_ms = j.tail[i];
+  }
+  return DSP_OK;
+}
+
 typedef struct {
   double ms, lm_ms, tail_ms;
 } path_result;
@@ -140,7 +156,7 @@ typedef struct {
  * wall-clock per proposal; CUDA figures are CUDA-event medians over graph
  * replays of the proposal and of the Markov tail alone, after one proposal
  * that loads the round's input set (and gives the parity check its tokens). */
-static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head **heads, input_sets *in,
+static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, head_t **heads, input_sets *in,
                              path_result *res, long long *compared, long long *mismatched) {
   size_t nt = (size_t)(a->batch * a->gamma);
   int64_t *tokens = malloc(nt * 8), *ref = malloc(NSETS * nt * 8);
@@ -164,14 +180,14 @@ static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head 
     }
     for (int q = 0; q < a->npaths && s == DSP_OK; q++) {
       const int p = order[q];
-      dsp_tool_head *head = heads[p];
-      int cuda = dsp_tool_head_is_cuda(head);
-      s = cuda ? DSP_OK : dsp_tool_head_set_path(head, a->paths[p]);
+      head_t *head = heads[p];
+      int cuda = a->backend.kind == DSP_BACKEND_CUDA;
+      s = cuda ? DSP_OK : dsp_markov_head_set_path(head, a->paths[p]);
       /* one untimed proposal so each round starts warm on this path */
       int set0 = cuda ? (int)(r % NSETS) : 0;
-      dsp_head_inputs hin = {.batch = (int32_t)a->batch, .hidden = &in->view[set0], .anchor = in->anchor[set0]};
-      dsp_head_outputs hout = {.tokens = tokens};
-      if (s == DSP_OK) s = dsp_tool_head_propose(head, &hin, &hout);
+      dsp_markov_inputs hin = {.batch = (int32_t)a->batch, .hidden = &in->view[set0], .anchor = in->anchor[set0]};
+      dsp_markov_outputs hout = {.tokens = tokens};
+      if (s == DSP_OK) s = dsp_markov_head_propose(head, &hin, &hout);
       if (s == DSP_OK && cuda) {
         if (!have_ref[set0]) {
           memcpy(ref + set0 * nt, tokens, nt * 8);
@@ -181,7 +197,7 @@ static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head 
           *compared += (long long)nt;
         }
         float t[2];
-        s = dsp_tool_head_time(head, (int32_t)a->batch, 0, (int)a->replays, &t[0], &t[1]);
+        s = head_time(head, (int32_t)a->batch, 0, (int)a->replays, &t[0], &t[1]);
         if (s == DSP_OK) s = dsp_comm_allreduce(comm, t, t, 2, DSP_F32, DSP_REDUCE_MAX);
         per_round[(0 * MAXP + p) * a->rounds + r] = t[0];
         per_round[(1 * MAXP + p) * a->rounds + r] = t[0] - t[1];
@@ -193,12 +209,11 @@ static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head 
         hin.hidden = &in->view[set];
         hin.anchor = in->anchor[set];
         s = dsp_comm_barrier(comm);
-        double t0 = now_ms();
-        if (s == DSP_OK) s = dsp_tool_head_propose(head, &hin, &hout);
+        double t0 = dsp_bench_now_ms();
+        if (s == DSP_OK) s = dsp_markov_head_propose(head, &hin, &hout);
         double lm = 0, tail = 0;
-        float t[3] = {(float)(now_ms() - t0), 0, 0};
-        dsp_head *cpu = dsp_tool_head_cpu(head);
-        if (cpu) dsp_head_last_timing(cpu, &lm, &tail);
+        float t[3] = {(float)(dsp_bench_now_ms() - t0), 0, 0};
+        dsp_markov_head_last_timing(head, &lm, &tail);
         t[1] = (float)lm;
         t[2] = (float)tail;
         if (s == DSP_OK) s = dsp_comm_allreduce(comm, t, t, 3, DSP_F32, DSP_REDUCE_MAX);
@@ -214,13 +229,13 @@ static dsp_status run_rounds(const bench_args *a, dsp_comm *comm, dsp_tool_head 
         }
       }
       for (int c = 0; c < 3 && s == DSP_OK; c++)
-        per_round[(c * MAXP + p) * a->rounds + r] = median(rt + c * a->replays, (int)a->replays);
+        per_round[(c * MAXP + p) * a->rounds + r] = dsp_bench_median(rt + c * a->replays, (int)a->replays);
     }
   }
   for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
-    res[p].ms = median(per_round + (0 * MAXP + p) * a->rounds, (int)a->rounds);
-    res[p].lm_ms = median(per_round + (1 * MAXP + p) * a->rounds, (int)a->rounds);
-    res[p].tail_ms = median(per_round + (2 * MAXP + p) * a->rounds, (int)a->rounds);
+    res[p].ms = dsp_bench_median(per_round + (0 * MAXP + p) * a->rounds, (int)a->rounds);
+    res[p].lm_ms = dsp_bench_median(per_round + (1 * MAXP + p) * a->rounds, (int)a->rounds);
+    res[p].tail_ms = dsp_bench_median(per_round + (2 * MAXP + p) * a->rounds, (int)a->rounds);
   }
   free(tokens);
   free(ref);
@@ -325,10 +340,10 @@ static void print_table_cuda(const bench_args *a, int P, const char *report, con
 
 /* CUDA extras: the sampling variant's times, and under mpirun one small
  * all-gather (a (value, id) key per batch row) and one token broadcast alone. */
-static dsp_status cuda_extras(const bench_args *a, dsp_comm *comm, dsp_tool_head *h, const char *report) {
+static dsp_status cuda_extras(const bench_args *a, dsp_comm *comm, head_t *h, const char *report) {
   (void)report;
   float t[2];
-  DSP_TRY(dsp_tool_head_time(h, (int32_t)a->batch, 1, (int)a->replays, &t[0], &t[1]));
+  DSP_TRY(head_time(h, (int32_t)a->batch, 1, (int)a->replays, &t[0], &t[1]));
   DSP_TRY(dsp_comm_allreduce(comm, t, t, 2, DSP_F32, DSP_REDUCE_MAX));
   if (dsp_comm_rank(comm) == 0 && !a->json)
     printf("sampling variant (%s head): %.4f ms per proposal, tail %.4f ms\n", dsp_path_name(a->paths[0]), t[0],
@@ -337,8 +352,8 @@ static dsp_status cuda_extras(const bench_args *a, dsp_comm *comm, dsp_tool_head
   if (dsp_comm_size(comm) > 1) {
     dsp_comm *nc;
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    int dev = lr ? atoi(lr) % dsp_cuda_device_count() : 0;
-    DSP_TRY(dsp_comm_nccl_create_mpi(comm, dev, &nc));
+    int dev = lr ? atoi(lr) % dsp_backend_cuda_devices() : 0;
+    DSP_TRY(dsp_comm_nccl_create(comm, dev, &nc));
     float us[2];
     dsp_status s = dsp_cuda_time_collectives(nc, (size_t)a->batch * 8, (size_t)a->batch * 8, 200, &us[0], &us[1]);
     dsp_comm_free(nc);
@@ -354,12 +369,12 @@ static dsp_status cuda_extras(const bench_args *a, dsp_comm *comm, dsp_tool_head
 
 /* --tp N: every rank's synthetic weights, made on demand and kept until the end. */
 typedef struct {
-  dsp_head_config cfg;
+  dsp_markov_config cfg;
   int full, n;
   dsp_synth_weights *sets;
 } synth_ctx;
 
-static dsp_status synth_rank(void *ctx, int size, int rank, dsp_head_weights *w) {
+static dsp_status synth_rank(void *ctx, int32_t size, int32_t rank, dsp_markov_weights *w) {
   synth_ctx *c = ctx;
   if (!c->sets && !(c->sets = calloc((size_t)size, sizeof *c->sets)))
     return dsp_fail(DSP_ERR_NOMEM, "bench: out of memory");
@@ -377,7 +392,7 @@ static void synth_ctx_free(synth_ctx *c) {
 
 static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
   int rank = dsp_comm_rank(comm), P = dsp_comm_size(comm);
-  dsp_head_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab, .hidden = a->hidden, .rank = a->rank,
+  dsp_markov_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab, .hidden = a->hidden, .rank = a->rank,
                          .gamma = a->gamma, .max_batch = (int32_t)a->batch, .path = DSP_PATH_AUTO,
                          .contract = a->contract, .broadcast = a->broadcast};
   int full = 0;
@@ -387,72 +402,70 @@ static dsp_status bench_main(const bench_args *a, dsp_comm *comm, int *mism) {
    * layout of ranks (a rank waiting in a collective would spin and skew a
    * measurement made by rank 0 alone). */
   float ceil[2] = {0, 0};
-  if (a->backend.cuda) {
+  if (a->backend.kind == DSP_BACKEND_CUDA) {
     cfg.path = a->paths[0]; /* one CUDA head per path; the first is paths[0] */
   } else {
     ceil[0] = (float)dsp_cpu_measure_copy_gbps();
     ceil[1] = (float)dsp_cpu_measure_product_gflops(224, 7168, 16384, 0);
     DSP_TRY(dsp_comm_allreduce(comm, ceil, ceil, 2, DSP_F32, DSP_REDUCE_SUM));
   }
-  dsp_synth_weights sw;
-  dsp_tool_head *head = NULL;
+  head_t *head = NULL;
   input_sets in = {0};
-  dsp_status s = dsp_comm_agree(comm, dsp_synth_weights_create(&cfg, P, rank, full, 42, &sw));
+  dsp_backend *be = NULL;
+  dsp_status s = dsp_tool_backend_create(&a->backend, comm, &be);
   if (s == DSP_OK) s = dsp_comm_agree(comm, make_inputs(a, &in));
   synth_ctx sc = {.cfg = cfg, .full = full};
-  dsp_tool_head *heads[MAXP] = {NULL};
-  if (s == DSP_OK)
-    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &cfg, comm, &sw.w, synth_rank, &sc, &head));
+  head_t *heads[MAXP] = {NULL};
+  if (s == DSP_OK) s = dsp_markov_head_create(be, &cfg, synth_rank, &sc, &head);
   for (int p = 0; p < a->npaths && s == DSP_OK; p++) {
     heads[p] = head;
-    if (!a->backend.cuda || p == 0) continue;
-    dsp_head_config c = cfg;
+    if (a->backend.kind != DSP_BACKEND_CUDA || p == 0) continue;
+    dsp_markov_config c = cfg;
     c.path = a->paths[p];
-    s = dsp_comm_agree(comm, dsp_tool_head_create(&a->backend, &c, comm, &sw.w, synth_rank, &sc, &heads[p]));
+    s = dsp_markov_head_create(be, &c, synth_rank, &sc, &heads[p]);
   }
-  char report[1024] = "";
-  if (s == DSP_OK) snprintf(report, sizeof report, "%s", dsp_tool_head_report(head));
+  char report[1536] = "";
+  if (s == DSP_OK) snprintf(report, sizeof report, "%s", dsp_markov_head_report(head));
   path_result res[MAXP] = {{0}};
   long long compared = 0, mismatched = 0;
   if (s == DSP_OK) s = dsp_comm_agree(comm, run_rounds(a, comm, heads, &in, res, &compared, &mismatched));
   if (s == DSP_OK) {
     int64_t c[2] = {compared, mismatched};
     s = dsp_comm_allreduce(comm, c, c, 2, DSP_I64, DSP_REDUCE_SUM);
-    if (s == DSP_OK && a->backend.cuda) s = cuda_extras(a, comm, heads[0], report);
-    if (s == DSP_OK && rank == 0 && a->backend.cuda)
+    if (s == DSP_OK && a->backend.kind == DSP_BACKEND_CUDA) s = cuda_extras(a, comm, heads[0], report);
+    if (s == DSP_OK && rank == 0 && a->backend.kind == DSP_BACKEND_CUDA)
       print_table_cuda(a, P, report, res, (long long)c[0], (long long)c[1]);
     else if (s == DSP_OK && rank == 0)
       print_table(a, P, report, res, ceil[0], ceil[1], (long long)c[0], (long long)c[1]);
     *mism = c[1] != 0;
   }
   for (int p = 1; p < a->npaths; p++)
-    if (heads[p] != head) dsp_tool_head_free(heads[p]);
-  dsp_tool_head_free(head);
+    if (heads[p] != head) dsp_markov_head_free(heads[p]);
+  dsp_markov_head_free(head);
   synth_ctx_free(&sc);
   free_inputs(&in);
-  dsp_synth_weights_free(&sw);
+  dsp_backend_free(be);
   return s;
 }
 
-int dsp_cmd_bench(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "head")) {
+int main(int argc, char **argv) {
+  bench_args a;
+  if (parse_bench_args(argc, argv, &a)) {
     bench_usage(stderr);
     return 2;
   }
-  bench_args a;
-  if (parse_bench_args(argc - 1, argv + 1, &a)) {
-    bench_usage(stderr);
+  if (dsp_settings_check() != DSP_OK) {
+    fprintf(stderr, "bench_head: error: %s\n", dsp_error_message());
     return 2;
   }
   dsp_comm *comm;
-  if (dsp_comm_create_auto(&comm) != DSP_OK) {
-    fprintf(stderr, "dspark bench: error: %s\n", dsp_error_message());
+  if (dsp_comm_auto_create(&comm) != DSP_OK) {
+    fprintf(stderr, "bench_head: error: %s\n", dsp_error_message());
     return 1;
   }
-  dsp_tool_threads(comm);
   int mism = 0;
   dsp_status s = bench_main(&a, comm, &mism);
-  if (s != DSP_OK && dsp_comm_rank(comm) == 0) fprintf(stderr, "dspark bench: error: %s\n", dsp_error_message());
+  if (s != DSP_OK && dsp_comm_rank(comm) == 0) fprintf(stderr, "bench_head: error: %s\n", dsp_error_message());
   dsp_comm_free(comm);
   return s != DSP_OK ? 1 : (mism ? 3 : 0);
 }

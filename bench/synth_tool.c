@@ -1,11 +1,10 @@
-/* dspark synth: writes a small seeded checkpoint and a proposal's inputs in the
+/* synth: writes a small seeded checkpoint and a proposal's inputs in the
  * layouts `dspark head` reads (for demos, tests and users checking parity). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmds.h"
-#include "io/safetensors.h"
+#include "dspark.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "support/synth.h"
@@ -24,7 +23,7 @@ static dsp_status add(dsp_st_writer *w, const char *name, void *data, dsp_dtype 
 }
 
 static dsp_status write_weights(const synth_args *a) {
-  dsp_head_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab_padded, .hidden = a->hidden, .rank = a->rank};
+  dsp_markov_config cfg = {.vocab = a->vocab, .vocab_padded = a->vocab_padded, .hidden = a->hidden, .rank = a->rank};
   dsp_synth_weights sw;
   DSP_TRY(dsp_synth_weights_create(&cfg, 1, 0, 1, (uint64_t)a->seed, &sw));
   dsp_st_writer *w;
@@ -78,7 +77,7 @@ static dsp_status write_inputs(const synth_args *a) {
   return s;
 }
 
-int dsp_cmd_synth(int argc, char **argv) {
+int main(int argc, char **argv) {
   synth_args a = {.vocab = 32000, .hidden = 512, .rank = 64, .batch = 8, .gamma = 7, .seed = 1,
                   .temperature = 0.8, .sampled_every = 0};
   struct { const char *name; int64_t *dst, lo, hi; } num[] = {
@@ -98,7 +97,7 @@ int dsp_cmd_synth(int argc, char **argv) {
     else if (!strcmp(o, "--inputs") && v) a.inputs = v;
     else if (!strcmp(o, "--temperature") && v) a.temperature = atof(v);
     else {
-      fprintf(stderr, "usage: dspark synth [--weights W.safetensors] [--inputs I.safetensors] [--vocab V]\n"
+      fprintf(stderr, "usage: synth [--weights W.safetensors] [--inputs I.safetensors] [--vocab V]\n"
                       "       [--vocab-padded Vp] [--hidden H] [--rank R] [--batch B] [--gamma G] [--seed S]\n"
                       "       [--sampled-every N] [--temperature T]\n");
       return 2;
@@ -107,14 +106,14 @@ int dsp_cmd_synth(int argc, char **argv) {
   }
   if (!a.vocab_padded) a.vocab_padded = a.vocab;
   if (a.vocab_padded < a.vocab || !(a.temperature > 0)) {
-    fprintf(stderr, "dspark synth: need --vocab-padded >= --vocab and --temperature > 0\n");
+    fprintf(stderr, "synth: need --vocab-padded >= --vocab and --temperature > 0\n");
     return 2;
   }
   dsp_status s = DSP_OK;
   if (a.weights) s = write_weights(&a);
   if (s == DSP_OK && a.inputs) s = write_inputs(&a);
   if (s != DSP_OK) {
-    fprintf(stderr, "dspark synth: error: %s\n", dsp_error_message());
+    fprintf(stderr, "synth: error: %s\n", dsp_error_message());
     return 1;
   }
   return 0;

@@ -1,5 +1,5 @@
-/* LM-head product: pinned cuBLASLt algorithm, or the strict fmaf chain.
- * See lm_head.h for the contract and why one algorithm is pinned. */
+/* The bf16 NT GEMM: the own wgmma kernel, cuBLASLt's pinned algorithm, or the
+ * strict fmaf chain. See gemm.h for the contract and why one algorithm is pinned. */
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,15 +7,15 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
-#include "kernels/cuda/lm_head.h"
-#include "kernels/cuda/lm_wgmma.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_wgmma.h"
 
 #define LM_MAXCAND 16
 
-struct dsp_cuda_lm {
+struct dsp_cuda_gemm {
   int64_t n, k;
   int strict;
-  int wg;      /* the own warpgroup kernel (lm_wgmma.h) runs the product */
+  int wg;      /* the own warpgroup kernel (gemm_wgmma.h) runs the product */
   int cluster; /* its cluster size: 0 its default, 1 single blocks */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
@@ -35,13 +35,14 @@ struct dsp_cuda_lm {
  * in slabs of 32 staged through shared memory as fp32; within and across slabs
  * every output's accumulator sees k = 0, 1, ..., K-1 in order, one fmaf each,
  * starting from +0 (zero-filled tails add +0 * +0, which leaves a chain that
- * started at +0 unchanged). */
+ * started at +0 unchanged). Any K and strides: 16-byte loads where the rows
+ * allow them, element loads otherwise (the same values, the same chain). */
 #define LM_TILE 64
 #define LM_KSLAB 32
 
-__global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restrict__ a,
+__global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restrict__ a, long long lda,
                                                         const uint16_t *__restrict__ w, uint16_t *__restrict__ out,
-                                                        int m, int n, int k, long long ldo) {
+                                                        int m, int n, int k, long long ldo, int vec) {
   __shared__ __align__(16) float as[LM_KSLAB][LM_TILE];
   __shared__ __align__(16) float ws[LM_KSLAB][LM_TILE];
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -54,17 +55,27 @@ __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restri
     for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
 
   for (int k0 = 0; k0 < k; k0 += LM_KSLAB) {
-    uint4 va = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
-    /* k % 8 == 0: an 8-wide piece is either all inside K or all outside */
-    if (m0 + lr < m && k0 + lc < k) va = *(const uint4 *)(a + (size_t)(m0 + lr) * (size_t)k + k0 + lc);
-    if (n0 + lr < n && k0 + lc < k) vw = *(const uint4 *)(w + (size_t)(n0 + lr) * (size_t)k + k0 + lc);
-    const uint32_t pa[4] = {va.x, va.y, va.z, va.w}, pw[4] = {vw.x, vw.y, vw.z, vw.w};
+    uint16_t pa[8], pw[8];
+    const bool ra = m0 + lr < m, rw = n0 + lr < n;
+    if (vec) {
+      /* k % 8 == 0 and aligned rows: an 8-wide piece is either all inside K or all outside */
+      uint4 va = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
+      if (ra && k0 + lc < k) va = *(const uint4 *)(a + (size_t)(m0 + lr) * (size_t)lda + k0 + lc);
+      if (rw && k0 + lc < k) vw = *(const uint4 *)(w + (size_t)(n0 + lr) * (size_t)k + k0 + lc);
+      memcpy(pa, &va, 16);
+      memcpy(pw, &vw, 16);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      as[lc + 2 * j][lr] = __uint_as_float(pa[j] << 16);
-      as[lc + 2 * j + 1][lr] = __uint_as_float(pa[j] & 0xFFFF0000u);
-      ws[lc + 2 * j][lr] = __uint_as_float(pw[j] << 16);
-      ws[lc + 2 * j + 1][lr] = __uint_as_float(pw[j] & 0xFFFF0000u);
+      for (int j = 0; j < 8; j++) {
+        const int kk = k0 + lc + j;
+        pa[j] = ra && kk < k ? a[(size_t)(m0 + lr) * (size_t)lda + kk] : 0;
+        pw[j] = rw && kk < k ? w[(size_t)(n0 + lr) * (size_t)k + kk] : 0;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      as[lc + j][lr] = __uint_as_float((uint32_t)pa[j] << 16);
+      ws[lc + j][lr] = __uint_as_float((uint32_t)pw[j] << 16);
     }
     __syncthreads();
 #pragma unroll 8
@@ -98,7 +109,7 @@ static dsp_status make_layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t
 }
 
 /* Runs the check for the pinned algorithm on an (m x n) problem. */
-static dsp_status algo_check(dsp_cuda_lm *lm, const cublasLtMatmulAlgo_t *algo, int64_t m, int64_t n, int64_t ldo,
+static dsp_status algo_check(dsp_cuda_gemm *lm, const cublasLtMatmulAlgo_t *algo, int64_t m, int64_t n, int64_t ldo,
                              int *ok, size_t *ws) {
   cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
   dsp_status s = make_layout(&la, (uint64_t)lm->k, (uint64_t)n, lm->k);
@@ -122,7 +133,7 @@ static dsp_status algo_check(dsp_cuda_lm *lm, const cublasLtMatmulAlgo_t *algo, 
  * single-pass (split-K 1, no reduction: a config the heuristic chose with
  * split-K is rewritten, and it counts in lm->forced) and kept when it needs no
  * workspace and passes the check on this head's own N. */
-static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
+static dsp_status pick_algo(dsp_cuda_gemm *lm, int64_t m, int64_t n, int *found) {
   *found = 0;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
   cublasLtMatmulPreference_t pref = NULL;
@@ -180,60 +191,7 @@ static dsp_status pick_algo(dsp_cuda_lm *lm, int64_t m, int64_t n, int *found) {
   return s;
 }
 
-/* A fixed sm_90 configuration (cublasLt's algorithm ids and tiles are per
- * architecture), offered to benchmarks (DSP_LM_PREFERRED): algorithm 66, tile
- * 168x128 (vocabulary x tokens), stages 64xAUTO, cluster 1x2x1, single-pass.
- * bench/bench_lm.c times every single-pass configuration cuBLASLt accepts; on
- * an H200 (2026-11-29) this one was the fastest with GEMMs back to back (M =
- * 224: 0.921 against 0.970 ms for the heuristic's 256x128), but inside the
- * head's proposal it gained nothing at TP1 (1.082 against 1.074 ms) and lost
- * 40 us at TP2 (81920 rows per rank: 7.4 waves of 168-row tiles against 4.85
- * of 256), so it is not the default. Checked like every candidate. */
-static int try_preferred(dsp_cuda_lm *lm) {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (major != 9 || minor != 0) return 0;
-  cublasLtMatmulAlgo_t algo;
-  if (cublasLtMatmulAlgoInit(lm->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
-                             CUDA_R_16BF, 66, &algo) != CUBLAS_STATUS_SUCCESS)
-    return 0;
-  const uint32_t tile = CUBLASLT_MATMUL_TILE_168x128, stages = CUBLASLT_MATMUL_STAGES_64xAUTO;
-  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-  const uint16_t cluster = CUBLASLT_CLUSTER_SHAPE_1x2x1;
-  const int32_t one = 1;
-  if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile) ||
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages) ||
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) ||
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) ||
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster))
-    return 0;
-  const size_t limit = lm->ws_limit;
-  lm->ws_limit = (size_t)64 << 20;
-  int ok = 0;
-  size_t need = 0;
-  if (algo_check(lm, &algo, 256, lm->n, lm->n, &ok, &need) != DSP_OK) ok = 0;
-  if (!ok) {
-    lm->ws_limit = limit;
-    dsp_error_clear();
-    return 0;
-  }
-  if (lm->ncand == LM_MAXCAND) lm->ncand--;
-  memmove(&lm->cand[1], &lm->cand[0], sizeof lm->cand[0] * (size_t)lm->ncand);
-  memmove(&lm->cand_ws[1], &lm->cand_ws[0], sizeof lm->cand_ws[0] * (size_t)lm->ncand);
-  lm->cand[0] = algo;
-  lm->cand_ws[0] = need;
-  lm->ncand++;
-  lm->algo = algo;
-  lm->ws_bytes = need;
-  return 1;
-}
-
-static void describe_algo(dsp_cuda_lm *lm, const char *how) {
+static void describe_algo(dsp_cuda_gemm *lm, const char *how) {
   int32_t id = -1;
   uint32_t tile = 0, stages = 0;
   uint16_t cluster = 0;
@@ -249,21 +207,21 @@ static void describe_algo(dsp_cuda_lm *lm, const char *how) {
            (int)id, tile, stages, (unsigned)cluster, lm->ws_bytes, how, lm->ncand, lm->forced);
 }
 
-extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_lm **out) {
+extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_gemm **out) {
   *out = NULL;
-  if (n < 1 || k < 1 || n % 8 || k % 8)
-    return dsp_fail(DSP_ERR_SHAPE, "cuda lm head: N %lld and K %lld must be positive multiples of 8", (long long)n,
-                    (long long)k);
+  if (n < 1 || k < 1) return dsp_fail(DSP_ERR_SHAPE, "cuda gemm: N %lld and K %lld must be positive", (long long)n, (long long)k);
   if (n > INT32_MAX || k > INT32_MAX)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head: N %lld / K %lld exceed 2^31", (long long)n, (long long)k);
-  dsp_cuda_lm *lm = (dsp_cuda_lm *)calloc(1, sizeof *lm);
-  if (!lm) return dsp_fail(DSP_ERR_NOMEM, "cuda lm head: out of memory");
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: N %lld / K %lld exceed 2^31", (long long)n, (long long)k);
+  dsp_cuda_gemm *lm = (dsp_cuda_gemm *)calloc(1, sizeof *lm);
+  if (!lm) return dsp_fail(DSP_ERR_NOMEM, "cuda gemm: out of memory");
   lm->n = n;
   lm->k = k;
   lm->strict = strict;
   *out = lm;
-  if (strict) {
-    snprintf(lm->desc, sizeof lm->desc, "strict fmaf chain (CUDA cores, bitwise = CPU)");
+  if (strict || n % 8 || k % 8) { /* the tensor-core kernels need 16-byte rows */
+    lm->strict = 1;
+    snprintf(lm->desc, sizeof lm->desc, strict ? "strict fmaf chain (CUDA cores, bitwise = CPU)"
+                                               : "strict fmaf chain (N or K not a multiple of 8)");
     return DSP_OK;
   }
   dsp_status s = DSP_OK;
@@ -301,12 +259,12 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
       if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N, with workspace");
     }
   }
-  if (s == DSP_OK && (choice == DSP_LM_WGMMA || choice == DSP_LM_WGMMA_SINGLE) && dsp_cuda_lm_wg_supported(k)) {
+  if (s == DSP_OK && (choice == DSP_GEMM_WGMMA || choice == DSP_GEMM_WGMMA_SINGLE) && dsp_cuda_gemm_wg_supported(k)) {
     long long cmp = 0, dif = 0;
-    s = dsp_cuda_lm_wg_check(k, &cmp, &dif);
+    s = dsp_cuda_gemm_wg_check(k, &cmp, &dif);
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
-      lm->cluster = choice == DSP_LM_WGMMA_SINGLE ? 1 : 0;
+      lm->cluster = choice == DSP_GEMM_WGMMA_SINGLE ? 1 : 0;
       snprintf(lm->desc, sizeof lm->desc,
                "own wgmma kernel, 128 vocabulary x 112/224 token tiles, %s, k groups in order (token-tile and "
                "cluster check: %lld values, 0 differ)",
@@ -314,12 +272,8 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
       return DSP_OK;
     }
     if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
-      fprintf(stderr, "dspark: cuda lm head: own kernel's token tiles differ in %lld of %lld values; using cuBLASLt\n",
+      fprintf(stderr, "dspark: cuda gemm: own kernel's token tiles differ in %lld of %lld values; using cuBLASLt\n",
               dif, cmp);
-  }
-  if (s == DSP_OK && choice == DSP_LM_PREFERRED && try_preferred(lm)) {
-    found = 1;
-    describe_algo(lm, "pinned: the preferred sm_90 configuration (bench_lm), asked for");
   }
   if (s == DSP_OK && found && lm->ws_limit) {
     size_t most = 0;
@@ -328,7 +282,7 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
       cudaError_t e = cudaMalloc(&lm->ws, most);
       if (e != cudaSuccess) {
         cudaGetLastError();
-        s = dsp_fail(DSP_ERR_NOMEM, "cuda lm head: %zu bytes of cuBLASLt workspace: %s", most, cudaGetErrorString(e));
+        s = dsp_fail(DSP_ERR_NOMEM, "cuda gemm: %zu bytes of cuBLASLt workspace: %s", most, cudaGetErrorString(e));
       }
       lm->ws_bytes = most;
     }
@@ -339,37 +293,44 @@ extern "C" dsp_status dsp_cuda_lm_create(int64_t n, int64_t k, int strict, int c
     snprintf(lm->desc, sizeof lm->desc, "strict fmaf chain (cuBLASLt offered no split-K-free algorithm)");
   }
   if (s != DSP_OK) {
-    dsp_cuda_lm_free(lm);
+    dsp_cuda_gemm_free(lm);
     *out = NULL;
   }
   return s;
 }
 
-extern "C" dsp_status dsp_cuda_lm_prepare(dsp_cuda_lm *lm, int64_t m) {
+extern "C" dsp_status dsp_cuda_gemm_prepare(dsp_cuda_gemm *lm, int64_t m) {
   if (lm->strict || lm->wg) return DSP_OK;
   int ok = 0;
   size_t need = 0;
   DSP_TRY(algo_check(lm, &lm->algo, m, lm->n, lm->n, &ok, &need));
   if (need > lm->ws_bytes) ok = 0;
   if (!ok)
-    return dsp_fail(DSP_ERR_DEVICE, "cuda lm head: the pinned %s does not run M = %lld rows", lm->desc,
+    return dsp_fail(DSP_ERR_DEVICE, "cuda gemm: the pinned %s does not run M = %lld rows", lm->desc,
                     (long long)m);
   return DSP_OK;
 }
 
-extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m,
-                                      int64_t ldo, cudaStream_t s) {
+extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out,
+                                        int64_t m, int64_t ldo, cudaStream_t s) {
   if (m < 1) return DSP_OK;
+  if (lda < lm->k || ldo < lm->n)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm: lda %lld < K %lld or ldo %lld < N %lld", (long long)lda, (long long)lm->k,
+                    (long long)ldo, (long long)lm->n);
   if (lm->strict) {
+    const int vec = lm->k % 8 == 0 && lda % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)w % 16 == 0;
     dim3 grid((unsigned)((lm->n + LM_TILE - 1) / LM_TILE), (unsigned)((m + LM_TILE - 1) / LM_TILE));
-    lm_strict_kernel<<<grid, 256, 0, s>>>((const uint16_t *)a, (const uint16_t *)w, (uint16_t *)out, (int)m,
-                                          (int)lm->n, (int)lm->k, (long long)ldo);
+    lm_strict_kernel<<<grid, 256, 0, s>>>((const uint16_t *)a, (long long)lda, (const uint16_t *)w, (uint16_t *)out,
+                                          (int)m, (int)lm->n, (int)lm->k, (long long)ldo, vec);
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
-  if (lm->wg) return dsp_cuda_lm_wg_run(a, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
+  if (lda % 8 || ldo % 8 || (uintptr_t)a % 16 || (uintptr_t)w % 16 || (uintptr_t)out % 16)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: the tensor-core kernels need lda (%lld) and ldo (%lld) multiples "
+                    "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
+  if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
-  dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lm->k);
+  dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);
   if (st == DSP_OK) {
     const float alpha = 1.0f, beta = 0.0f;
@@ -384,51 +345,9 @@ extern "C" dsp_status dsp_cuda_lm_run(dsp_cuda_lm *lm, const void *a, const void
   return st;
 }
 
-extern "C" dsp_status dsp_cuda_lm_autotune(dsp_cuda_lm *lm, const void *a, const void *w, void *out, int64_t m,
-                                           int64_t ldo, cudaStream_t s) {
-  if (lm->strict || lm->wg || lm->ncand < 2) return DSP_OK;
-  cudaEvent_t e0, e1;
-  DSP_CUDA_TRY(cudaEventCreate(&e0));
-  DSP_CUDA_TRY(cudaEventCreate(&e1));
-  float best = 1e30f;
-  int besti = 0;
-  dsp_status st = DSP_OK;
-  for (int i = 0; i < lm->ncand && st == DSP_OK; i++) {
-    lm->algo = lm->cand[i];
-    float t[5];
-    for (int r = 0; r < 7 && st == DSP_OK; r++) {
-      cudaEventRecord(e0, s);
-      st = dsp_cuda_lm_run(lm, a, w, out, m, ldo, s);
-      cudaEventRecord(e1, s);
-      if (cudaEventSynchronize(e1) != cudaSuccess)
-        st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda lm autotune: %s", __FILE__, __LINE__,
-                      cudaGetErrorString(cudaGetLastError()));
-      if (r >= 2) cudaEventElapsedTime(&t[r - 2], e0, e1);
-    }
-    for (int x = 1; x < 5; x++) /* median of 5 */
-      for (int y = x; y > 0 && t[y - 1] > t[y]; y--) {
-        float z = t[y];
-        t[y] = t[y - 1];
-        t[y - 1] = z;
-      }
-    if (st == DSP_OK && t[2] < best) {
-      best = t[2];
-      besti = i;
-    }
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  lm->algo = lm->cand[besti];
-  char how[64];
-  snprintf(how, sizeof how, "timed: candidate %d of %d, %.3f ms at M %lld", besti, lm->ncand, (double)best,
-           (long long)m);
-  describe_algo(lm, how);
-  return st;
-}
+extern "C" const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *lm) { return lm->desc; }
 
-extern "C" const char *dsp_cuda_lm_describe(const dsp_cuda_lm *lm) { return lm->desc; }
-
-extern "C" void dsp_cuda_lm_free(dsp_cuda_lm *lm) {
+extern "C" void dsp_cuda_gemm_free(dsp_cuda_gemm *lm) {
   if (!lm) return;
   if (lm->ws) cudaFree(lm->ws);
   if (lm->la) cublasLtMatrixLayoutDestroy(lm->la);

@@ -1,0 +1,63 @@
+/* The backend's insides: the ops table each backend fills, and the handle the
+ * components hold. Components (src/model) reach kernels only through these
+ * entries; only src/backend/<kind>/ includes kernel headers. */
+#ifndef DSP_BACKEND_BACKEND_H
+#define DSP_BACKEND_BACKEND_H
+#include "dspark.h"
+#include "model/markov_plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSP_BACKEND_MAX_DEVICES 64
+
+/* One device's executor of the Markov head (backend-specific). */
+typedef struct dsp_markov_exec dsp_markov_exec;
+
+typedef struct {
+  /* The Markov head on device `dev` (0 .. devices-1) for the plan's TP rank,
+   * its weights w (host views, checked against the plan). Collective over
+   * the device's TP communicator. */
+  dsp_status (*markov_create)(dsp_backend *be, int dev, const dsp_markov_plan *plan, const dsp_markov_weights *w,
+                              dsp_markov_exec **out);
+  /* Inputs and outputs are checked by the caller. */
+  dsp_status (*markov_propose)(dsp_markov_exec *x, const dsp_markov_inputs *in, dsp_markov_outputs *out);
+  /* NULL where a live head cannot change its greedy path. */
+  dsp_status (*markov_set_path)(dsp_markov_exec *x, const dsp_markov_plan *plan);
+  /* Kernel choices and checks, for DSPARK_VERBOSE=1 (may be ""). */
+  const char *(*markov_detail)(const dsp_markov_exec *x);
+  void (*markov_last_timing)(const dsp_markov_exec *x, double *lm_ms, double *tail_ms);
+  void (*markov_free)(dsp_markov_exec *x);
+  /* Releases the backend's own state (not the shared fields below). */
+  void (*free)(dsp_backend *be);
+} dsp_backend_ops;
+
+struct dsp_backend {
+  const dsp_backend_ops *ops;
+  dsp_backend_kind kind;
+  dsp_comm *comm;                          /* the processes (borrowed, or own_comm) */
+  dsp_comm *own_comm;                      /* a self communicator made when none was given */
+  int32_t ndev;                            /* devices this process drives (1 on the CPU) */
+  int device[DSP_BACKEND_MAX_DEVICES];     /* CUDA device ids */
+  dsp_comm *tp[DSP_BACKEND_MAX_DEVICES];   /* each device's TP communicator (the CPU's: comm) */
+  int32_t tp_size, tp_rank0;
+  void *impl;
+  char desc[256];
+};
+
+dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg);
+/* DSP_ERR_UNSUPPORTED in a build without CUDA. */
+dsp_status dsp_backend_cuda_init(dsp_backend *be, const dsp_backend_config *cfg);
+/* Visible CUDA devices (0 in a build without CUDA). */
+int dsp_backend_cuda_devices(void);
+
+/* Runs fn(ctx, dev) for every device of the backend, each on its own thread
+ * when there are several (their collectives need all of them running), and
+ * returns the first failure with its device named. */
+dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

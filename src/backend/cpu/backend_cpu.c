@@ -1,0 +1,34 @@
+/* The CPU backend: OpenMP threads in this process, tensor parallelism over the
+ * ranks of its communicator (one TP rank per process). */
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/markov_cpu.h"
+#include "core/status.h"
+#include "core/threads.h"
+#include "kernels/cpu/matmul.h"
+
+static const dsp_backend_ops cpu_ops = {
+    .markov_create = dsp_cpu_markov_create,
+    .markov_propose = dsp_cpu_markov_propose,
+    .markov_set_path = dsp_cpu_markov_set_path,
+    .markov_detail = dsp_cpu_markov_detail,
+    .markov_last_timing = dsp_cpu_markov_last_timing,
+    .markov_free = dsp_cpu_markov_free,
+    .free = NULL,
+};
+
+dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {
+  if (cfg->devices > 1)
+    return dsp_fail(DSP_ERR_ARG, "backend cpu: one process is one TP rank (devices %d); run under mpirun -np N",
+                    cfg->devices);
+  be->ops = &cpu_ops;
+  be->ndev = 1;
+  be->tp[0] = be->comm;
+  be->tp_size = dsp_comm_size(be->comm);
+  be->tp_rank0 = dsp_comm_rank(be->comm);
+  dsp_threads_setup();
+  snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s", dsp_cpu_kernel_name(),
+           dsp_threads_default(), be->tp_size, be->tp_size == 1 ? "" : "es");
+  return DSP_OK;
+}

@@ -1,0 +1,75 @@
+/* The CUDA backend: one GPU per process (under mpirun the local rank's GPU,
+ * NCCL bootstrapped over MPI when there are several ranks), or several GPUs
+ * driven by one process with an NCCL group of its own. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "core/status.h"
+}
+#include "backend/backend.h"
+#include "backend/cuda/markov_cuda.h"
+#include "kernels/cuda/common/device.h"
+
+typedef struct {
+  int own_tp; /* the tp communicators are ours (NCCL) */
+} cuda_impl;
+
+static void cuda_free(dsp_backend *be) {
+  cuda_impl *m = (cuda_impl *)be->impl;
+  if (m && m->own_tp)
+    for (int i = 0; i < be->ndev; i++) dsp_comm_free(be->tp[i]);
+  free(m);
+  be->impl = NULL;
+}
+
+static const dsp_backend_ops cuda_ops = {
+    dsp_cuda_markov_create, dsp_cuda_markov_propose, NULL, dsp_cuda_markov_detail, dsp_cuda_markov_last_timing,
+    dsp_cuda_markov_free,   cuda_free,
+};
+
+extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }
+
+extern "C" dsp_status dsp_backend_cuda_init(dsp_backend *be, const dsp_backend_config *cfg) {
+  const int visible = dsp_cuda_device_count();
+  if (visible < 1) return dsp_fail(DSP_ERR_DEVICE, "backend cuda: no CUDA device is visible to this process");
+  cuda_impl *m = (cuda_impl *)calloc(1, sizeof *m);
+  if (!m) return dsp_fail(DSP_ERR_NOMEM, "backend cuda: out of memory");
+  be->impl = m;
+  be->ops = &cuda_ops;
+  const int procs = dsp_comm_size(be->comm);
+  be->ndev = cfg->devices <= 1 ? 1 : cfg->devices;
+  if (be->ndev == 1) {
+    /* one GPU per process; ranks on a host take devices round-robin */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    be->device[0] = lr ? atoi(lr) % visible : 0;
+    be->tp_size = procs;
+    be->tp_rank0 = dsp_comm_rank(be->comm);
+    if (procs > 1) {
+      DSP_TRY(dsp_comm_nccl_create(be->comm, be->device[0], &be->tp[0]));
+      m->own_tp = 1;
+    } else {
+      be->tp[0] = be->comm;
+    }
+  } else {
+    if (procs != 1)
+      return dsp_fail(DSP_ERR_ARG, "backend cuda: %d GPUs driven by one process cannot also run under mpirun (%d ranks)",
+                      be->ndev, procs);
+    if (visible < be->ndev)
+      return dsp_fail(DSP_ERR_DEVICE, "backend cuda: %d GPUs asked for, this machine has %d", be->ndev, visible);
+    for (int i = 0; i < be->ndev; i++) be->device[i] = i;
+    DSP_TRY(dsp_comm_nccl_create_group(be->ndev, be->device, be->tp));
+    m->own_tp = 1;
+    be->tp_size = be->ndev;
+    be->tp_rank0 = 0;
+  }
+  cudaDeviceProp prop;
+  char name[256] = "GPU";
+  if (cudaGetDeviceProperties(&prop, be->device[0]) == cudaSuccess) snprintf(name, sizeof name, "%s", prop.name);
+  cudaGetLastError();
+  snprintf(be->desc, sizeof be->desc, "cuda: %s x%d per process, %d process%s", name, be->ndev, procs,
+           procs == 1 ? "" : "es");
+  return DSP_OK;
+}

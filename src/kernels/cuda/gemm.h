@@ -1,0 +1,56 @@
+/* The bf16 NT GEMM on the GPU (contract 2), for every linear layer and the LM
+ * head: out[m][n] = bf16(sum_k a[m][k] w[n][k]) with bf16 operands, fp32
+ * accumulation and one rounding. One object per weight shape [N, K]; the
+ * kernel is chosen once at creation, so every M (batch, bucket, prefill or
+ * decode) runs the same per-element order.
+ *
+ * Default (DSP_GEMM_WGMMA): the project's wgmma kernel (gemm_wgmma.h) where
+ * the device runs it (sm_90, K % 64 == 0) and its token-tile check passes.
+ * Fallback: cuBLASLt with ONE pinned algorithm, the heuristic's first
+ * candidate for a canonical shape that depends only on K (M = 256,
+ * N = 65536), made single-pass (split-K = 1, no reduction scheme), so no
+ * reduction across CTAs exists and an element's order depends neither on M nor
+ * on the vocabulary split; checked against every M it will run. Where the
+ * canonical choice does not run this N, the heuristic's choice for this N is
+ * used and the description says it is not shard-invariant across TP sizes.
+ * Against the CPU's sequential fmaf chain the tensor cores may differ in the
+ * last bit where a sum is inexact (bit-identical where every partial sum is).
+ *
+ * Strict mode (DSPARK_CUDA_STRICT=1, and any shape neither kernel runs): a
+ * CUDA-core kernel that runs the CPU's chain per element, acc = +0; for
+ * k = 0..K-1: acc = fmaf(a[m][k], w[n][k], acc); out = bf16_rne(acc): bitwise
+ * equal to the CPU on any input. NaN results are written as 0x7FC0. */
+#ifndef DSP_KERNELS_CUDA_GEMM_H
+#define DSP_KERNELS_CUDA_GEMM_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsp_cuda_gemm dsp_cuda_gemm;
+
+/* DSP_GEMM_WGMMA: the default above; DSP_GEMM_WGMMA_SINGLE: the same kernel in
+ * single blocks, never clusters; DSP_GEMM_PINNED: cuBLASLt's pinned algorithm. */
+enum { DSP_GEMM_PINNED = 0, DSP_GEMM_WGMMA = 1, DSP_GEMM_WGMMA_SINGLE = 2 };
+/* A product with n weight rows of k columns (n, k >= 1). */
+dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_gemm **out);
+/* Checks that the chosen kernel runs m rows (call once per m before capture). */
+dsp_status dsp_cuda_gemm_prepare(dsp_cuda_gemm *g, int64_t m);
+/* a: [m][lda] device (lda >= k); w: [n][k] device, row stride k; out: [m][ldo]
+ * device (ldo >= n). The tensor-core kernels need lda, ldo % 8 == 0 and
+ * 16-byte aligned pointers (DSP_ERR_UNSUPPORTED otherwise; strict runs any).
+ * Enqueued on s (capturable). */
+dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, void *out, int64_t m,
+                             int64_t ldo, cudaStream_t s);
+/* "own wgmma kernel, ...", "cublasLt algo 66 tile 24 ... (pinned, ...)" or "strict fmaf chain". */
+const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *g);
+void dsp_cuda_gemm_free(dsp_cuda_gemm *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/* The bf16 NT GEMM on the warpgroup tensor cores: the product's entry points
+ * and its token-tile and cluster check (gemm_wgmma.h). */
+#include "kernels/cuda/gemm_wgmma_kernel.cuh"
+
+
+extern "C" int dsp_cuda_gemm_wg_supported(int64_t k) {
+  if (k < LW_BK || k % LW_BK || k > INT32_MAX) return 0;
+  const lw_dev dv = lw_device();
+  return dv.ok && lw_stages<224>(dv.optin) >= 2;
+}
+
+extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
+                                           int64_t k, int64_t ldo, int nt, int cluster, cudaStream_t s) {
+  if (m < 1) return DSP_OK;
+  const lw_dev &dv = lw_dev_once();
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
+                    (long long)k, (long long)lda, (long long)ldo);
+  if (nt == 0) nt = m <= 112 ? 112 : 224;
+  if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
+  if (cluster != 1 && cluster != 2)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): cluster %d (1 or 2)", cluster);
+  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, lda, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s);
+  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s)
+                                     : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (112 or 224)", nt);
+}
+
+extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, long long *differ) {
+  const int64_t M = 224, N = 512;
+  *compared = *differ = 0;
+  uint16_t *buf = NULL;
+  const size_t na = (size_t)(M * k), nw = (size_t)(N * k), no = (size_t)(M * N);
+  DSP_CUDA_TRY(cudaMalloc(&buf, (na + nw + 2 * no) * 2));
+  uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
+  dsp_status st = DSP_OK;
+  cudaStream_t s = NULL;
+  uint16_t *h = (uint16_t *)malloc(4 * no * 2);
+  if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda gemm (wgmma) check: out of memory");
+  if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x1234u);
+    dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
+    st = dsp_cuda_gemm_wg_run(a, k, w, o1, M, N, k, N, 224, 2, s);
+  }
+  /* the other three (token tile, cluster) pairs in turn against (224, 2) */
+  const int other[3][2] = {{112, 2}, {224, 1}, {112, 1}};
+  for (int v = 0; v < 3 && st == DSP_OK; v++) {
+    st = dsp_cuda_gemm_wg_run(a, k, w, o2, M, N, k, N, other[v][0], other[v][1], s);
+    if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
+      st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (wgmma) check: %s", __FILE__, __LINE__,
+                    cudaGetErrorString(cudaGetLastError()));
+  }
+  if (st == DSP_OK && (cudaMemcpyAsync(h + 3 * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                       cudaStreamSynchronize(s) != cudaSuccess))
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (wgmma) check: %s", __FILE__, __LINE__,
+                  cudaGetErrorString(cudaGetLastError()));
+  if (st == DSP_OK) {
+    for (size_t v = 0; v < 3; v++)
+      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[3 * no + i];
+    *compared = 3 * (long long)no;
+  }
+  if (s) cudaStreamDestroy(s);
+  free(h);
+  cudaFree(buf);
+  return st;
+}

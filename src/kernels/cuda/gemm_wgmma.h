@@ -1,0 +1,46 @@
+/* The project's bf16 NT GEMM kernel on Hopper's warpgroup tensor cores
+ * (sm_90a): out[m][n] = bf16(sum_k a[m][k] w[n][k]) with bf16 operands, fp32
+ * accumulation and one rounding (contract 1's, NaN written as 0x7FC0).
+ *
+ * Accumulation order of one element (contract 2): onto +0, the K / 16 groups
+ * of 16 k in ascending order, one wgmma m64nNk16 each (the tensor core adds a
+ * group's 16 products into the fp32 accumulator). The token tile (112 for
+ * M <= 112, else 224) changes the instruction's width, not an element's
+ * sequence; whether the device gives the same bits at both widths is measured
+ * by dsp_cuda_gemm_wg_check before gemm.cu uses this kernel. Which block
+ * computes a row of w changes nothing: batch- and shard-invariant.
+ *
+ * Layout: rows of w (output features, vocabulary rows) are wgmma's M (128 per
+ * tile, two consumer warpgroups of 64), rows of a (tokens) its N. A persistent
+ * grid; one producer thread per block streams [64 k] boxes of both operands by
+ * TMA with the 128-byte swizzle into a ring of stages. */
+#ifndef DSP_KERNELS_CUDA_GEMM_WGMMA_H
+#define DSP_KERNELS_CUDA_GEMM_WGMMA_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this device and K can run the kernel (sm_90, K % 64 == 0, the ring
+ * fits shared memory, a tensor-map encoder exists), else 0. */
+int dsp_cuda_gemm_wg_supported(int64_t k);
+/* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
+ * out: [m][ldo] (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224
+ * forces one. cluster: 0 the default (2 where pairs of blocks fill at least
+ * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
+ * activation loads by TMA multicast. Enqueued on s, capturable. */
+dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
+                                int64_t ldo, int nt, int cluster, cudaStream_t s);
+/* Runs a random product (M = 224, 512 rows of w, this K, values with inexact
+ * sums) with every (token tile, cluster) pair and compares them bit for bit.
+ * compared / differ: values. */
+dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, long long *differ);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
