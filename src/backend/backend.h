@@ -4,6 +4,7 @@
 #ifndef DSP_BACKEND_BACKEND_H
 #define DSP_BACKEND_BACKEND_H
 #include "dspark.h"
+#include "backend/ops.h"
 #include "model/markov_plan.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,18 @@ typedef struct {
   void (*markov_free)(dsp_markov_exec *x);
   /* Releases the backend's own state (not the shared fields below). */
   void (*free)(dsp_backend *be);
+  /* The operations of backend/ops.h (arguments checked there). */
+  dsp_status (*alloc)(dsp_backend *be, int dev, size_t bytes, void **out);
+  void (*release)(dsp_backend *be, int dev, void *p);
+  dsp_status (*upload)(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+  dsp_status (*download)(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+  dsp_status (*copy)(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+  dsp_status (*sync)(dsp_backend *be, int dev);
+  dsp_status (*weight_create)(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
+  void (*weight_free)(dsp_backend *be, dsp_weight *w);
+  const char *(*weight_describe)(const dsp_weight *w);
+  dsp_status (*gemm)(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
+  dsp_status (*markov_step)(dsp_backend *be, int dev, const dsp_op_markov_args *a);
 } dsp_backend_ops;
 
 struct dsp_backend {

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/markov_cpu.h"
+#include "backend/cpu/ops_cpu.h"
 #include "core/status.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul.h"
@@ -16,6 +17,17 @@ static const dsp_backend_ops cpu_ops = {
     .markov_last_timing = dsp_cpu_markov_last_timing,
     .markov_free = dsp_cpu_markov_free,
     .free = NULL,
+    .alloc = dsp_cpu_op_alloc,
+    .release = dsp_cpu_op_release,
+    .upload = dsp_cpu_op_copy,
+    .download = dsp_cpu_op_copy,
+    .copy = dsp_cpu_op_copy,
+    .sync = dsp_cpu_op_sync,
+    .weight_create = dsp_cpu_op_weight_create,
+    .weight_free = dsp_cpu_op_weight_free,
+    .weight_describe = dsp_cpu_op_weight_describe,
+    .gemm = dsp_cpu_op_gemm,
+    .markov_step = dsp_cpu_op_markov_step,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {

@@ -10,24 +10,34 @@ extern "C" {
 #include "core/status.h"
 }
 #include "backend/backend.h"
+#include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/markov_cuda.h"
+#include "backend/cuda/ops_cuda.h"
+#include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/device.h"
 
-typedef struct {
-  int own_tp; /* the tp communicators are ours (NCCL) */
-} cuda_impl;
-
 static void cuda_free(dsp_backend *be) {
-  cuda_impl *m = (cuda_impl *)be->impl;
+  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
   if (m && m->own_tp)
     for (int i = 0; i < be->ndev; i++) dsp_comm_free(be->tp[i]);
+  for (int i = 0; m && i < be->ndev; i++)
+    if (m->stream[i]) {
+      cudaSetDevice(be->device[i]);
+      cudaStreamDestroy(m->stream[i]);
+    }
+  cudaGetLastError();
   free(m);
   be->impl = NULL;
 }
 
 static const dsp_backend_ops cuda_ops = {
-    dsp_cuda_markov_create, dsp_cuda_markov_propose, NULL, dsp_cuda_markov_detail, dsp_cuda_markov_last_timing,
-    dsp_cuda_markov_free,   cuda_free,
+    dsp_cuda_markov_create,    dsp_cuda_markov_propose,  NULL,
+    dsp_cuda_markov_detail,    dsp_cuda_markov_last_timing, dsp_cuda_markov_free,
+    cuda_free,                 dsp_cuda_op_alloc,        dsp_cuda_op_release,
+    dsp_cuda_op_upload,        dsp_cuda_op_download,     dsp_cuda_op_copy,
+    dsp_cuda_op_sync,
+    dsp_cuda_op_weight_create, dsp_cuda_op_weight_free,  dsp_cuda_op_weight_describe,
+    dsp_cuda_op_gemm,          dsp_cuda_op_markov_step,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }
@@ -35,7 +45,7 @@ extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); 
 extern "C" dsp_status dsp_backend_cuda_init(dsp_backend *be, const dsp_backend_config *cfg) {
   const int visible = dsp_cuda_device_count();
   if (visible < 1) return dsp_fail(DSP_ERR_DEVICE, "backend cuda: no CUDA device is visible to this process");
-  cuda_impl *m = (cuda_impl *)calloc(1, sizeof *m);
+  dsp_cuda_impl *m = (dsp_cuda_impl *)calloc(1, sizeof *m);
   if (!m) return dsp_fail(DSP_ERR_NOMEM, "backend cuda: out of memory");
   be->impl = m;
   be->ops = &cuda_ops;
@@ -64,6 +74,10 @@ extern "C" dsp_status dsp_backend_cuda_init(dsp_backend *be, const dsp_backend_c
     m->own_tp = 1;
     be->tp_size = be->ndev;
     be->tp_rank0 = 0;
+  }
+  for (int i = 0; i < be->ndev; i++) {
+    DSP_CUDA_TRY(cudaSetDevice(be->device[i]));
+    DSP_CUDA_TRY(cudaStreamCreateWithFlags(&m->stream[i], cudaStreamNonBlocking));
   }
   cudaDeviceProp prop;
   char name[256] = "GPU";

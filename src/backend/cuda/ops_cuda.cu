@@ -1,0 +1,228 @@
+/* The CUDA backend's operations: device memory on each device's stream, weights
+ * with their GEMM, and the Markov step through the register kernel. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "core/env.h"
+#include "core/status.h"
+}
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/ops_cuda.h"
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/markov.h"
+
+#define MAX_CHECKED 64 /* the M values a cuBLASLt weight has been checked for */
+
+struct dsp_weight {
+  int device, strict;
+  int64_t n, k;
+  uint16_t *d;           /* [n][k] */
+  dsp_cuda_gemm *g;
+  int64_t checked[MAX_CHECKED];
+  int nchecked;
+};
+
+extern "C" dsp_status dsp_cuda_op_alloc(dsp_backend *be, int dev, size_t bytes, void **out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    cudaGetLastError();
+    return dsp_fail(DSP_ERR_NOMEM, "%s:%d: cudaMalloc(%zu bytes): %s", __FILE__, __LINE__, bytes, cudaGetErrorString(e));
+  }
+  return DSP_OK;
+}
+
+extern "C" void dsp_cuda_op_release(dsp_backend *be, int dev, void *p) {
+  cudaSetDevice(be->device[dev]);
+  cudaFree(p);
+  cudaGetLastError();
+}
+
+extern "C" dsp_status dsp_cuda_op_upload(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dsp_cuda_stream(be, dev)));
+  DSP_CUDA_TRY(cudaStreamSynchronize(dsp_cuda_stream(be, dev))); /* the host buffer may change right after */
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_download(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dsp_cuda_stream(be, dev)));
+  DSP_CUDA_TRY(cudaStreamSynchronize(dsp_cuda_stream(be, dev)));
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_copy(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dsp_cuda_stream(be, dev)));
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_sync(dsp_backend *be, int dev) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaStreamSynchronize(dsp_cuda_stream(be, dev)));
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict,
+                                                dsp_weight **out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  dsp_weight *w = (dsp_weight *)calloc(1, sizeof *w);
+  if (!w) return dsp_fail(DSP_ERR_NOMEM, "cuda weight: out of memory");
+  w->device = be->device[dev];
+  w->strict = strict < 0 ? dsp_env_get()->cuda_strict : strict != 0;
+  w->n = host->shape[0];
+  w->k = host->shape[1];
+  dsp_status s = DSP_OK;
+  if (cudaMalloc((void **)&w->d, (size_t)(w->n * w->k) * 2) != cudaSuccess) {
+    cudaGetLastError();
+    s = dsp_fail(DSP_ERR_NOMEM, "cuda weight: no device memory for [%lld, %lld]", (long long)w->n, (long long)w->k);
+  }
+  if (s == DSP_OK && cudaMemcpy2D(w->d, (size_t)w->k * 2, host->data, (size_t)host->stride[0] * 2, (size_t)w->k * 2,
+                                  (size_t)w->n, cudaMemcpyHostToDevice) != cudaSuccess)
+    s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda weight upload: %s", __FILE__, __LINE__,
+                 cudaGetErrorString(cudaGetLastError()));
+  if (s == DSP_OK) s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA, &w->g);
+  if (s != DSP_OK) {
+    dsp_cuda_op_weight_free(be, w);
+    return s;
+  }
+  *out = w;
+  return DSP_OK;
+}
+
+extern "C" void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w) {
+  (void)be;
+  cudaSetDevice(w->device);
+  dsp_cuda_gemm_free(w->g);
+  cudaFree(w->d);
+  cudaGetLastError();
+  free(w);
+}
+
+extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) { return dsp_cuda_gemm_describe(w->g); }
+
+extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,
+                                       dsp_tensor *c) {
+  if (a->shape[1] != w->k || c->shape[1] != w->n)
+    return dsp_fail(DSP_ERR_SHAPE, "op gemm: a [%lld, %lld], w [%lld, %lld], c [%lld, %lld]", (long long)a->shape[0],
+                    (long long)a->shape[1], (long long)w->n, (long long)w->k, (long long)c->shape[0],
+                    (long long)c->shape[1]);
+  const int64_t m = a->shape[0];
+  dsp_weight *mw = (dsp_weight *)w; /* the cache of checked M values */
+  int seen = 0;
+  for (int i = 0; i < mw->nchecked && !seen; i++) seen = mw->checked[i] == m;
+  if (!seen) {
+    DSP_TRY(dsp_cuda_gemm_prepare(mw->g, m));
+    if (mw->nchecked < MAX_CHECKED) mw->checked[mw->nchecked++] = m;
+  }
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], dsp_cuda_stream(be, dev));
+}
+
+/* The value of a selection key (devmath.cuh's order image, inverted; -0 was folded onto +0). */
+static float key_value(unsigned long long key) {
+  const uint32_t o = (uint32_t)(key >> 32);
+  if (o == 0xFFFFFFFFu) return NAN;
+  const uint32_t u = (o & 0x80000000u) ? (o ^ 0x80000000u) : ~o;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* One step as a one-step tail of the register kernel: E as W1 rows with the
+ * identity as anchors, base and W2 laid out as the kernel reads them; logits
+ * come from the sampling instance (every T = 0: greedy selection). Scratch is
+ * made per call: this op serves the harness, the head keeps its own buffers. */
+extern "C" dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a) {
+  const int64_t B = a->e->shape[0], R = a->e->shape[1], N = a->w2->n;
+  if (a->w2->k != R || a->base->shape[0] != B || a->base->shape[1] < a->n_valid || a->n_valid > N || a->n_valid < 0)
+    return dsp_fail(DSP_ERR_SHAPE, "op markov step: e [%lld, %lld], w2 [%lld, %lld], base [%lld, %lld], n_valid %lld",
+                    (long long)B, (long long)R, (long long)N, (long long)a->w2->k, (long long)a->base->shape[0],
+                    (long long)a->base->shape[1], (long long)a->n_valid);
+  if (R > DSP_MK_RP || B < 1 || B > DSP_MK_MAXBQ || N >= (1ll << 31))
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "op markov step: R %lld > %d, B %lld outside [1, %d] or N too large",
+                    (long long)R, DSP_MK_RP, (long long)B, DSP_MK_MAXBQ);
+  const int sampling = a->logits != NULL;
+  const int bq = (int)((B + 15) / 16 * 16);
+  const int64_t ld = (N + 15) / 16 * 16;
+  const size_t es = a->fp32_add ? 4 : 2;
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const size_t b_w1 = (size_t)bq * DSP_MK_RP * 2, b_w2 = (size_t)ld * DSP_MK_RP * 2, b_base = (size_t)bq * ld * 2,
+               b_lg = (size_t)bq * ld * es, b_meta = (size_t)bq * 24, b_keys = (size_t)bq * 12 + 64;
+  char *buf = NULL;
+  DSP_CUDA_TRY(cudaMalloc((void **)&buf, b_w1 + b_w2 + b_base + b_lg + b_meta + b_keys + 6 * 256));
+  char *p = buf;
+  auto take = [&](size_t n) { char *r = p; p += (n + 255) / 256 * 256; return r; };
+  uint16_t *w1 = (uint16_t *)take(b_w1), *w2 = (uint16_t *)take(b_w2), *base = (uint16_t *)take(b_base);
+  void *lg = take(b_lg);
+  unsigned char *meta = (unsigned char *)take(b_meta);
+  unsigned long long *keys = (unsigned long long *)take(b_keys);
+  int32_t *anchor = (int32_t *)meta;
+  unsigned long long *hk = (unsigned long long *)malloc((size_t)bq * 8);
+  int32_t *ha = (int32_t *)malloc((size_t)bq * 4);
+  dsp_status st = hk && ha ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "op markov step: out of memory");
+  for (int b = 0; ha && b < bq; b++) ha[b] = b < B ? b : 0;
+  auto ck = [&](cudaError_t e, int line) {
+    if (st == DSP_OK && e != cudaSuccess)
+      st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: op markov step: %s", __FILE__, line, cudaGetErrorString(e));
+  };
+  ck(cudaMemsetAsync(buf, 0, (size_t)(p - buf), s), __LINE__);
+  ck(cudaMemcpy2DAsync(w1, DSP_MK_RP * 2, a->e->data, (size_t)a->e->stride[0] * 2, (size_t)R * 2, (size_t)B,
+                       cudaMemcpyDeviceToDevice, s), __LINE__);
+  ck(cudaMemcpy2DAsync(w2, DSP_MK_RP * 2, a->w2->d, (size_t)R * 2, (size_t)R * 2, (size_t)N, cudaMemcpyDeviceToDevice, s),
+     __LINE__);
+  if (a->n_valid > 0)
+    ck(cudaMemcpy2DAsync(base, (size_t)ld * 2, a->base->data, (size_t)a->base->stride[0] * 2, (size_t)a->n_valid * 2,
+                         (size_t)B, cudaMemcpyDeviceToDevice, s), __LINE__);
+  if (st == DSP_OK) ck(cudaMemcpyAsync(anchor, ha, (size_t)bq * 4, cudaMemcpyHostToDevice, s), __LINE__);
+  dsp_mk_args m;
+  memset(&m, 0, sizeof m);
+  m.w2 = w2;
+  m.w1 = w1;
+  m.base = base;
+  m.logits = sampling ? lg : NULL;
+  m.vr = a->n_valid;
+  m.vocab = a->n_valid;
+  m.ld = (int32_t)ld;
+  m.seg_rows = (int32_t)ld;
+  m.nseg = 1;
+  m.bq = bq;
+  m.fp32_add = a->fp32_add;
+  m.anchor = anchor;
+  m.temp = (const float *)(meta + 4 * (size_t)bq);
+  m.seed = (const uint64_t *)(meta + 8 * (size_t)bq);
+  m.pos = (const int64_t *)(meta + 16 * (size_t)bq);
+  m.keys = keys;
+  m.tokens = (int32_t *)(keys + bq);
+  m.barrier = (unsigned int *)((char *)keys + (size_t)bq * 12 + 16);
+  m.k_begin = 0;
+  m.k_end = 1;
+  int sms = 0;
+  size_t smem = 0;
+  int occ = 0, stages = 0;
+  if (st == DSP_OK) ck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be->device[dev]), __LINE__);
+  if (st == DSP_OK) st = dsp_cuda_markov_prepare(bq, sampling, a->w2->strict, 0, &smem, &occ, &stages);
+  dsp_mk_launch l = {sampling, a->w2->strict, 0, sms, 0, 0};
+  if (st == DSP_OK && a->n_valid > 0) st = dsp_cuda_markov_launch(&m, &l, s);
+  if (st == DSP_OK) ck(cudaMemcpyAsync(hk, keys, (size_t)bq * 8, cudaMemcpyDeviceToHost, s), __LINE__);
+  if (st == DSP_OK && sampling && a->n_valid > 0)
+    ck(cudaMemcpy2DAsync(a->logits->data, (size_t)a->logits->stride[0] * es, lg, (size_t)ld * es,
+                         (size_t)a->n_valid * es, (size_t)B, cudaMemcpyDeviceToDevice, s), __LINE__);
+  if (st == DSP_OK) ck(cudaStreamSynchronize(s), __LINE__);
+  for (int64_t b = 0; st == DSP_OK && b < B; b++) {
+    a->best_val[b] = hk[b] ? key_value(hk[b]) : -INFINITY;
+    a->best_id[b] = hk[b] ? a->id0 + (int64_t)(~(uint32_t)hk[b]) : INT64_MAX;
+  }
+  cudaFree(buf);
+  free(hk);
+  free(ha);
+  return st;
+}

@@ -1,0 +1,400 @@
+/* The op-parity harness: every backend operation over a table of shapes,
+ * strides and special values, against the contract (DESIGN §2) computed here
+ * from its definition, and the CUDA backend against the CPU backend.
+ *
+ *   test_ops cpu            the CPU backend against the contract
+ *   test_ops cuda           the CUDA backend against the contract and the CPU
+ *                           (exit 77, skipped, where no GPU is visible)
+ *   test_ops cpu|cuda perf  time per op against its floor
+ *
+ * Tolerances. On grid inputs (small integers times powers of two) every
+ * partial sum of a product is exact in fp32, so the contract fixes the result
+ * bit for bit on every backend: compared exactly (NaN by NaN-ness). On random
+ * inputs the reference sums in double and rounds once; a backend's fp32 chain
+ * may differ from it by its accumulation error, bounded by K * 2^-24 * sum
+ * |a w|, plus one bf16 rounding: |c - ref| <= 2^-8 |ref| + K * 2^-24 * sum|a w|.
+ * The CPU and CUDA's strict mode run the same chain (bit-exact with each
+ * other); CUDA's tensor cores may differ from the CPU in the last bf16 bit
+ * where a sum is inexact: at most 1 ulp apart. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "backend/ops.h"
+#include "dspark.h"
+
+static dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
+static int g_cuda, g_perf;
+static long long g_compared;
+
+/* ---- the contract, written here from DESIGN §2 (not from the library) ---- */
+static float bf(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* Contract 1: round to nearest, ties to even; NaN stays NaN (quiet); inf stays inf. */
+static uint16_t to_bf(double d) {
+  float f = (float)d; /* the reference's sums are exact in double for grid inputs; random ones round here */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  uint32_t lsb = (u >> 16) & 1u;
+  return (uint16_t)((u + 0x7fffu + lsb) >> 16);
+}
+static uint16_t f32_to_bf(float f) { return to_bf((double)f); }
+static int is_nan16(uint16_t h) { return (h & 0x7fff) > 0x7f80; }
+/* Contract 4's order: NaN first (lowest id among NaNs), then larger value, then lower id; -0 == +0. */
+static int better(float av, int64_t ai, float bv, int64_t bi) {
+  int an = isnan(av), bn = isnan(bv);
+  if (an || bn) return an && (!bn || ai < bi);
+  if (av != bv) return av > bv;
+  return ai < bi;
+}
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return g_rng;
+}
+/* Grid values: integers in [-8, 8] times 2^-3 (exact products and sums in fp32 for K <= 2^12). */
+static uint16_t grid_val(void) { return f32_to_bf((float)((int)(rnd() % 17) - 8) * 0.125f); }
+static uint16_t rand_val(void) { return f32_to_bf((float)((double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1)); }
+
+/* ---- backend buffers ------------------------------------------------------ */
+static void *dev_put(dsp_backend *be, const void *h, size_t bytes) {
+  void *d = NULL;
+  assert_int_equal(dsp_op_alloc(be, 0, bytes, &d), DSP_OK);
+  if (h) assert_int_equal(dsp_op_upload(be, 0, d, h, bytes), DSP_OK);
+  return d;
+}
+static void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes) {
+  assert_int_equal(dsp_op_sync(be, 0), DSP_OK);
+  assert_int_equal(dsp_op_download(be, 0, h, d, bytes), DSP_OK);
+}
+
+/* ---- GEMM ------------------------------------------------------------------ */
+typedef struct {
+  int64_t m, n, k, lda, ldc;
+  int grid, specials, strict;
+} gemm_case;
+
+/* c = a w^T on backend be; out [m][ldc] host. */
+static void run_gemm(dsp_backend *be, const gemm_case *g, const uint16_t *a, const uint16_t *w, uint16_t *out) {
+  dsp_weight *wt;
+  dsp_tensor wv = dsp_tensor_2d((void *)w, DSP_BF16, g->n, g->k);
+  assert_int_equal(dsp_op_weight_create(be, 0, &wv, g->strict, &wt), DSP_OK);
+  void *da = dev_put(be, a, (size_t)(g->m * g->lda) * 2), *dc = dev_put(be, NULL, (size_t)(g->m * g->ldc) * 2);
+  assert_int_equal(dsp_op_upload(be, 0, dc, out, (size_t)(g->m * g->ldc) * 2), DSP_OK); /* the padding's pattern */
+  dsp_tensor av = {.data = da, .dtype = DSP_BF16, .ndim = 2, .shape = {g->m, g->k}, .stride = {g->lda, 1}};
+  dsp_tensor cv = {.data = dc, .dtype = DSP_BF16, .ndim = 2, .shape = {g->m, g->n}, .stride = {g->ldc, 1}};
+  dsp_status s = dsp_op_gemm(be, 0, &av, wt, &cv);
+  if (s != DSP_OK) fail_msg("gemm M %lld N %lld K %lld lda %lld ldc %lld on %s: %s", (long long)g->m, (long long)g->n,
+                            (long long)g->k, (long long)g->lda, (long long)g->ldc, dsp_backend_describe(be),
+                            dsp_error_message());
+  dev_get(be, out, dc, (size_t)(g->m * g->ldc) * 2);
+  dsp_op_release(be, 0, da);
+  dsp_op_release(be, 0, dc);
+  dsp_op_weight_free(be, wt);
+}
+
+static void check_gemm(const gemm_case *g) {
+  const int64_t M = g->m, N = g->n, K = g->k;
+  uint16_t *a = malloc((size_t)(M * g->lda) * 2), *w = malloc((size_t)(N * K) * 2);
+  uint16_t *c = malloc((size_t)(M * g->ldc) * 2), *c2 = malloc((size_t)(M * g->ldc) * 2);
+  for (int64_t i = 0; i < M * g->lda; i++) a[i] = g->grid ? grid_val() : rand_val();
+  for (int64_t i = 0; i < N * K; i++) w[i] = g->grid ? grid_val() : rand_val();
+  if (g->specials && M >= 4 && K >= 2) { /* a NaN row, an inf row, a row of +-0, a row near overflow */
+    a[0 * g->lda + K / 2] = 0x7fc1;
+    a[1 * g->lda + 0] = 0x7f80;
+    for (int64_t k = 0; k < K; k++) a[2 * g->lda + k] = k % 2 ? 0x8000 : 0x0000;
+    for (int64_t k = 0; k < K; k++) a[3 * g->lda + k] = k < 2 ? 0x7f00 : 0; /* 2^127 (w0 + w1): inf where it overflows */
+  }
+  for (int64_t i = 0; i < M * g->ldc; i++) c[i] = c2[i] = 0xbeef; /* the padding must stay */
+  run_gemm(g_be, g, a, w, c);
+  if (g_cpu) run_gemm(g_cpu, g, a, w, c2);
+  long bad = 0, pad = 0, cross = 0;
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = g->n; j < g->ldc; j++) pad += c[i * g->ldc + j] != 0xbeef;
+    for (int64_t j = 0; j < N; j++) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) {
+        const double p = (double)bf(a[i * g->lda + k]) * (double)bf(w[j * K + k]);
+        ref += p;
+        mag += fabs(p);
+      }
+      const uint16_t got = c[i * g->ldc + j], want = to_bf(ref);
+      const float gv = bf(got), wv = bf(want);
+      int ok;
+      if (is_nan16(want) || isnan(ref)) ok = is_nan16(got);
+      else if (g->grid || isinf(wv)) ok = got == want || (gv == 0 && wv == 0 && got == want);
+      else ok = fabs((double)gv - ref) <= ldexp(fabs(ref), -8) + (double)K * ldexp(mag, -24);
+      bad += !ok;
+      if (!ok && bad <= 3)
+        print_message("  gemm [%lld, %lld]: got %a (0x%04x), contract %a (0x%04x)\n", (long long)i, (long long)j,
+                      (double)gv, got, ref, want);
+      if (g_cpu) {
+        const uint16_t o = c2[i * g->ldc + j];
+        int same = got == o || (is_nan16(got) && is_nan16(o));
+        /* the tensor cores may differ in the last bit of an inexact sum */
+        if (!same && !g->strict && !g->grid && !is_nan16(o)) same = abs((int)got - (int)o) <= 1;
+        cross += !same;
+      }
+      g_compared++;
+    }
+  }
+  if (bad || pad || cross)
+    fail_msg("gemm M %lld N %lld K %lld lda %lld ldc %lld (%s%s%s): %ld differ from the contract, %ld padding "
+             "touched, %ld differ from the CPU beyond the tolerance",
+             (long long)M, (long long)N, (long long)K, (long long)g->lda, (long long)g->ldc,
+             g->grid ? "grid" : "random", g->specials ? ", specials" : "", g->strict ? ", strict" : "", bad, pad,
+             cross);
+  free(a);
+  free(w);
+  free(c);
+  free(c2);
+}
+
+static void t_gemm(void **st) {
+  (void)st;
+  /* odd and tile-crossing shapes; strided a and c; the tensor-core kernels need
+   * 8-aligned strides on CUDA, so odd strides run strict weights there */
+  const gemm_case cases[] = {
+      {1, 1, 8, 8, 8, 1, 0, 0},          {7, 33, 64, 64, 40, 1, 1, 0},     {13, 64, 64, 72, 64, 1, 0, 0},
+      {224, 512, 128, 128, 512, 1, 1, 0}, {100, 300, 72, 80, 304, 1, 0, 0}, {3, 129, 192, 200, 136, 0, 0, 0},
+      {240, 136, 256, 256, 136, 0, 1, 0}, {1, 4096, 512, 512, 4096, 0, 0, 0}, {5, 37, 19, 23, 41, 1, 1, 1},
+      {9, 11, 3, 3, 11, 0, 0, 1},         {17, 130, 100, 104, 130, 0, 1, 1}, {33, 256, 64, 64, 256, 0, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_gemm(&cases[i]);
+  /* odd shapes on the default weights: a kernel that cannot run them must fall back, never fail */
+  const gemm_case odd[] = {{6, 10, 12, 12, 10, 1, 0, 0}, {4, 24, 40, 40, 24, 0, 1, 0}};
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) check_gemm(&odd[i]);
+  print_message("gemm: %lld values compared on %s%s\n", g_compared, dsp_backend_describe(g_be),
+                g_cpu ? " (and against the CPU)" : "");
+}
+
+/* ---- the Markov step ---------------------------------------------------------- */
+typedef struct {
+  int64_t b, n, r, n_valid, id0;
+  int fp32_add, grid, specials, strict, logits;
+} mk_case;
+
+static void run_mk(dsp_backend *be, const mk_case *t, const uint16_t *e, const uint16_t *w2, const uint16_t *base,
+                   float *bv, int64_t *bi, void *lg) {
+  dsp_weight *wt;
+  dsp_tensor wv = dsp_tensor_2d((void *)w2, DSP_BF16, t->n, t->r);
+  assert_int_equal(dsp_op_weight_create(be, 0, &wv, t->strict, &wt), DSP_OK);
+  const size_t ls = t->fp32_add ? 4 : 2;
+  void *de = dev_put(be, e, (size_t)(t->b * t->r) * 2), *db = dev_put(be, base, (size_t)(t->b * t->n) * 2);
+  void *dl = t->logits ? dev_put(be, NULL, (size_t)(t->b * t->n) * ls) : NULL;
+  dsp_tensor ev = dsp_tensor_2d(de, DSP_BF16, t->b, t->r), bsv = dsp_tensor_2d(db, DSP_BF16, t->b, t->n);
+  dsp_tensor lv = {.data = dl, .dtype = t->fp32_add ? DSP_F32 : DSP_BF16, .ndim = 2, .shape = {t->b, t->n_valid},
+                   .stride = {t->n, 1}};
+  dsp_op_markov_args a = {.e = &ev, .w2 = wt, .base = &bsv, .fp32_add = t->fp32_add, .id0 = t->id0,
+                          .n_valid = t->n_valid, .best_val = bv, .best_id = bi, .logits = dl ? &lv : NULL};
+  dsp_status s = dsp_op_markov_step(be, 0, &a);
+  if (s != DSP_OK) fail_msg("markov step on %s: %s", dsp_backend_describe(be), dsp_error_message());
+  if (dl) dev_get(be, lg, dl, (size_t)(t->b * t->n) * ls);
+  dsp_op_release(be, 0, de);
+  dsp_op_release(be, 0, db);
+  dsp_op_release(be, 0, dl);
+  dsp_op_weight_free(be, wt);
+}
+
+static void check_mk(const mk_case *t) {
+  const int64_t B = t->b, N = t->n, R = t->r;
+  uint16_t *e = malloc((size_t)(B * R) * 2), *w2 = malloc((size_t)(N * R) * 2), *base = malloc((size_t)(B * N) * 2);
+  const size_t ls = t->fp32_add ? 4 : 2;
+  char *lg = calloc((size_t)(B * N), ls), *lg2 = calloc((size_t)(B * N), ls);
+  float *bv = malloc((size_t)B * 4), *bv2 = malloc((size_t)B * 4);
+  int64_t *bi = malloc((size_t)B * 8), *bi2 = malloc((size_t)B * 8);
+  for (int64_t i = 0; i < B * R; i++) e[i] = t->grid ? grid_val() : rand_val();
+  for (int64_t i = 0; i < N * R; i++) w2[i] = t->grid ? grid_val() : rand_val();
+  for (int64_t i = 0; i < B * N; i++) base[i] = t->grid ? grid_val() : rand_val();
+  if (t->specials && B >= 5 && t->n_valid >= 8) {
+    /* row 0: two NaNs (the first wins); row 1: +inf at two ids (the lower wins); row 2: all -inf (id0 wins);
+     * row 3: ties of -0 / +0 only (the lowest id wins); row 4: padding rows hold +inf (never win) and the
+     * last real row 2^127 */
+    base[0 * N + 5] = 0x7fc0, base[0 * N + 2] = 0x7fc0;
+    base[1 * N + 6] = 0x7f80, base[1 * N + 3] = 0x7f80;
+    for (int64_t v = 0; v < N; v++) base[2 * N + v] = 0xff80;
+    for (int64_t r = 0; r < R; r++) e[3 * R + r] = 0;
+    for (int64_t v = 0; v < N; v++) base[3 * N + v] = v % 2 ? 0x8000 : 0x0000;
+    for (int64_t v = t->n_valid; v < N; v++) base[4 * N + v] = 0x7f80;
+    base[4 * N + t->n_valid - 1] = 0x7f00; /* ... and the last real row, 2^127, does */
+  }
+  run_mk(g_be, t, e, w2, base, bv, bi, lg);
+  if (g_cpu) run_mk(g_cpu, t, e, w2, base, bv2, bi2, lg2);
+  long bad = 0, badl = 0, cross = 0;
+  for (int64_t b = 0; b < B; b++) {
+    float best = -INFINITY;
+    int64_t besti = INT64_MAX;
+    for (int64_t v = 0; v < t->n_valid; v++) {
+      double acc = 0;
+      for (int64_t r = 0; r < R; r++) acc += (double)bf(w2[v * R + r]) * (double)bf(e[b * R + r]);
+      const float bias = bf(to_bf(acc));                     /* contract 3: bias rounded once */
+      const float sum = bf(base[b * N + v]) + bias;           /* fp32 add */
+      const float logit = t->fp32_add ? sum : bf(f32_to_bf(sum));
+      if (better(logit, t->id0 + v, best, besti)) best = logit, besti = t->id0 + v;
+      if (t->logits) {
+        int ok;
+        if (t->fp32_add) {
+          const float got = ((const float *)lg)[b * N + v];
+          ok = (isnan(got) && isnan(logit)) || got == logit || !t->grid;
+          if (!t->grid) ok = ok && (isnan(logit) ? isnan(got) : fabsf(got - logit) <= ldexpf(fabsf(logit), -7) + 1e-6f);
+        } else {
+          const uint16_t got = ((const uint16_t *)lg)[b * N + v], want = f32_to_bf(logit);
+          ok = got == want || (is_nan16(got) && is_nan16(want)) || (!t->grid && abs((int)got - (int)want) <= 1);
+        }
+        badl += !ok;
+      }
+    }
+    const int same = bi[b] == besti && ((isnan(bv[b]) && isnan(best)) || bv[b] == best);
+    /* random inputs: a near-tie may flip under the last-bit freedom of inexact sums */
+    bad += !same && t->grid;
+    if (!same && t->grid && bad <= 3)
+      print_message("  markov row %lld: got (%g, %lld), contract (%g, %lld)\n", (long long)b, (double)bv[b],
+                    (long long)bi[b], (double)best, (long long)besti);
+    if (g_cpu) cross += (bi[b] != bi2[b]) && (t->grid || t->strict);
+    g_compared++;
+  }
+  if (bad || badl || cross)
+    fail_msg("markov step B %lld N %lld R %lld valid %lld id0 %lld (%s%s%s%s): %ld selections and %ld logits differ "
+             "from the contract, %ld selections differ from the CPU",
+             (long long)B, (long long)N, (long long)R, (long long)t->n_valid, (long long)t->id0,
+             t->grid ? "grid" : "random", t->fp32_add ? ", fp32-add" : "", t->specials ? ", specials" : "",
+             t->strict ? ", strict" : "", bad, badl, cross);
+  free(e), free(w2), free(base), free(lg), free(lg2), free(bv), free(bv2), free(bi), free(bi2);
+}
+
+static void t_markov_step(void **st) {
+  (void)st;
+  const mk_case cases[] = {
+      {5, 64, 16, 64, 0, 0, 1, 1, 0, 1},      {8, 100, 32, 97, 1000, 0, 1, 1, 0, 1}, {16, 256, 256, 250, 7, 1, 1, 1, 0, 1},
+      {3, 40, 8, 40, 0, 1, 1, 0, 1, 1},       {32, 1000, 64, 1000, 5, 0, 1, 0, 0, 0}, {7, 48, 24, 48, 0, 0, 0, 0, 1, 1},
+      {12, 512, 128, 500, 3, 0, 0, 0, 0, 1},  {6, 64, 16, 0, 0, 0, 1, 0, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_mk(&cases[i]);
+  print_message("markov step: %lld values and rows compared on %s\n", g_compared, dsp_backend_describe(g_be));
+}
+
+/* ---- perf: time per op against its floor --------------------------------------- */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Seconds per call of gemm (m, n, k), median of 5 timed groups. */
+static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
+  uint16_t *w = malloc((size_t)(n * k) * 2), *a = malloc((size_t)(m * k) * 2);
+  for (int64_t i = 0; i < n * k; i++) w[i] = rand_val();
+  for (int64_t i = 0; i < m * k; i++) a[i] = rand_val();
+  dsp_weight *wt;
+  dsp_tensor wv = dsp_tensor_2d(w, DSP_BF16, n, k);
+  assert_int_equal(dsp_op_weight_create(g_be, 0, &wv, 0, &wt), DSP_OK);
+  void *da = dev_put(g_be, a, (size_t)(m * k) * 2), *dc = dev_put(g_be, NULL, (size_t)(m * n) * 2);
+  dsp_tensor av = dsp_tensor_2d(da, DSP_BF16, m, k), cv = dsp_tensor_2d(dc, DSP_BF16, m, n);
+  double t[5];
+  assert_int_equal(dsp_op_gemm(g_be, 0, &av, wt, &cv), DSP_OK);
+  for (int g = 0; g < 5; g++) {
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    const double t0 = now_s();
+    for (int r = 0; r < reps; r++) assert_int_equal(dsp_op_gemm(g_be, 0, &av, wt, &cv), DSP_OK);
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    t[g] = (now_s() - t0) / reps;
+  }
+  for (int i = 1; i < 5; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      const double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  dsp_op_release(g_be, 0, da);
+  dsp_op_release(g_be, 0, dc);
+  dsp_op_weight_free(g_be, wt);
+  free(w);
+  free(a);
+  return t[2];
+}
+
+/* Bytes per second of a device copy (read + written). */
+static double copy_rate(void) {
+  const size_t n = g_cuda ? (size_t)1 << 30 : (size_t)1 << 28;
+  void *a = dev_put(g_be, NULL, n), *b = dev_put(g_be, NULL, n);
+  assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
+  double best = 1e30;
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    const double t0 = now_s();
+    assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    const double t = now_s() - t0;
+    best = t < best ? t : best;
+  }
+  dsp_op_release(g_be, 0, a);
+  dsp_op_release(g_be, 0, b);
+  return 2.0 * (double)n / best;
+}
+
+static void t_perf(void **st) {
+  (void)st;
+  const double bw = copy_rate();
+  const int64_t big = g_cuda ? 8192 : 1024;
+  const double peak = 2.0 * (double)big * big * big / time_gemm(big, big, big, g_cuda ? 10 : 1);
+  printf("perf on %s: copy %.1f GB/s, bf16 product %.1f GFLOP/s (square %lld, measured now)\n",
+         dsp_backend_describe(g_be), bw * 1e-9, peak * 1e-9, (long long)big);
+  printf("%-28s %10s %10s %8s\n", "gemm M x N x K", "ms", "floor ms", "x floor");
+  const int64_t shapes[][3] = {{1, 4096, 4096}, {32, 4096, 4096}, {8, 12288, 4096}, {224, 16384, 7168},
+                               {512, 4096, 4096}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+    if (!g_cuda && m * n * k > (int64_t)1 << 33) continue;
+    const double t = time_gemm(m, n, k, g_cuda ? 50 : 2);
+    const double fb = (double)(n * k + m * k + m * n) * 2 / bw, ff = 2.0 * (double)(m * n * k) / peak;
+    const double fl = fb > ff ? fb : ff;
+    char name[64];
+    snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+    printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *kind = argc > 1 ? argv[1] : "cpu";
+  g_perf = argc > 2 && !strcmp(argv[2], "perf");
+  g_cuda = !strcmp(kind, "cuda");
+  if (!g_cuda && strcmp(kind, "cpu")) {
+    fprintf(stderr, "usage: test_ops cpu|cuda [perf]\n");
+    return 2;
+  }
+  dsp_backend_config cpu = {.kind = DSP_BACKEND_CPU};
+  if (g_cuda && !dsp_backend_available(DSP_BACKEND_CUDA)) {
+    printf("test_ops cuda: no CUDA backend here (%s): skipped\n", dsp_build_info());
+    return 77;
+  }
+  dsp_backend_config cfg = {.kind = g_cuda ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU};
+  if (dsp_backend_create(&cfg, &g_be) != DSP_OK ||
+      (g_cuda && dsp_backend_create(&cpu, &g_cpu) != DSP_OK)) {
+    fprintf(stderr, "test_ops: %s\n", dsp_error_message());
+    return 1;
+  }
+  int rc;
+  if (g_perf) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+  } else {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_markov_step)};
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+  }
+  dsp_backend_free(g_cpu);
+  dsp_backend_free(g_be);
+  return rc;
+}
