@@ -25,30 +25,38 @@ build-asan: setup
 
 build-fuzz: setup
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDSPARK_FUZZ=ON -DDSPARK_CUDA=off >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_tokenizer
 
 run: build
 	@scripts/demo.sh $(BUILD)
 
 # Every test: the sanitizer build of the suite (the full-size case excluded: it
-# is the same code at a size ASan would make slow), a short fuzz run of the
-# safetensors parser, then the whole suite on the release build (its summary last).
+# is the same code at a size ASan would make slow), short fuzz runs of the file
+# parsers, then the whole suite on the release build (its summary last).
 test: test-asan fuzz test-unit
 
 test-asan: build-asan
-	@echo "== AddressSanitizer + UndefinedBehaviorSanitizer suite"
+	@echo "== AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer suite"
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -LE 'full|gpu' -j 2
 
+# Each parser is fuzzed FUZZ_SECONDS; the first finding (a crash, a leak, a
+# sanitizer report: UBSan halts on its first) ends the run, and its log is shown.
+FUZZ_TARGETS = safetensors:fuzz/seeds:-max_len=4096 \
+               tokenizer:fuzz/seeds_tokenizer:-max_len=8192:-dict=tests/tokenizer/fuzz_tokenizer.dict
 fuzz: build-fuzz
-	@echo "== libFuzzer: safetensors parser, $(FUZZ_SECONDS) s"
-	@mkdir -p $(FUZZ_BUILD)/corpus
-	@$(FUZZ_BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	  $(FUZZ_BUILD)/corpus fuzz/seeds > $(FUZZ_BUILD)/fuzz.log 2>&1; rc=$$?; \
-	  tail -n 3 $(FUZZ_BUILD)/fuzz.log; [ $$rc -eq 0 ] || { tail -n 40 $(FUZZ_BUILD)/fuzz.log; exit $$rc; }
+	@for t in $(FUZZ_TARGETS); do \
+	  n=$$(echo $$t | cut -d: -f1); seeds=$$(echo $$t | cut -d: -f2); opts=$$(echo $$t | cut -d: -f3- | tr : ' '); \
+	  echo "== libFuzzer: $$n, $(FUZZ_SECONDS) s"; mkdir -p $(FUZZ_BUILD)/corpus_$$n; \
+	  $(FUZZ_BUILD)/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) $$opts $(FUZZ_BUILD)/corpus_$$n $$seeds \
+	    > $(FUZZ_BUILD)/fuzz_$$n.log 2>&1; rc=$$?; tail -n 2 $(FUZZ_BUILD)/fuzz_$$n.log; \
+	  if [ $$rc -ne 0 ]; then echo "fuzz_$$n: FINDING (exit $$rc):"; tail -n 60 $(FUZZ_BUILD)/fuzz_$$n.log; exit $$rc; fi; \
+	done
 
 fuzz-long: build-fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus
-	$(FUZZ_BUILD)/fuzz_safetensors -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) $(FUZZ_BUILD)/corpus fuzz/seeds
+	@mkdir -p $(FUZZ_BUILD)/corpus_safetensors $(FUZZ_BUILD)/corpus_tokenizer
+	$(FUZZ_BUILD)/fuzz_safetensors -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) $(FUZZ_BUILD)/corpus_safetensors fuzz/seeds
+	$(FUZZ_BUILD)/fuzz_tokenizer -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) \
+	  -dict=tests/tokenizer/fuzz_tokenizer.dict $(FUZZ_BUILD)/corpus_tokenizer fuzz/seeds_tokenizer
 
 test-unit: build
 	@echo "== release suite"
@@ -58,7 +66,7 @@ test-gpu: build
 	@cd $(BUILD) && ctest --output-on-failure -L gpu
 
 bench: build
-	@$(BUILD)/dspark bench head
+	@$(BUILD)/bench/bench_head
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -43,7 +43,7 @@ typedef struct {
 typedef struct {
   int32_t id;
   uint8_t special, lstrip, rstrip, single_word, normalized;
-  char *match; /* the text matched: content, or its NFC form when normalized */
+  char *match; /* the text matched and decoded: content, or its NFC form when normalized */
   size_t match_len;
 } tok_added;
 
@@ -64,11 +64,13 @@ struct dsp_tokenizer {
   uint8_t *special; /* n_ids */
   tok_added *added;
   int32_t n_added;
+  char *astr;   /* added contents, as written */
+  size_t *aoff; /* n_added + 1 */
+  tok_strmap amap; /* content -> index into added[] */
   tok_trie raw_trie, norm_trie; /* not-normalized / normalized added tokens */
   int nfc;
   int n_stages;
   pcre2_code *stage[TOK_MAX_STAGES];
-  uint32_t max_capture_pairs;
 };
 
 /* GPT-2's byte <-> code point table. */
@@ -91,7 +93,8 @@ void dsp_tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, in
 int dsp_tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *merged);
 
 void dsp_tok_trie_free(tok_trie *t);
-dsp_status dsp_tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t token);
+/* *prev: the token that already had exactly this text (it is kept), or -1. */
+dsp_status dsp_tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t token, int32_t *prev);
 /* Longest text starting at s (len bytes available): its token index and
  * length, or -1. */
 int32_t dsp_tok_trie_longest(const tok_trie *t, const char *s, size_t len, size_t *mlen);
@@ -113,7 +116,11 @@ size_t dsp_tok_utf8_prev(const char *s, size_t len, uint32_t *cp);
 int dsp_tok_is_space(uint32_t cp);
 int dsp_tok_is_word(uint32_t cp);
 
-/* Loading pieces (tokenizer_load.c, tokenizer.c). */
-void dsp_tok_release(dsp_tokenizer *t);
+/* Loading (tokenizer_load.c, tokenizer_added.c): the whole file, the
+ * added_tokens list, then the table of each id's bytes. */
+struct json_t;
+dsp_status dsp_tok_build(dsp_tokenizer *t, const char *label, struct json_t *root);
+dsp_status dsp_tok_load_added(dsp_tokenizer *t, const char *label, struct json_t *list);
+dsp_status dsp_tok_build_decode(dsp_tokenizer *t, const char *label);
 
 #endif

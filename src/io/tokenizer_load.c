@@ -161,14 +161,17 @@ static dsp_status load_merges(dsp_tokenizer *t, const char *label, json_t *merge
   uint32_t rank = 0;
   dsp_status st = DSP_OK;
   for (size_t i = 0; i < n && st == DSP_OK; i++) {
-    const char *a, *b;
-    size_t al, bl;
-    int skip;
+    const char *a = NULL, *b = NULL;
+    size_t al = 0, bl = 0;
+    int skip = 0;
     st = merge_sides(label, i, json_array_get(merges, i), legacy, &a, &al, &b, &bl, &skip);
     if (st != DSP_OK || skip) continue;
     int32_t ia = vocab_get(t, a, al), ib = vocab_get(t, b, bl);
     if (ia < 0 || ib < 0) {
-      st = dsp_fail(DSP_ERR_FORMAT, "%s: model.merges[%zu]: " NM " is not in the vocab", label, i, ia < 0 ? a : b);
+      const char *bad = ia < 0 ? a : b;
+      size_t bad_len = ia < 0 ? al : bl;
+      st = dsp_fail(DSP_ERR_FORMAT, "%s: model.merges[%zu]: \"%.*s\" is not in the vocab", label, i,
+                    (int)(bad_len > 60 ? 60 : bad_len), bad);
       break;
     }
     if (al + bl > cat_cap) {
@@ -224,7 +227,7 @@ static dsp_status load_model(dsp_tokenizer *t, const char *label, json_t *model)
       return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: model.%s " NM " is not supported (only null or \"\")", label,
                       empty_only[i], json_string_value(v));
   }
-  int byte_fallback;
+  int byte_fallback = 0;
   DSP_TRY(get_bool(label, "model", model, "byte_fallback", 0, &byte_fallback));
   if (byte_fallback) return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: model.byte_fallback true is not supported", label);
   DSP_TRY(get_bool(label, "model", model, "fuse_unk", 0, &t->fuse_unk));
@@ -282,12 +285,13 @@ static dsp_status add_stage(dsp_tokenizer *t, const char *label, const char *whe
   return DSP_OK;
 }
 
-/* ByteLevel as pre-tokenizer, decoder or post-processor: only its
- * add_prefix_space changes ids, and only as a pre-tokenizer. */
+/* ByteLevel as pre-tokenizer, decoder or post-processor. Only as a
+ * pre-tokenizer do its fields change ids: add_prefix_space (refused) and
+ * use_regex (GPT-2's split, one more regex step). */
 static dsp_status load_byte_level(dsp_tokenizer *t, const char *label, const char *where, json_t *o, int pre) {
   static const char *const keys[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
   DSP_TRY(check_keys(label, where, o, keys));
-  int aps, trim, use_regex;
+  int aps = 0, trim = 0, use_regex = 0;
   DSP_TRY(get_bool(label, where, o, "add_prefix_space", pre ? -1 : 0, &aps));
   DSP_TRY(get_bool(label, where, o, "trim_offsets", 0, &trim));
   DSP_TRY(get_bool(label, where, o, "use_regex", 1, &use_regex));
@@ -313,7 +317,7 @@ static dsp_status load_split(dsp_tokenizer *t, const char *label, const char *wh
   if (strcmp(json_string_value(b), "Isolated") != 0)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: %s.behavior " NM " is not supported (only Isolated)", label, where,
                     json_string_value(b));
-  int invert;
+  int invert = 0;
   DSP_TRY(get_bool(label, where, o, "invert", 0, &invert));
   if (invert) return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: %s.invert true is not supported", label, where);
   char sub[96];
@@ -379,9 +383,6 @@ static dsp_status load_tail(dsp_tokenizer *t, const char *label, json_t *root) {
   }
   return DSP_OK;
 }
-
-dsp_status dsp_tok_load_added(dsp_tokenizer *t, const char *label, json_t *list);
-dsp_status dsp_tok_build_decode(dsp_tokenizer *t, const char *label);
 
 dsp_status dsp_tok_build(dsp_tokenizer *t, const char *label, json_t *root) {
   static const char *const keys[] = {"version", "truncation", "padding", "added_tokens", "normalizer",

@@ -148,7 +148,7 @@ static int32_t trie_new_node(tok_trie *t, uint8_t byte) {
   return (int32_t)t->count++;
 }
 
-dsp_status dsp_tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t token) {
+dsp_status dsp_tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t token, int32_t *prev) {
   if (t->count == 0 && trie_new_node(t, 0) < 0) return dsp_fail(DSP_ERR_NOMEM, "tokenizer: added-token trie");
   int32_t at = 0;
   for (size_t i = 0; i < len; i++) {
@@ -163,7 +163,8 @@ dsp_status dsp_tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t toke
     }
     at = k;
   }
-  t->node[at].token = token;
+  *prev = t->node[at].token;
+  if (*prev < 0) t->node[at].token = token;
   if (len) t->first[(uint8_t)s[0]] = 1;
   return DSP_OK;
 }

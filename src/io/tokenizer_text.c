@@ -1,5 +1,7 @@
 /* UTF-8 checks and repair, NFC (utf8proc), and the two Unicode classes that
  * the added-token rules use. */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,42 @@ dsp_status dsp_tok_utf8_replace(const char *s, size_t len, char **out, size_t *o
   return DSP_OK;
 }
 
+/* Canonical ordering: a stable sort of each run of non-starters by combining
+ * class. utf8proc's own pass is an exchange sort, quadratic on long mixed
+ * runs (a denial of service on hostile text), so it is done here in linear
+ * time: insertion sort for short runs, counting sort for long ones. */
+static int sort_marks(utf8proc_int32_t *cp, uint8_t *cc, size_t n) {
+  utf8proc_int32_t *tmp = NULL;
+  for (size_t i = 0; i < n;) {
+    if (cc[i] == 0) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && cc[j] != 0) j++;
+    if (j - i <= 32) {
+      for (size_t a = i + 1; a < j; a++) {
+        utf8proc_int32_t c = cp[a];
+        uint8_t k = cc[a];
+        size_t b = a;
+        for (; b > i && cc[b - 1] > k; b--) cp[b] = cp[b - 1], cc[b] = cc[b - 1];
+        cp[b] = c, cc[b] = k;
+      }
+    } else {
+      if (!tmp && !(tmp = malloc(n * sizeof *tmp))) return 0;
+      size_t start[257] = {0};
+      for (size_t a = i; a < j; a++) start[cc[a] + 1]++;
+      for (int k = 1; k < 257; k++) start[k] += start[k - 1];
+      for (size_t a = i; a < j; a++) tmp[start[cc[a]]++] = cp[a];
+      memcpy(cp + i, tmp, (j - i) * sizeof *cp);
+      for (size_t a = i; a < j; a++) cc[a] = (uint8_t)utf8proc_get_property(cp[a])->combining_class;
+    }
+    i = j;
+  }
+  free(tmp);
+  return 1;
+}
+
 dsp_status dsp_tok_nfc(const char *s, size_t len, char **out, size_t *out_len) {
   /* Below U+0300 every code point is its own NFC and never combines, so text
    * without a lead byte >= 0xCC is left as it is (the common case). */
@@ -89,18 +127,62 @@ dsp_status dsp_tok_nfc(const char *s, size_t len, char **out, size_t *out_len) {
     *out_len = len;
     return DSP_OK;
   }
-  if (len > (size_t)(UTF8PROC_SSIZE_MAX / 4)) return dsp_fail(DSP_ERR_RANGE, "tokenizer: text of %zu bytes", len);
-  utf8proc_uint8_t *r = NULL;
-  utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &r,
-                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-  if (n < 0) {
-    free(r);
-    if (n == UTF8PROC_ERROR_NOMEM) return dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
-    return dsp_fail(DSP_ERR_FORMAT, "tokenizer: NFC: %s", utf8proc_errmsg(n));
+  if (len > (size_t)(PTRDIFF_MAX / 32)) return dsp_fail(DSP_ERR_RANGE, "tokenizer: NFC of %zu bytes", len);
+  /* utf8proc's steps: canonical decomposition, ordering (ours), composition. */
+  const utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  size_t cap = len + 16, n = 0;
+  utf8proc_int32_t *cp = malloc(cap * sizeof *cp);
+  uint8_t *cc = NULL;
+  char *r = NULL;
+  dsp_status st = DSP_OK;
+  if (!cp) st = dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
+  for (size_t at = 0; st == DSP_OK && at < len;) {
+    utf8proc_int32_t c;
+    utf8proc_ssize_t used = utf8proc_iterate((const utf8proc_uint8_t *)s + at, (utf8proc_ssize_t)(len - at), &c);
+    if (used <= 0) {
+      st = dsp_fail(DSP_ERR_FORMAT, "tokenizer: NFC: %s", utf8proc_errmsg(used < 0 ? used : UTF8PROC_ERROR_INVALIDUTF8));
+      break;
+    }
+    int bound = 0;
+    utf8proc_ssize_t k = utf8proc_decompose_char(c, cp + n, (utf8proc_ssize_t)(cap - n), opt, &bound);
+    if (k < 0) {
+      st = dsp_fail(DSP_ERR_FORMAT, "tokenizer: NFC: %s", utf8proc_errmsg(k));
+      break;
+    }
+    if ((size_t)k > cap - n) { /* no room: grow and decompose again */
+      size_t c2 = 2 * cap + (size_t)k;
+      utf8proc_int32_t *p = realloc(cp, c2 * sizeof *cp);
+      if (!p) {
+        st = dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
+        break;
+      }
+      cp = p;
+      cap = c2;
+      continue;
+    }
+    n += (size_t)k;
+    at += (size_t)used;
   }
-  *out = (char *)r;
-  *out_len = (size_t)n;
-  return DSP_OK;
+  if (st == DSP_OK && !(cc = malloc(n ? n : 1))) st = dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
+  if (st == DSP_OK) {
+    for (size_t a = 0; a < n; a++) cc[a] = (uint8_t)utf8proc_get_property(cp[a])->combining_class;
+    if (!sort_marks(cp, cc, n)) st = dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
+  }
+  if (st == DSP_OK) {
+    utf8proc_ssize_t m = utf8proc_normalize_utf32(cp, (utf8proc_ssize_t)n, opt);
+    if (m < 0) st = dsp_fail(DSP_ERR_FORMAT, "tokenizer: NFC: %s", utf8proc_errmsg(m));
+    else if (!(r = malloc(4 * (size_t)m + 1))) st = dsp_fail(DSP_ERR_NOMEM, "tokenizer: NFC of %zu bytes", len);
+    else {
+      size_t o = 0;
+      for (utf8proc_ssize_t a = 0; a < m; a++) o += (size_t)utf8proc_encode_char(cp[a], (utf8proc_uint8_t *)r + o);
+      r[o] = 0;
+      *out = r;
+      *out_len = o;
+    }
+  }
+  free(cp);
+  free(cc);
+  return st;
 }
 
 size_t dsp_tok_utf8_next(const char *s, size_t len, uint32_t *cp) {

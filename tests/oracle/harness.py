@@ -48,7 +48,7 @@ class Workdir:
 
 
 def run_head(weights, inputs, out, np_=1, path=None, contract=None, broadcast=None,
-             dump=False, extra=(), timeout=120, mpi=None):
+             dump=False, extra=(), timeout=120, mpi=None, env=None):
     """Runs `dspark head`; under mpirun when np_ > 1 (or mpi=True).
     Returns (returncode, stdout, stderr, seconds); returncode None on timeout."""
     dspark, mpirun = program()
@@ -64,8 +64,10 @@ def run_head(weights, inputs, out, np_=1, path=None, contract=None, broadcast=No
     args += list(extra)
     if mpi or (mpi is None and np_ > 1):
         args = [mpirun, "--oversubscribe", "-np", str(np_)] + args
+    extra_env = env or {}
     env = dict(MPI_ENV)
     env.update(os.environ)
+    env.update(extra_env)
     t0 = time.time()
     # Its own process group, so a hang can be ended for mpirun and every rank.
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

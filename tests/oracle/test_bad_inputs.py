@@ -183,6 +183,60 @@ def case_list():
         wp, ip, _ = files()(d)
         return wp, ip, ["--contract", "fp16"]
     add("unknown --contract", ["contract"], bad_contract)
+
+    add("temperature +inf", ["temperature"], files(imut=temp_set(np.inf)))
+
+    def pos_set(v):
+        def m(i):
+            i["position"] = np.array([0, v], np.int64)
+        return m
+    add("position negative", ["position"], files(imut=pos_set(-3)))
+    # slot k draws at position + 1 + k: past INT64_MAX - gamma that overflows
+    add("position near INT64_MAX", ["position", "overflow"], files(imut=pos_set(2**63 - 2)))
+    add("position shape [B+1]", ["position"],
+        files(imut=lambda i: i.__setitem__("position", np.array([0, 1, 2], np.int64))))
+    add("position F32", ["position"],
+        files(imut=lambda i: i.__setitem__("position", np.array([0, 1], np.float32))))
+    add("seed shape [B-1]", ["seed"], files(imut=lambda i: i.__setitem__("seed", np.array([4], np.int64))))
+    add("seed F32", ["seed"], files(imut=lambda i: i.__setitem__("seed", np.array([4, 5], np.float32))))
+
+    def w1_f16(w):
+        w["markov_w1.weight"] = ref.f32(w["markov_w1.weight"]).astype(np.float16)
+    add("F16 markov_w1", ["markov_w1"], files(w1_f16))
+
+    def w1_rows(w):
+        w["markov_w1.weight"] = w["markov_w1.weight"][:VP - 2].copy()
+    add("W1 rows != lm_head rows", ["markov_w1", "lm_head"], files(w1_rows))
+
+    def tiny_vocab(d):
+        w, i = base()
+        for k in list(w):
+            w[k] = w[k][:2].copy()
+        i["anchor"] = np.array([0, 1], np.int64)
+        wp, ip = os.path.join(d, "w.safetensors"), os.path.join(d, "i.safetensors")
+        write(wp, w, {"vocab_size": "2"})
+        write(ip, i, None)
+        return wp, ip, []
+    add("TP 3 > padded vocabulary 2", ["TP size", "padded vocabulary"], tiny_vocab, modes=("np3",))
+
+    def with_args(*args):
+        def build(d):
+            wp, ip, _ = files()(d)
+            return wp, ip, list(args)
+        return build
+    add("--backend cuda (no GPU or no CUDA build)", ["cuda"], with_args("--backend", "cuda"), modes=("alone", "np3"))
+    add("--backend tpu", ["--backend"], with_args("--backend", "tpu"))
+    add("--tp 0", ["--tp"], with_args("--tp", "0"))
+    add("--tp x", ["--tp"], with_args("--tp", "x"))
+    add("--tp 2 on the CPU", ["--tp"], with_args("--tp", "2"))
+    add("--broadcast maybe", ["--broadcast"], with_args("--broadcast", "maybe"))
+    add("unknown option", ["--frobnicate"], with_args("--frobnicate"))
+
+    def unwritable(d):
+        wp, ip, _ = files()(d)
+        return wp, ip, ["--out", os.path.join(d, "no_such_dir", "out.safetensors")]
+    add("unwritable --out", ["--out", "no_such_dir"], unwritable)
+    add("bad DSPARK_CUDA_TAIL", ["DSPARK_CUDA_TAIL"], with_args("ENV", "DSPARK_CUDA_TAIL=ring4"))
     return cs
 
 
@@ -197,8 +251,17 @@ def run_case(tally, wd, name, keys, build, mode):
         path = extra[extra.index("--path") + 1]
     if "--contract" in extra:
         contract = extra[extra.index("--contract") + 1]
+    env = None
+    if "ENV" in extra:
+        k, v = extra[extra.index("ENV") + 1].split("=", 1)
+        env = {k: v}
+        extra = [x for x in extra if x not in ("ENV", extra[extra.index("ENV") + 1])]
+    if "--out" in extra:
+        out = extra[extra.index("--out") + 1]
+        extra = extra[:extra.index("--out")] + extra[extra.index("--out") + 2:]
+    rest = [x for x in extra if x not in ("--path", "--contract", path, contract)]
     rc, so, se, dt = harness.run_head(wp, ip, out, np_=3 if mode == "np3" else 1, path=path,
-                                      contract=contract, timeout=TIMEOUT)
+                                      contract=contract, timeout=TIMEOUT, extra=rest, env=env)
     tally.runs += 1
     problems = []
     if rc is None:
