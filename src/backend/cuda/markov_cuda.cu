@@ -34,7 +34,7 @@ extern "C" {
 #define ROW_ALIGN 16   /* vocabulary rows per rank padded to a multiple of 16 */
 #define MAX_BUCKETS 32
 #define DEFAULT_PREFETCH 4
-#define DEFAULT_L2KEEP 3 /* ring kernel 4: 3/8 of W2 evict_last (bench_tail: 0.181 -> 0.174 ms on an H200) */
+#define DEFAULT_L2KEEP 3 /* ring kernel 4: 3/8 of W2 evict_last (the best of bench_tail's settings) */
 #define DEFAULT_RESIDENT 2 /* ring kernel 5: W2 chunks per warpgroup kept in registers (cuda/markov.h) */
 
 typedef struct {
@@ -276,8 +276,8 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   a.prefetch = h->tune.prefetch;
   a.stages = bk->stages[sampling];
   /* ring kernel 5 with one warpgroup per chunk (greedy, bq <= 32): no copy of the next step
-     until the block's arrival at the grid barrier (bench_tail, cold: bq 32 0.151 vs 0.157 ms,
-     bq 16 0.137 vs 0.142). Not above bq 32 nor for ring kernel 4: slower there by 3-5% */
+     until the block's arrival at the grid barrier (faster there; slower above bq 32 and for
+     ring kernel 4: bench/RESULTS.md) */
   a.pause = !sampling && bq <= 32 && h->ring == 5 && !a.fp32_add;
   if (sampling)
     a.logits = (p.full || !h->multi) ? h->d_logits : (char *)h->d_logits + (size_t)h->rank * (size_t)(M * h->vrp) * es;
@@ -342,11 +342,13 @@ static void make_report(dsp_cuda_head *h) {
            "greedy buckets of 16, 32, 64 or 128 rows, other launches ring kernel 4)",
            h->tune.resident);
   dsp_markov_plan_line(&h->plan, "cuda", h->report, sizeof h->report);
+  size_t mem_buffers = 0, mem_graphs = 0;
+  dsp_cuda_head_memory(h, &mem_buffers, &mem_graphs);
   snprintf(h->detail, sizeof h->detail,
-           "%s, buckets %s (%d graphs%s, %.1f MiB graph memory), LM head %s, Markov tail %s, %s (%d "
-           "blocks), products %s",
+           "%s, buckets %s (%d graphs%s, %.1f MiB graph memory, %.1f MiB weights and buffers), LM head %s, Markov "
+           "tail %s, %s (%d blocks), products %s",
            dev, h->buckets_str, h->ngraphs, h->ngraphs ? "" : ": DSPARK_GRAPHS=0, eager",
-           (double)h->bytes_graphs / (1 << 20), dsp_cuda_gemm_describe(h->lm),
+           (double)mem_graphs / (1 << 20), (double)mem_buffers / (1 << 20), dsp_cuda_gemm_describe(h->lm),
            pg.per_step ? "per-step kernels"
            : h->pdl    ? (h->coop ? "one persistent cooperative kernel launched as the LM head's product ends (PDL)"
                                   : "one persistent kernel (plain launch) launched as the LM head's product ends (PDL)")
@@ -545,16 +547,14 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* DSPARK default. Ring kernel 5 wherever its check passed (on every rank) and
- * the greedy tail is one persistent launch, untimed: timed here, alone, it
- * ranked behind ring kernel 4 (0.163-0.167 against 0.182-0.196 ms), yet inside
- * the proposal, after the LM head, it was the faster tail in every call (H200,
- * 2026-11-29, bench_cuda_head rounds: 0.202-0.208 against 0.210-0.216 ms).
- * Otherwise (per-step launches, where ring 5 is slower: TP2 tails original
- * 0.301 against 0.251, sharded 0.237 against 0.199 ms) time the Markov tail of
- * the largest bucket with each kernel (they compute the same bits,
- * cuda/markov.h) and keep the faster. Every rank runs the same sequence and the
- * times are summed over the communicator, so all ranks pick the same kernel. */
+/* DSPARK_CUDA_TAIL=auto. Ring kernel 5 wherever its check passed (on every
+ * rank) and the greedy tail is one persistent launch, untimed: inside the
+ * proposal, after the LM head, it was the faster tail in every measurement,
+ * although alone it times behind ring kernel 4 (bench/RESULTS.md). Otherwise
+ * (per-step launches) time the Markov tail of the largest bucket with each
+ * kernel (they compute the same bits, kernels/cuda/markov.h) and keep the
+ * faster. Every rank runs the same sequence and the times are summed over the
+ * communicator, so all ranks pick the same kernel. */
 static dsp_status choose_kernel(dsp_cuda_head *h) {
   if (h->strict || h->tune.kernel != DSP_TAIL_AUTO) return DSP_OK;
   cu_bucket *bk = &h->bk[h->nb - 1];
@@ -570,11 +570,9 @@ static dsp_status choose_kernel(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaEventCreate(&e1));
   dsp_status s = DSP_OK;
   /* rounds alternating between the candidates, medians: the clock drifts (power
-   * cap) over a sequence of launches, and one block per candidate would hand the
-   * last candidate the lowest clock. Each timed tail starts from an L2 that holds
-   * base, not the previous tail's W2 (back-to-back tails on a warm L2 ranked ring
-   * kernel 4 first, 0.157 against 0.166 ms, while after the LM head ring kernel 5
-   * is faster, 0.208 against 0.216 ms; H200, 2026-11-29) */
+   * cap) over a sequence of launches. Each timed tail starts from an L2 that
+   * holds base, as after the LM head, not the previous tail's W2 (which would
+   * rank the kernels differently) */
   enum { ROUNDS = 5 };
   const size_t base_bytes = (size_t)(gamma_of(h) * bk->bq * h->vrp) * 2;
   float tr[3][ROUNDS];
@@ -625,7 +623,7 @@ static dsp_status capture_all(dsp_cuda_head *h) {
   DSP_CUDA_TRY(cudaMemGetInfo(&free0, &total));
   for (int i = 0; i < h->nb; i++)
     for (int v = 0; v < 2; v++) {
-      DSP_TRY(capture(h, &h->bk[i], v, 0, &h->bk[i].full[v]));
+      DSP_TRY(dsp_cuda_head_capture(h, h->bk[i].size, v, 0, &h->bk[i].full[v]));
       h->ngraphs++;
     }
   /* one replay each, so lazily created resources are in the measurement */
@@ -814,7 +812,7 @@ static void scatter_logits(const dsp_cuda_head *h, const cu_bucket *bk, int B, c
 
 static dsp_status run_variant(dsp_cuda_head *h, cu_bucket *bk, int sampling) {
   if (h->tune.graphs) {
-    DSP_CUDA_TRY(cudaGraphLaunch(bk->full[sampling], h->stream));
+    DSP_CUDA_TRY(cudaGraphLaunch(bk->full[sampling], dsp_cuda_head_stream(h)));
     return DSP_OK;
   }
   return enqueue(h, bk, sampling, 0);
@@ -843,7 +841,7 @@ extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_markov_i
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->hidden, h->h_hidden, (size_t)(G * bq * h->hp) * 2, cudaMemcpyHostToDevice,
                                h->stream));
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->meta, h->h_meta, (size_t)bq * 24, cudaMemcpyHostToDevice, h->stream));
-  DSP_TRY(run_variant(h, bk, sampling));
+  DSP_TRY(dsp_cuda_head_replay(h, B, sampling));
   DSP_CUDA_TRY(cudaMemcpyAsync(h->h_tokens, h->d_tokens, (size_t)(G * bq) * 4, cudaMemcpyDeviceToHost, h->stream));
   if (out->logits)
     DSP_CUDA_TRY(cudaMemcpyAsync(h->h_logits, h->d_logits, lbytes, cudaMemcpyDeviceToHost, h->stream));

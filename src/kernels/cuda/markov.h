@@ -116,46 +116,22 @@ typedef struct {
 } dsp_mk_launch;
 
 /* The kernels compute the same function with the same per-element order:
- *   register kernel: every warp streams its units straight into registers
- *     (the next unit in flight while one computes) plus L2 prefetches; E in
- *     shared memory. Also runs strict mode.
- *   ring kernel 4: a ring of shared-memory stages (~200 KB per SM) filled by
- *     bulk asynchronous copies completing on mbarriers, running ahead across
- *     step boundaries. No block owns a fixed range: one producer thread per
- *     block claims 64-row chunks of each step from a global counter (three
- *     claims in flight), so a block that its memory serves slowly takes fewer
- *     chunks and the step ends when the last chunk does; a claim past the end
- *     puts an end-of-step marker in the ring. A chunk's W2 comes in one bulk
- *     copy (from w2p, W2 packed by chunks so that it lands in a conflict-free
- *     layout; or the plain rows) and its base rows in one tensor box per unit,
- *     so no thread issues per-row copies. 8 consumer warps keep their E
- *     fragments in registers; each runs the two n8
- *     tiles of a unit as two interleaved mma chains (each chain's order
- *     unchanged); every consumer thread releases the stages it read. Optional
- *     L2 hints (keep8). With `pause`, the producer starts the next step's
- *     copies only once its block has arrived at the grid barrier: the arrival's
- *     release then does not wait for the ring's copies in flight (~1.5 us
- *     per step), and the copies still land while the winners are awaited
- *     (a gain for ring kernel 5 up to bq 32; ring kernel 4 and larger batches,
- *     with fewer stages or slower chunks, lose 3-5%: the ring starts shallower).
- *     Launched with dsp_mk_launch.pdl, the producer alone waits for the LM
- *     head's product (griddepcontrol.wait) before its first copy of base.
- *   ring kernel 5: ring kernel 4's producer and stages; the consumers are two
- *     warpgroups multiplying each chunk (64 rows) by E with 16 wgmma
- *     m64nNk16 products: up to bq 32 the two warpgroups take the chunks in
- *     turn, each with all bq columns (W2 read once from shared memory), and
- *     each keeps `resident` chunks of W2 in registers for the whole launch
- *     (a producer warpgroup hands its registers over with setmaxnreg), so
- *     after step 0 only their base rows move: 4 of 64 KB per SM, a fifth of
- *     W2 at vocab 163840, out of the L2 traffic that bounds a step; above
- *     bq 32 each warpgroup takes half the columns of every chunk (E in shared memory, both operands
- *     in wgmma's layout with the k pairs where the mma.sync kernels put them,
- *     markov_wgmma.cuh), then the same bf16 epilogue and keys. Greedy
- *     steps of the fast path (bf16 add, <= 16384 units) at bq 16, 32, 64 or 128
- *     on sm_90a; any other launch runs ring kernel 4. Bit-identical to the
- *     others only where the device's wgmma sums as its mma.sync does: the head
- *     runs dsp_cuda_markov_wgmma_check before it uses ring kernel 5.
- * bench/RESULTS.md has the measured history.
+ *   register kernel: every warp streams its 16-row units of W2 straight into
+ *     registers (the next in flight) with L2 prefetches; E in shared memory.
+ *     Also runs strict mode (the CPU's fmaf chain).
+ *   ring kernel 4 (DSPARK_CUDA_TAIL=ring): one producer thread per block claims
+ *     64-row chunks from a global counter and lands each (packed W2 in one bulk
+ *     copy, base rows in tensor boxes) in a ring of shared-memory stages on
+ *     mbarriers, running ahead across steps; 8 consumer warps multiply with
+ *     mma.sync and release the stages. Optional L2 hints (keep8) and `pause`.
+ *   ring kernel 5 (ring-wgmma): ring kernel 4's producer; the consumers are
+ *     warpgroups running wgmma (one per chunk up to bq 32, keeping `resident`
+ *     chunks of W2 in registers through a persistent launch; half the columns
+ *     each above), greedy fast path at bq 16/32/64/128 on sm_90a, else ring
+ *     kernel 4. Bit-identical only where the device's wgmma sums as its
+ *     mma.sync does: the head runs dsp_cuda_markov_wgmma_check first.
+ * Measurements behind these choices: bench/RESULTS.md.
+ *
  * Shared-memory bytes and the most co-resident blocks per SM of the instance
  * for (bq, sampling, strict, ring) on the current device; also raises its
  * dynamic shared-memory limit. *stages: the ring's depth (ring kernel). */

@@ -429,9 +429,8 @@ __global__ void __launch_bounds__(WGN == 16 * MT ? RG_THREADS_WG : RG_THREADS, 1
     unsigned nch = 0; /* chunks seen this step (ring kernel 5 with N = bq: who takes the next) */
     if constexpr (RES > 0) {
       if (resw && ks > 0) { /* the resident chunks first: their W2 is already here.
-                              Done last they delay every block's arrival at the grid barrier (+2.5 us
-                              per step; bench_tail on an H200: last 0.193 vs none 0.194 ms, first 0.172
-                              vs none 0.181 ms, each pair in one call) */
+                              Done last they delay every block's arrival at the grid barrier
+                              (about 2.5 us per step: bench/RESULTS.md) */
         const int wg = warp >> 2;
         dsp_bar_wait(dsp_saddr(&rbar[0]), (uint32_t)(ks - 1) & 1u);
         auto one_res = [&](const uint32_t(&f)[16][4], int j) {

@@ -3,10 +3,8 @@
  * copies, the A fragments of E, and the end of a step (keys to the grid, the
  * grid barrier, the winners). Per element the ring kernels run the register
  * kernel's exact sequence (same 16 mma groups in the same order, same
- * epilogue), so they agree bit for bit. (Ring kernels 1-3, a fixed range of
- * units per block, were removed on 2026-11-29 once ring kernel 4 beat them in
- * every measurement: bench/RESULTS.md, versions 2-6.) Included after
- * markov_kernel.cuh. CUDA C++ only. */
+ * epilogue), so they agree bit for bit. Included after markov_kernel.cuh.
+ * CUDA C++ only. */
 #ifndef DSP_CUDA_MARKOV_RING_CUH
 #define DSP_CUDA_MARKOV_RING_CUH
 
