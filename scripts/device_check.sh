@@ -1,89 +1,102 @@
 #!/bin/bash
-# On the GPU machine, from the repository root (run through the device tool):
-# build the CUDA backend, run its tests, compute-sanitizer memcheck/racecheck,
-# a SASS summary of the step kernel, the benchmark and the PyTorch peer.
-# Logs go to $OUT (at most 8 files); the last lines printed are the summary.
-# usage: scripts/device_check.sh [all|test|bench]
-# env: NCU=0 skips ncu, SAN=0 skips compute-sanitizer, TORCH=0 skips the PyTorch peer
+# On a GPU machine (through the device tool), from the repository root, in two
+# calls that each fit the tool's 10-minute limit:
+#   scripts/device_check.sh build   build this tree (build-gpu) and, when .old/
+#                                   holds an earlier tree (git archive), that one
+#                                   (build-old) for a side-by-side benchmark
+#   scripts/device_check.sh run     the GPU tests (ctest -L gpu: the CUDA head, NCCL,
+#                                   the op-parity harness), compute-sanitizer on two
+#                                   head tests, the op harness's perf table, CLI
+#                                   parity (strict CUDA == CPU byte for byte, the
+#                                   paths alike)
+#   scripts/device_check.sh bench   bench_cuda_head old / new / old / new in one call
+# Logs go to $OUT (at most 8 files); the summary is printed last.
+# env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
-MODE=${1:-all}
+MODE=${1:-run}
 OUT=${OUT:-/tmp/dspark_out}
 mkdir -p "$OUT"
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-
 source scripts/device_env.sh
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total --format=csv
-  nvcc --version | tail -1
-  which mpicc cmake compute-sanitizer cuobjdump
-} > "$OUT/info.txt" 2>&1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-stamp "configure + build"
-if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build build-gpu -j16 --target dspark test_cuda_head test_cuda_nccl bench_cuda_head; } > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
-  echo "BUILD FAILED"
-  exit 1
+if [ "$MODE" = build ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > "$OUT/info.txt" 2>&1
+  stamp "configure + build (this tree)"
+  if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+         cmake --build build-gpu -j16 --target dspark dspark_tool test_cuda_head test_cuda_nccl test_ops_cpu \
+           bench_cuda_head bench_head synth; } > "$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+  fi
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target bench_cuda_head; } > "$OUT/build_old.log" 2>&1) ||
+      { tail -30 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  stamp "built"; exit 0
 fi
-BIN=build-gpu/tests
-[ -x $BIN/test_cuda_head ] || BIN=build-gpu
+
 SUMMARY=""
+if [ "$MODE" = bench ]; then
+  stamp "bench_cuda_head: old / new / old / new"
+  : > "$OUT/bench.log"
+  for r in 1 2; do
+    for t in old gpu; do
+      B=""
+      for c in build-$t/bench/bench_cuda_head build-$t/tests/bench_cuda_head; do [ -x $c ] && B=$c && break; done
+      [ -n "$B" ] || continue
+      echo "===== $t (round $r): $B" >> "$OUT/bench.log"
+      timeout 200 $B >> "$OUT/bench.log" 2>&1
+    done
+  done
+  grep -E "=====|^device|^floors|variant \(greedy\)|^default|^ring|^register|^LM head|^original|^sampling variant|^parity|^batch invariance|^energy \(" "$OUT/bench.log" | head -90
+  stamp "done"; exit 0
+fi
+stamp "GPU tests"
+(cd build-gpu && timeout 420 ctest -L gpu --output-on-failure) > "$OUT/tests.log" 2>&1
+grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$OUT/tests.log" | tail -8
+grep -E "values compared|differ|dspark: markov" "$OUT/tests.log" | head -12
+SUMMARY+="gpu tests: $(grep -E 'tests passed' "$OUT/tests.log"); "
 
-if [ "$MODE" != bench ]; then
-  stamp "tests"
-  timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1
-  rc=$?; SUMMARY+="test_cuda_head rc=$rc; "
-  timeout 120 $BIN/test_cuda_nccl >> "$OUT/tests.log" 2>&1
-  rc=$?; SUMMARY+="test_cuda_nccl rc=$rc (77 = skipped); "
-  grep -E "^\[ *(OK|FAILED|PASSED|ERROR) *\]|tensor cores vs|LM head|dspark: markov|differ|mismatch|skipped" "$OUT/tests.log" | head -60
-
-  if [ "${SAN:-1}" = 1 ]; then
+if [ "${SAN:-1}" = 1 ]; then
   stamp "compute-sanitizer"
   {
-    for t in t_specials t_vocab_padding t_inputs_change; do
-      echo "== memcheck $t"; timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
-      grep -m1 -B2 -A14 "^========= [A-Z]" /tmp/san.txt | grep -v "ERROR SUMMARY" | head -16; tail -6 /tmp/san.txt
-    done
-    for t in t_rounding_ties t_vocab_padding; do
-      echo "== racecheck $t"; timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
-      grep -m1 -B2 -A14 "^========= [A-Z]" /tmp/san.txt | grep -v "SUMMARY" | head -16; tail -6 /tmp/san.txt
-    done
+    echo "== memcheck t_inputs_change"
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_head t_inputs_change 2>&1 | tail -3
+    echo "== racecheck t_rounding_ties"
+    timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_head t_rounding_ties 2>&1 | tail -3
   } > "$OUT/sanitizer.log" 2>&1
-  grep -E "==|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
-  SUMMARY+="sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer.log") clean of 5; "
-  fi
-
-  OBJ=$(find build-gpu -name 'markov_g.cu.o' | head -1)
-  if [ -n "$OBJ" ]; then
-    cuobjdump -sass "$OBJ" > /tmp/sass.txt 2>&1
-    { echo "kernels:"; grep -o 'Function : [^ ]*' /tmp/sass.txt
-      for p in HMMA LDG.E.128 'LDG.E.128.CONSTANT' LDS.128 ATOMS ATOMG RED UBLKPF CCTL STL LDL; do
-        printf "%-20s %s\n" "$p" "$(grep -c "$p" /tmp/sass.txt)"; done
-      for p in UBLKCP SYNCS; do printf "%-20s %s\n" "$p" "$(grep -c "$p" /tmp/sass.txt)"; done; } > /tmp/sass_summary.txt
-    cat /tmp/sass_summary.txt >> "$OUT/info.txt"
-    tail -14 /tmp/sass_summary.txt
-  fi
+  grep -E "==|SUMMARY" "$OUT/sanitizer.log"
+  SUMMARY+="sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer.log") of 2 clean; "
 fi
 
-if [ "$MODE" != test ] && [ "${NCU:-1}" = 1 ]; then
-  stamp "ncu (tail kernels, one eager launch each)"
-  timeout 150 ncu --clock-control none -k 'regex:rd_kernel|mk_kernel' -c 2 --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    $BIN/bench_cuda_head --profile > "$OUT/ncu.log" 2>&1
-  grep -E "rd_kernel|mk_kernel|^ *Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|L1/TEX Hit|Compute \(SM\) Throughput|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" "$OUT/ncu.log" | sed 's/_ZN[^ ]*_cu_[0-9a-f]*//' | head -40
+if [ "${PERF:-1}" = 1 ]; then
+  stamp "op harness perf"
+  timeout 200 build-gpu/tests/test_ops_cpu cuda perf > "$OUT/ops_perf.log" 2>&1
+  grep -vE "^\[" "$OUT/ops_perf.log" | head -12
 fi
 
-if [ "$MODE" != test ]; then
-  stamp "bench"
-  timeout 240 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench.log" 2>&1
-  SUMMARY+="bench rc=$?; "
-  cat "$OUT/bench.log"
-  if [ "${TORCH:-1}" = 1 ]; then
-  stamp "torch peer"
-  PYTHONUNBUFFERED=1 timeout 180 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
-  SUMMARY+="torch peer rc=$?; "
-  sed -n '/one table/,$p' "$OUT/torch.log"
-  fi
-fi
-stamp "done: $SUMMARY"
+stamp "CLI parity: CPU vs CUDA"
+{
+  D=build-gpu/dspark
+  build-gpu/bench/synth --weights /tmp/w.st --inputs /tmp/i.st --vocab 50000 --vocab-padded 50003 --hidden 1024 \
+    --rank 256 --batch 12 --gamma 7 --seed 3 --sampled-every 3
+  $D head --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_cpu.st --dump-logits
+  DSPARK_CUDA_STRICT=1 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_strict.st --dump-logits
+  cmp /tmp/o_cpu.st /tmp/o_strict.st && echo "PARITY strict CUDA == CPU (tokens and logits, byte-identical)"
+  for p in original sharded replicated; do
+    DSPARK_VERBOSE=1 $D head --backend cuda --path $p --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_g_$p.st \
+      --dump-logits
+  done
+  cmp /tmp/o_g_original.st /tmp/o_g_sharded.st && cmp /tmp/o_g_original.st /tmp/o_g_replicated.st &&
+    echo "PARITY CUDA paths byte-identical at TP1"
+  DSPARK_CUDA_TAIL=5 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_bad.st; echo "bad tail rc=$?"
+} > "$OUT/parity.log" 2>&1
+grep -E "PARITY|dspark: markov|rc=|error" "$OUT/parity.log"
+SUMMARY+="parity: $(grep -c PARITY "$OUT/parity.log") of 2; "
+
+stamp "done"
+echo "SUMMARY: $SUMMARY"

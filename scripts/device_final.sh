@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call on a GPU machine (any nvidia-h200 kind), from the repository root:
 # build, the GPU tests, CLI parity against the CPU backend, the head benchmark
-# through `dspark bench head --backend cuda` at TP1 and, with N >= 2 GPUs, at
+# through `bench_head --backend cuda` at TP1 and, with N >= 2 GPUs, at
 # TP N (one process per GPU under mpirun, broadcast on and off, and one process
 # driving all of them), bench_cuda_head with floors and the PyTorch peer.
 # Logs go to $OUT; the last lines printed are the summary.
@@ -26,7 +26,7 @@ grep -E "tests passed|Passed|Failed|Skipped|mismatch" "$OUT/tests.log" | tail -8
 
 stamp "CLI parity: CPU vs CUDA (strict and tensor-core), TP1 and TP$NG"
 {
-  $D synth --weights /tmp/w.st --inputs /tmp/i.st --vocab 50000 --vocab-padded 50003 --hidden 1024 --rank 256 \
+  build-gpu/bench/synth --weights /tmp/w.st --inputs /tmp/i.st --vocab 50000 --vocab-padded 50003 --hidden 1024 --rank 256 \
     --batch 12 --gamma 7 --seed 3 --sampled-every 3
   $D head --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_cpu.st --dump-logits
   DSPARK_CUDA_STRICT=1 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_strict.st --dump-logits
@@ -49,22 +49,22 @@ stamp "CLI parity: CPU vs CUDA (strict and tensor-core), TP1 and TP$NG"
 } > "$OUT/parity.log" 2>&1
 grep -E "PARITY|error" "$OUT/parity.log"
 
-stamp "dspark bench head --backend cuda, TP1"
-timeout 200 $D bench head --backend cuda --rounds 5 --replays 40 > "$OUT/bench_tp1.log" 2>&1
+stamp "bench_head --backend cuda, TP1"
+timeout 200 build-gpu/bench/bench_head --backend cuda --rounds 5 --replays 40 > "$OUT/bench_tp1.log" 2>&1
 tail -9 "$OUT/bench_tp1.log"
 if [ "$NG" -ge 2 ]; then
   for bc in on off; do
     stamp "TP$NG, mpirun, broadcast $bc"
-    timeout 200 mpirun --allow-run-as-root -np $NG $D bench head --backend cuda --rounds 5 --replays 40 --broadcast $bc \
+    timeout 200 mpirun --allow-run-as-root -np $NG build-gpu/bench/bench_head --backend cuda --rounds 5 --replays 40 --broadcast $bc \
       > "$OUT/bench_tp2_$bc.log" 2>&1
     tail -8 "$OUT/bench_tp2_$bc.log"
   done
   stamp "TP$NG, one process driving all GPUs"
-  timeout 200 $D bench head --backend cuda --tp $NG --rounds 5 --replays 40 > "$OUT/bench_tp2_proc.log" 2>&1
+  timeout 200 build-gpu/bench/bench_head --backend cuda --tp $NG --rounds 5 --replays 40 > "$OUT/bench_tp2_proc.log" 2>&1
   tail -7 "$OUT/bench_tp2_proc.log"
 fi
 stamp "bench_cuda_head (floors) and the PyTorch peer"
-BIN=build-gpu/tests; [ -x $BIN/bench_cuda_head ] || BIN=build-gpu
+BIN=build-gpu/bench
 timeout 200 $BIN/bench_cuda_head --json "$OUT/cuda.json" > "$OUT/bench_floor.log" 2>&1
 PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --merge "$OUT/cuda.json" > "$OUT/torch.log" 2>&1
 sed -n '/one table/,$p' "$OUT/torch.log" | head -30

@@ -10,7 +10,7 @@ if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
        cmake --build build-gpu -j16 --target bench_lm; } > "$OUT/build.log" 2>&1; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
-BIN=build-gpu/tests; [ -x $BIN/bench_lm ] || BIN=build-gpu
+BIN=build-gpu/bench
 for V in ${VARIANTS:-lw_kernelILi224ELi1ELi0E lw_kernelILi224ELi2ELi0E}; do
   timeout 200 ncu --clock-control none --kernel-name-base mangled -k regex:$V --launch-skip 1 -c 1 --set full \
     --import-source no -o /tmp/p_$V -f $BIN/bench_lm --sweep 0 --rounds 1 --reps 1 > "$OUT/ncu_run_$V.log" 2>&1

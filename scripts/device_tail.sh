@@ -4,7 +4,7 @@
 # trace) and the GPU head tests; with MODE=bench also bench_cuda_head and the
 # PyTorch peer. nvidia-smi logs clocks, power and throttle reasons meanwhile.
 # Knobs: TAIL_ARGS (bench_tail argument sets separated by '|'; none: skip), TESTS=0,
-# FORCE_TAILS (DSPARK_CUDA_TAIL values to rerun the tests with, default "5 6"),
+# FORCE_TAILS (DSPARK_CUDA_TAIL values to rerun the tests with, default "ring ring-wgmma"),
 # SAN=1 and SAN_TAIL (compute-sanitizer on that kernel; SAN_MEM_TESTS and
 # SAN_RACE_TESTS pick the tests), NCU=1, LM_ARGS (run
 # bench_lm, the cuBLASLt sweep, with these arguments; "-" for defaults). Logs go to
@@ -21,7 +21,7 @@ if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
        cmake --build build-gpu -j16 --target dspark test_cuda_head bench_tail bench_cuda_head bench_lm; } > "$OUT/build.log" 2>&1; then
   tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
-BIN=build-gpu/tests; [ -x $BIN/bench_tail ] || BIN=build-gpu
+BIN=build-gpu/bench; TBIN=build-gpu/tests
 # clocks, power and temperature every 50 ms while the benchmarks run
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv -lms 50 > "$OUT/smi.csv" 2>&1 &
@@ -54,24 +54,24 @@ if [ "${NCU:-0}" = 1 ]; then
 fi
 if [ "${TESTS:-1}" = 1 ]; then
   stamp test_cuda_head
-  timeout 300 $BIN/test_cuda_head > "$OUT/tests.log" 2>&1
+  timeout 300 $TBIN/test_cuda_head > "$OUT/tests.log" 2>&1
   echo "test_cuda_head rc=$?"
   grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|differ|mismatch|wgmma check" "$OUT/tests.log" | head -30
-  for T in ${FORCE_TAILS:-5 6}; do
-    DSPARK_CUDA_TAIL=$T timeout 300 $BIN/test_cuda_head > "$OUT/tests_tail$T.log" 2>&1
+  for T in ${FORCE_TAILS:-ring ring-wgmma}; do
+    DSPARK_CUDA_TAIL=$T timeout 300 $TBIN/test_cuda_head > "$OUT/tests_tail$T.log" 2>&1
     echo "test_cuda_head with DSPARK_CUDA_TAIL=$T (that kernel everywhere) rc=$?"
     grep -E "^\[ *(FAILED|PASSED|ERROR) *\]|wgmma check" "$OUT/tests_tail$T.log" | head -20
   done
 fi
 if [ "${SAN:-0}" = 1 ]; then
-  stamp "compute-sanitizer with DSPARK_CUDA_TAIL=${SAN_TAIL:-5}"
+  stamp "compute-sanitizer with DSPARK_CUDA_TAIL=${SAN_TAIL:-ring}"
   {
     for t in ${SAN_MEM_TESTS:-t_specials t_vocab_padding t_inputs_change}; do
-      echo "== memcheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "== memcheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-ring} timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $TBIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done
     for t in ${SAN_RACE_TESTS:-t_rounding_ties t_vocab_padding t_inputs_change}; do
-      echo "== racecheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-5} timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BIN/test_cuda_head $t > /tmp/san.txt 2>&1
+      echo "== racecheck $t"; DSPARK_CUDA_TAIL=${SAN_TAIL:-ring} timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $TBIN/test_cuda_head $t > /tmp/san.txt 2>&1
       echo "rc=$?"; grep -m1 -A10 "^========= [A-Z]" /tmp/san.txt | head -12; tail -3 /tmp/san.txt
     done
   } > "$OUT/sanitizer.log" 2>&1
