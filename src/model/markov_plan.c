@@ -91,8 +91,6 @@ dsp_status dsp_markov_plan_check_weights(const dsp_markov_plan *p, const dsp_mar
       return dsp_fail(DSP_ERR_SHAPE, "markov head: %s has shape [%lld, %lld], expected [%lld, %lld]", t[i].name,
                       (long long)x->shape[0], (long long)(x->ndim > 1 ? x->shape[1] : 0), (long long)t[i].rows,
                       (long long)t[i].cols);
-    if (x->stride[1] != 1 || x->stride[0] < t[i].cols)
-      return dsp_fail(DSP_ERR_SHAPE, "markov head: %s rows must be contiguous", t[i].name);
     if (t[i].rows * t[i].cols > 0 && !x->data) return dsp_fail(DSP_ERR_ARG, "markov head: %s has no data", t[i].name);
   }
   return DSP_OK;

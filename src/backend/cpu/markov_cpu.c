@@ -130,9 +130,14 @@ dsp_status dsp_cpu_markov_create(dsp_backend *be, int dev, const dsp_markov_plan
   h->comm = be->tp[dev];
   dsp_status s = carve(h);
   if (s == DSP_OK) {
-    /* W1 is read row by row at every step: keep a private contiguous copy */
-    for (int64_t v = 0; v < plan->cfg.vocab_padded; v++)
-      memcpy(h->w1_data + v * plan->cfg.rank, dsp_tensor_row(&w->w1, v), (size_t)plan->cfg.rank * 2);
+    /* W1 is read row by row at every step: a private contiguous copy (the view may have any strides) */
+    const int64_t R = plan->cfg.rank;
+    for (int64_t v = 0; v < plan->cfg.vocab_padded; v++) {
+      const dsp_bf16 *src = (const dsp_bf16 *)w->w1.data + v * w->w1.stride[0];
+      if (w->w1.stride[1] == 1) memcpy(h->w1_data + v * R, src, (size_t)R * 2);
+      else
+        for (int64_t r = 0; r < R; r++) h->w1_data[v * R + r] = src[r * w->w1.stride[1]];
+    }
     h->w1 = dsp_tensor_2d(h->w1_data, DSP_BF16, plan->cfg.vocab_padded, plan->cfg.rank);
     s = dsp_cpu_pack(&w->lm_local, &h->lm);
   }

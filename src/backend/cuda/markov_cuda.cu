@@ -868,20 +868,27 @@ extern "C" const char *dsp_cuda_head_detail(const dsp_cuda_head *h) { return h->
 
 extern "C" cudaStream_t dsp_cuda_head_stream(const dsp_cuda_head *h) { return h->stream; }
 
+/* batch: any size up to the largest bucket's (which may exceed max_batch). */
+static cu_bucket *bucket_checked(dsp_cuda_head *h, int32_t batch) {
+  cu_bucket *bk = batch >= 1 ? bucket_for(h, batch) : NULL;
+  if (!bk) dsp_fail(DSP_ERR_ARG, "cuda markov head: batch %d outside [1, %d]", batch, h->bk[h->nb - 1].size);
+  return bk;
+}
+
 extern "C" dsp_status dsp_cuda_head_capture(dsp_cuda_head *h, int32_t batch, int sampling, int tail_only,
                                             cudaGraphExec_t *out) {
   *out = NULL;
-  if (batch < 1 || batch > h->cfg.max_batch)
-    return dsp_fail(DSP_ERR_ARG, "cuda markov head: batch %d outside [1, %d]", batch, h->cfg.max_batch);
+  cu_bucket *bk = bucket_checked(h, batch);
+  if (!bk) return DSP_ERR_ARG;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
-  return capture(h, bucket_for(h, batch), sampling != 0, tail_only, out);
+  return capture(h, bk, sampling != 0, tail_only, out);
 }
 
 extern "C" dsp_status dsp_cuda_head_replay(dsp_cuda_head *h, int32_t batch, int sampling) {
-  if (batch < 1 || batch > h->cfg.max_batch)
-    return dsp_fail(DSP_ERR_ARG, "cuda markov head: batch %d outside [1, %d]", batch, h->cfg.max_batch);
+  cu_bucket *bk = bucket_checked(h, batch);
+  if (!bk) return DSP_ERR_ARG;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
-  return run_variant(h, bucket_for(h, batch), sampling != 0);
+  return run_variant(h, bk, sampling != 0);
 }
 
 /* ---- the backend ops ---------------------------------------------------------- */
