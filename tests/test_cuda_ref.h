@@ -6,9 +6,11 @@
  *             order gives this value)
  *   step:     bias = bf16(sum_r W2[v,r] e[r]); logit = bf16(base + bias) or,
  *             fp32-add, base + bias in fp32
- *   select:   torch.argmax order over v < V (src/core/select.h); sampled rows
- *             take argmax(float(logit / T) + g) with g = dsp_gumbel(seed,
- *             position + 1 + k, v)
+ *   select:   torch.argmax order over v < V (NaN first, then larger, then lower
+ *             id; -0 == +0); sampled rows take argmax(float(logit / T) + g)
+ *             with g = -log(-log(u)), u from Philox4x32-10 keyed by the seed,
+ *             the counter (id, position + 1 + k) (DESIGN §2 item 5; the keying
+ *             as docs/CONTRACTS.md fixes it), all written here
  * Written NaNs are the canonical quiet NaN (0x7FC0 / 0x7FC00000), as the CPU
  * backend writes them. */
 #ifndef DSP_TEST_CUDA_REF_H
@@ -18,9 +20,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/philox.h"
-#include "core/select.h"
 #include "dspark.h"
+
+/* Philox4x32-10 (Salmon et al., SC'11): ten rounds, key bumped by the Weyl constants. */
+static inline void tr_philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  for (int r = 0; r < 10; r++) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = (uint32_t)p1;
+    c[3] = (uint32_t)p0;
+    c[0] = n0;
+    c[2] = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+/* g = -log(-log(u)) in double, rounded once; u = (word0 + 0.5) / 2^32. */
+static inline float tr_gumbel(uint64_t seed, int64_t pos, int64_t id) {
+  uint32_t c[4] = {(uint32_t)(uint64_t)id, (uint32_t)((uint64_t)id >> 32), (uint32_t)(uint64_t)pos,
+                   (uint32_t)((uint64_t)pos >> 32)};
+  tr_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+  const double u = ((double)c[0] + 0.5) / 4294967296.0;
+  return (float)(-log(-log(u)));
+}
+/* 1 when (av, ai) comes first in torch.argmax's order. */
+static inline int tr_better(float av, int64_t ai, float bv, int64_t bi) {
+  if (isnan(av) || isnan(bv)) return isnan(av) && (!isnan(bv) || ai < bi);
+  if (av != bv) return av > bv;
+  return ai < bi;
+}
 
 static uint64_t tr_state = 0x9E3779B97F4A7C15ull;
 static inline void tr_seed(uint64_t s) { tr_state = s * 0x9E3779B97F4A7C15ull + 1; }
@@ -186,7 +214,7 @@ static inline void tr_reference(const tr_model *m, const tr_inputs *in, int with
       }
       const float T = with_temp ? in->temp[b] : 0.0f;
       float best_v = -INFINITY;
-      int64_t best_i = DSP_PAIR_NONE_ID;
+      int64_t best_i = INT64_MAX;
       for (int64_t v = 0; v < V; v++) {
         float acc = 0.0f;
         for (int64_t r = 0; r < R; r++) acc = fmaf(tr_val(m->w1[prev * R + r]), tr_val(m->w2[v * R + r]), acc);
@@ -203,9 +231,9 @@ static inline void tr_reference(const tr_model *m, const tr_inputs *in, int with
         float score = logit;
         if (T > 0.0f) {
           volatile float q = logit / T;
-          score = q + dsp_gumbel(in->seed[b], in->pos[b] + 1 + k, v);
+          score = q + tr_gumbel(in->seed[b], in->pos[b] + 1 + k, v);
         }
-        if (dsp_pair_better(score, v, best_v, best_i)) {
+        if (tr_better(score, v, best_v, best_i)) {
           best_v = score;
           best_i = v;
         }
