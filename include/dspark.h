@@ -359,6 +359,80 @@ dsp_status dsp_markov_inputs_load(const char *path, const dsp_markov_config *cfg
 void dsp_markov_input_file_free(dsp_markov_input_file *in);
 dsp_markov_inputs dsp_markov_input_file_view(const dsp_markov_input_file *in);
 
+/* ---- the target model (Qwen3 from a Hugging Face directory) -----------------
+ * Prefill, decode and verify are one call: each sequence of a batch appends
+ * its new tokens to its slot of the KV cache, causal among themselves and
+ * over what the slot holds, and gets logits (greedy ids, sampled ids) and the
+ * hidden-state taps of every new position. A position's results are the same
+ * bits whatever else is in the batch and however its tokens were split over
+ * calls. Heads and MLP columns are split over the backend's TP ranks, the LM
+ * head by vocabulary rows (logits stay sharded; selection exchanges one
+ * (value, id) pair per row). Numerics: docs/CONTRACTS.md, "The models". */
+typedef struct dsp_target dsp_target;
+
+typedef struct {
+  int32_t max_seqs;    /* sequence slots of the KV cache (>= 1) */
+  int32_t max_len;     /* positions per slot (prompt, generated tokens, a verify block) */
+  int32_t max_tokens;  /* most new tokens of one call, all sequences together */
+  const int32_t *taps; /* hidden-state taps: layer ids l (the raw output of decoder layer l) */
+  int32_t ntaps;
+} dsp_target_options;
+
+typedef struct {
+  char arch[64];
+  int64_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate, max_positions;
+  double rope_theta, eps;
+  int32_t tied;
+  int64_t eos[8];
+  int32_t n_eos;
+  int64_t bos; /* -1: none */
+} dsp_target_info;
+
+typedef struct {
+  int32_t nseq;
+  const int32_t *slot;  /* [nseq], distinct, in [0, max_seqs) */
+  const int32_t *count; /* [nseq] new tokens, >= 1 */
+  const int32_t *tokens; /* [sum of count], sequence by sequence */
+  /* Which positions select a next token: 0 every new position, 1 the last
+   * new position of each sequence (prefill: logits of the prompt's last). */
+  int32_t last_only;
+  const float *temperature; /* [nseq] or NULL (greedy); T > 0: Gumbel-max draw */
+  const uint64_t *seed;     /* [nseq] or NULL (0) */
+} dsp_target_batch;
+
+typedef struct {
+  int64_t *next;        /* [rows] the selected id of each selecting position, or NULL */
+  dsp_tensor *logits;   /* [rows, V] BF16 host view of those positions' logits, or NULL */
+  dsp_tensor *taps;     /* [ntaps, sum of count, H] BF16 host view, or NULL */
+} dsp_target_outputs;
+
+/* Loads dir (config.json, generation_config.json, model.safetensors or the
+ * shards of model.safetensors.index.json); each TP rank reads only its rows.
+ * Collective over the backend's TP group. */
+dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_options *opt, dsp_target **out);
+const dsp_target_info *dsp_target_info_of(const dsp_target *t);
+/* One start-up line: architecture, sizes, TP layout, cache. */
+const char *dsp_target_report(const dsp_target *t);
+/* Collective. rows of the outputs = nseq when last_only, else sum of count. */
+dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_target_outputs *out);
+/* Cached positions of a slot. */
+int64_t dsp_target_length(const dsp_target *t, int32_t slot);
+/* Keeps the first len positions of a slot (rollback after a rejection). */
+dsp_status dsp_target_truncate(dsp_target *t, int32_t slot, int64_t len);
+void dsp_target_free(dsp_target *t);
+
+/* ---- the tokenizer (tokenizer.json: byte-level BPE as Qwen ships it) ------- */
+typedef struct dsp_tokenizer dsp_tokenizer;
+dsp_status dsp_tokenizer_load(const char *path, dsp_tokenizer **out);
+void dsp_tokenizer_free(dsp_tokenizer *t);
+int64_t dsp_tokenizer_vocab_size(const dsp_tokenizer *t);
+/* ids: cap entries; *n gets the count (DSP_ERR_RANGE with *n set when cap is too small). */
+dsp_status dsp_tokenizer_encode(const dsp_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap,
+                                size_t *n);
+/* The bytes of one token (a streamer prints them as they come; a UTF-8
+ * character may span tokens). */
+dsp_status dsp_tokenizer_token_bytes(const dsp_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,18 @@ typedef struct {
   const char *(*weight_describe)(const dsp_weight *w);
   dsp_status (*gemm)(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
   dsp_status (*markov_step)(dsp_backend *be, int dev, const dsp_op_markov_args *a);
+  dsp_status (*embed)(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
+                      dsp_tensor *out);
+  dsp_status (*rmsnorm)(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                        dsp_tensor *out);
+  dsp_status (*rope)(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
+                     const dsp_tensor *sin);
+  dsp_status (*add)(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out);
+  dsp_status (*silu_mul)(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out);
+  dsp_status (*scatter_rows)(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+  dsp_status (*attention)(dsp_backend *be, int dev, const dsp_op_attention_args *a);
+  dsp_status (*round_add)(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
+  dsp_status (*select)(dsp_backend *be, int dev, const dsp_op_select_args *a);
 } dsp_backend_ops;
 
 struct dsp_backend {

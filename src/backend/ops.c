@@ -65,8 +65,8 @@ const char *dsp_op_weight_describe(const dsp_backend *be, const dsp_weight *w) {
 dsp_status dsp_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c) {
   DSP_TRY(check_dev(be, dev));
   if (!a || !w || !c) return dsp_fail(DSP_ERR_ARG, "op gemm: NULL argument");
-  if (a->dtype != DSP_BF16 || a->ndim != 2 || c->ndim != 2 || c->dtype != DSP_BF16)
-    return dsp_fail(DSP_ERR_SHAPE, "op gemm: want a [M, K] BF16 and c [M, N] BF16");
+  if (a->dtype != DSP_BF16 || a->ndim != 2 || c->ndim != 2 || (c->dtype != DSP_BF16 && c->dtype != DSP_F32))
+    return dsp_fail(DSP_ERR_SHAPE, "op gemm: want a [M, K] BF16 and c [M, N] BF16 or F32");
   if (a->stride[1] != 1 || c->stride[1] != 1 || c->shape[0] != a->shape[0])
     return dsp_fail(DSP_ERR_SHAPE, "op gemm: rows of a and c must agree and be contiguous");
   return be->ops->gemm(be, dev, a, w, c);
@@ -77,4 +77,120 @@ dsp_status dsp_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args
   if (!a || !a->e || !a->w2 || !a->base || !a->best_val || !a->best_id)
     return dsp_fail(DSP_ERR_ARG, "op markov step: NULL argument");
   return be->ops->markov_step(be, dev, a);
+}
+
+/* ---- the models' layers ---------------------------------------------------------- */
+static dsp_status check_view(const dsp_tensor *t, const char *op, const char *what, int nd_lo, int nd_hi,
+                             dsp_dtype dt) {
+  if (!t || !t->data) return dsp_fail(DSP_ERR_ARG, "op %s: %s is missing", op, what);
+  if (t->ndim < nd_lo || t->ndim > nd_hi || t->dtype != dt)
+    return dsp_fail(DSP_ERR_SHAPE, "op %s: %s is %d-D %s, want %d to %d dims of %s", op, what, (int)t->ndim,
+                    dsp_dtype_name(t->dtype), nd_lo, nd_hi, dsp_dtype_name(dt));
+  return DSP_OK;
+}
+
+static dsp_status same_shape(const dsp_tensor *a, const dsp_tensor *b, const char *op) {
+  if (a->ndim != b->ndim) return dsp_fail(DSP_ERR_SHAPE, "op %s: views of %d and %d dims", op, a->ndim, b->ndim);
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return dsp_fail(DSP_ERR_SHAPE, "op %s: view shapes differ in dim %d", op, i);
+  return DSP_OK;
+}
+
+dsp_status dsp_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
+                        dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(table, "embed", "table", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(out, "embed", "out", 2, 2, DSP_BF16));
+  if (out->shape[0] < t || out->shape[1] != table->shape[1] || (t && !ids))
+    return dsp_fail(DSP_ERR_SHAPE, "op embed: out [%lld, %lld] for %lld rows of width %lld", (long long)out->shape[0],
+                    (long long)out->shape[1], (long long)t, (long long)table->shape[1]);
+  return t ? be->ops->embed(be, dev, table, ids, t, out) : DSP_OK;
+}
+
+dsp_status dsp_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                          dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(x, "rmsnorm", "x", 2, 3, DSP_BF16));
+  DSP_TRY(check_view(out, "rmsnorm", "out", 2, 3, DSP_BF16));
+  DSP_TRY(check_view(w, "rmsnorm", "w", 1, 1, DSP_BF16));
+  DSP_TRY(same_shape(x, out, "rmsnorm"));
+  if (w->shape[0] != x->shape[x->ndim - 1] || w->stride[0] != 1)
+    return dsp_fail(DSP_ERR_SHAPE, "op rmsnorm: weight of %lld for rows of %lld", (long long)w->shape[0],
+                    (long long)x->shape[x->ndim - 1]);
+  if (!(eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op rmsnorm: eps %g must be > 0", (double)eps);
+  return be->ops->rmsnorm(be, dev, x, w, eps, out);
+}
+
+dsp_status dsp_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
+                       const dsp_tensor *sin) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(x, "rope", "x", 3, 3, DSP_BF16));
+  DSP_TRY(check_view(cos, "rope", "cos", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(sin, "rope", "sin", 2, 2, DSP_BF16));
+  if (x->shape[2] % 2 || cos->shape[1] * 2 != x->shape[2] || sin->shape[1] != cos->shape[1] ||
+      sin->shape[0] != cos->shape[0] || cos->stride[1] != 1 || sin->stride[1] != 1 || cos->stride[0] != cos->shape[1] ||
+      sin->stride[0] != sin->shape[1] || (x->shape[0] && !pos))
+    return dsp_fail(DSP_ERR_SHAPE, "op rope: head dim %lld against tables of %lld contiguous columns",
+                    (long long)x->shape[2], (long long)cos->shape[1]);
+  return x->shape[0] ? be->ops->rope(be, dev, x, pos, cos, sin) : DSP_OK;
+}
+
+dsp_status dsp_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(a, "add", "a", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(b, "add", "b", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(out, "add", "out", 2, 2, DSP_BF16));
+  DSP_TRY(same_shape(a, b, "add"));
+  DSP_TRY(same_shape(a, out, "add"));
+  return be->ops->add(be, dev, a, b, out);
+}
+
+dsp_status dsp_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(g, "silu_mul", "g", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(u, "silu_mul", "u", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(out, "silu_mul", "out", 2, 2, DSP_BF16));
+  DSP_TRY(same_shape(g, u, "silu_mul"));
+  DSP_TRY(same_shape(g, out, "silu_mul"));
+  return be->ops->silu_mul(be, dev, g, u, out);
+}
+
+dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
+  DSP_TRY(check_dev(be, dev));
+  if (!src || !dst || src->ndim != 2 || dst->ndim != 2 || src->dtype != dst->dtype || src->shape[1] != dst->shape[1] ||
+      (src->shape[0] && (!idx || !src->data || !dst->data)))
+    return dsp_fail(DSP_ERR_SHAPE, "op scatter_rows: want [T, W] and [N, W] views of one dtype");
+  return src->shape[0] ? be->ops->scatter_rows(be, dev, src, idx, dst) : DSP_OK;
+}
+
+dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
+  DSP_TRY(check_dev(be, dev));
+  if (!a || !a->k || !a->v || !a->slot || !a->q_start || !a->q_count || !a->k_len || a->nseq < 0)
+    return dsp_fail(DSP_ERR_ARG, "op attention: NULL argument");
+  DSP_TRY(check_view(a->q, "attention", "q", 3, 3, DSP_BF16));
+  DSP_TRY(check_view(a->out, "attention", "out", 2, 3, DSP_BF16));
+  if (a->kv_heads < 1 || a->q->shape[1] % a->kv_heads || a->max_len < 1 || a->q->stride[2] != 1)
+    return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld query heads over %lld kv heads", (long long)a->q->shape[1],
+                    (long long)a->kv_heads);
+  return be->ops->attention(be, dev, a);
+}
+
+dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(x, "round_add", "x", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(p, "round_add", "p", 2, 2, DSP_F32));
+  DSP_TRY(check_view(out, "round_add", "out", 2, 2, DSP_BF16));
+  DSP_TRY(same_shape(x, p, "round_add"));
+  DSP_TRY(same_shape(x, out, "round_add"));
+  return be->ops->round_add(be, dev, x, p, out);
+}
+
+dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
+  DSP_TRY(check_dev(be, dev));
+  if (!a || !a->best_val || !a->best_id) return dsp_fail(DSP_ERR_ARG, "op select: NULL argument");
+  DSP_TRY(check_view(a->logits, "select", "logits", 2, 2, DSP_BF16));
+  if (a->n_valid < 0 || a->n_valid > a->logits->shape[1] || (a->temperature && (!a->row_seq || !a->pos)))
+    return dsp_fail(DSP_ERR_ARG, "op select: %lld valid columns of %lld, or sampling without rows' sequences",
+                    (long long)a->n_valid, (long long)a->logits->shape[1]);
+  return be->ops->select(be, dev, a);
 }

@@ -36,7 +36,8 @@ void dsp_op_weight_free(dsp_backend *be, dsp_weight *w);
 const char *dsp_op_weight_describe(const dsp_backend *be, const dsp_weight *w);
 
 /* c[m, n] = sum_k a[m, k] * w[n, k] (contract 2): a [M, K] BF16, c [M, N] BF16
- * (rounded once) with unit column stride; rows may be strided. */
+ * (rounded once) or F32 (the accumulator as is: partial sums a row-parallel
+ * layer all-reduces) with unit column stride; rows may be strided. */
 dsp_status dsp_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
 
 /* One Markov step over a weight's rows (contracts 3 and 4): for every row b,
@@ -56,6 +57,64 @@ typedef struct {
   dsp_tensor *logits;
 } dsp_op_markov_args;
 dsp_status dsp_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a);
+
+/* ---- the models' layers (numerics: docs/CONTRACTS.md, "The models") ------------
+ * Integer arrays (ids, positions, row indices, sequence metadata) are backend
+ * memory too, so a captured graph can replay them after they are restaged. */
+
+/* out[t] = table[ids[t]], t < T: table [V, H], out [T, H] BF16. */
+dsp_status dsp_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
+                        dsp_tensor *out);
+/* RMSNorm over the last dim of x ([R, D] or [R, N, D], any strides): out =
+ * bf16(w * bf16(x / sqrt(mean(x^2) + eps))); w [D] BF16. out may be x. */
+dsp_status dsp_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                          dsp_tensor *out);
+/* NeoX rotate-half RoPE in place on x [T, N, D] at positions pos[t], from
+ * tables cos, sin [P, D/2] BF16. */
+dsp_status dsp_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
+                       const dsp_tensor *sin);
+/* out = bf16(a + b), [M, N] BF16 views. */
+dsp_status dsp_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out);
+/* out = bf16(bf16(silu(g)) * u), [M, N] BF16 views. */
+dsp_status dsp_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out);
+/* dst row idx[t] = src row t, t < T ([T, W] and [N, W] views of one dtype; idx int64). */
+dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+
+/* out = bf16(x + bf16(p)): x, out [M, N] BF16, p [M, N] F32 (an all-reduced
+ * row-parallel product; out may be x). */
+dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
+
+/* Per row r of logits [R, N] BF16 the best (value, id) under the selection
+ * order (contract 4) among columns < n_valid, ids id0 + column; where
+ * temperature[row_seq[r]] > 0 the score is fp32(logit / T) + g(seed, pos[r],
+ * id) (contract 5). temperature, seed: [nseq] host or NULL; row_seq, pos:
+ * [R] host. best_val / best_id: host arrays of R. */
+typedef struct {
+  const dsp_tensor *logits;
+  int64_t id0, n_valid;
+  const float *temperature;
+  const uint64_t *seed;
+  const int32_t *row_seq;
+  const int64_t *pos;
+  float *best_val;
+  int64_t *best_id;
+} dsp_op_select_args;
+dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
+
+/* Causal GQA attention of a batch of sequences over their KV-cache slots.
+ * Sequence b's queries are rows q_start[b] .. q_start[b] + q_count[b] of q and
+ * the last q_count[b] of its k_len[b] cached positions; query i sees keys
+ * 0 .. k_len - q_count + i (causal), or all k_len keys (causal 0). */
+typedef struct {
+  const dsp_tensor *q;          /* [T, Hq, D] BF16 */
+  const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] BF16 */
+  int64_t max_len, kv_heads;
+  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] */
+  int32_t nseq, causal;
+  float scale;
+  dsp_tensor *out;              /* [T, Hq * D] or [T, Hq, D] BF16 */
+} dsp_op_attention_args;
+dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ static const dsp_backend_ops cpu_ops = {
     .markov_detail = dsp_cpu_markov_detail,
     .markov_last_timing = dsp_cpu_markov_last_timing,
     .markov_free = dsp_cpu_markov_free,
-    .free = NULL,
+    .free = dsp_cpu_backend_free,
     .alloc = dsp_cpu_op_alloc,
     .release = dsp_cpu_op_release,
     .upload = dsp_cpu_op_copy,
@@ -28,6 +28,15 @@ static const dsp_backend_ops cpu_ops = {
     .weight_describe = dsp_cpu_op_weight_describe,
     .gemm = dsp_cpu_op_gemm,
     .markov_step = dsp_cpu_op_markov_step,
+    .embed = dsp_cpu_op_embed,
+    .rmsnorm = dsp_cpu_op_rmsnorm,
+    .rope = dsp_cpu_op_rope,
+    .add = dsp_cpu_op_add,
+    .silu_mul = dsp_cpu_op_silu_mul,
+    .scatter_rows = dsp_cpu_op_scatter_rows,
+    .attention = dsp_cpu_op_attention,
+    .round_add = dsp_cpu_op_round_add,
+    .select = dsp_cpu_op_select,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {
@@ -35,6 +44,7 @@ dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) 
     return dsp_fail(DSP_ERR_ARG, "backend cpu: one process is one TP rank (devices %d); run under mpirun -np N",
                     cfg->devices);
   be->ops = &cpu_ops;
+  DSP_TRY(dsp_cpu_backend_impl(be));
   be->ndev = 1;
   be->tp[0] = be->comm;
   be->tp_size = dsp_comm_size(be->comm);

@@ -1,10 +1,18 @@
 /* The CPU backend's operations: host memory, packed weights, the CPU kernels. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/ops_cpu.h"
+#include "core/bf16.h"
+#include "core/philox.h"
+#include "core/select.h"
 #include "core/status.h"
+#include "core/tensor.h"
+#include <omp.h>
+
+#include "kernels/cpu/layers.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 
@@ -70,4 +78,141 @@ dsp_status dsp_cpu_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_
                            .n_valid = a->n_valid, .best_val = a->best_val, .best_id = a->best_id,
                            .logits = a->logits};
   return dsp_cpu_markov_step(&m, 0);
+}
+
+/* ---- the models' layers -------------------------------------------------------- */
+dsp_status dsp_cpu_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
+                            dsp_tensor *out) {
+  (void)be, (void)dev;
+  for (int64_t i = 0; i < t; i++)
+    if (ids[i] < 0 || ids[i] >= table->shape[0])
+      return dsp_fail(DSP_ERR_RANGE, "op embed: token id %d outside [0, %lld)", ids[i], (long long)table->shape[0]);
+  dsp_cpu_embed(table, ids, t, out);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                              dsp_tensor *out) {
+  (void)be, (void)dev;
+  dsp_cpu_rmsnorm(x, (const dsp_bf16 *)w->data, eps, out);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
+                           const dsp_tensor *sin) {
+  (void)be, (void)dev;
+  for (int64_t t = 0; t < x->shape[0]; t++)
+    if (pos[t] < 0 || pos[t] >= cos->shape[0])
+      return dsp_fail(DSP_ERR_RANGE, "op rope: position %d outside the table [0, %lld)", pos[t], (long long)cos->shape[0]);
+  dsp_cpu_rope(x, pos, (const dsp_bf16 *)cos->data, (const dsp_bf16 *)sin->data, cos->shape[1]);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
+  (void)be, (void)dev;
+  dsp_cpu_add(a, b, out);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
+  (void)be, (void)dev;
+  dsp_cpu_silu_mul(g, u, out);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
+                                   dsp_tensor *dst) {
+  (void)be, (void)dev;
+  for (int64_t t = 0; t < src->shape[0]; t++)
+    if (idx[t] < 0 || idx[t] >= dst->shape[0])
+      return dsp_fail(DSP_ERR_RANGE, "op scatter_rows: row %lld outside [0, %lld)", (long long)idx[t],
+                      (long long)dst->shape[0]);
+  dsp_cpu_scatter_rows(src, idx, dst);
+  return DSP_OK;
+}
+
+/* The backend's own state: attention's scratch grows to the largest cache seen, once. */
+typedef struct {
+  float *att;
+  size_t att_floats;
+} cpu_impl;
+
+void dsp_cpu_backend_free(dsp_backend *be) {
+  cpu_impl *m = be->impl;
+  if (m) free(m->att);
+  free(m);
+  be->impl = NULL;
+}
+
+dsp_status dsp_cpu_backend_impl(dsp_backend *be) {
+  be->impl = calloc(1, sizeof(cpu_impl));
+  return be->impl ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "backend cpu: out of memory");
+}
+
+dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
+  (void)dev;
+  for (int32_t b = 0; b < a->nseq; b++)
+    if (a->k_len[b] > a->max_len || a->q_count[b] > a->k_len[b] || a->q_count[b] < 0 ||
+        a->q_start[b] + a->q_count[b] > a->q->shape[0])
+      return dsp_fail(DSP_ERR_RANGE, "op attention: sequence %d: %d queries over %d keys (cache %lld, rows %lld)", b,
+                      a->q_count[b], a->k_len[b], (long long)a->max_len, (long long)a->q->shape[0]);
+  cpu_impl *m = be->impl;
+  const size_t need = dsp_cpu_attention_scratch(a->max_len, omp_get_max_threads());
+  if (need > m->att_floats) {
+    free(m->att);
+    m->att = aligned_alloc(64, (need * 4 + 63) / 64 * 64);
+    m->att_floats = m->att ? need : 0;
+    if (!m->att) return dsp_fail(DSP_ERR_NOMEM, "op attention: no scratch for %zu floats", need);
+  }
+  dsp_cpu_attention_args c = {.q = a->q, .k = a->k, .v = a->v, .max_len = a->max_len, .kv_heads = a->kv_heads,
+                              .slot = a->slot, .q_start = a->q_start, .q_count = a->q_count, .k_len = a->k_len,
+                              .nseq = a->nseq, .causal = a->causal, .scale = a->scale, .out = a->out,
+                              .scratch = m->att};
+  dsp_cpu_attention(&c);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out) {
+  (void)be, (void)dev;
+  for (int64_t i = 0; i < x->shape[0]; i++) {
+    const dsp_bf16 *xr = (const dsp_bf16 *)x->data + i * x->stride[0];
+    const float *pr = (const float *)p->data + i * p->stride[0];
+    dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
+    for (int64_t j = 0; j < x->shape[1]; j++)
+      o[j * out->stride[1]] =
+          dsp_f32_to_bf16(dsp_bf16_to_f32(xr[j * x->stride[1]]) + dsp_round_bf16(pr[j * p->stride[1]]));
+  }
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
+  (void)be, (void)dev;
+  const dsp_tensor *l = a->logits;
+  for (int64_t r = 0; r < l->shape[0]; r++) {
+    const float T = a->temperature ? a->temperature[a->row_seq[r]] : 0.0f;
+    const uint64_t seed = a->seed && a->row_seq ? a->seed[a->row_seq[r]] : 0;
+    dsp_tensor row = dsp_tensor_rows(l, r, r + 1);
+    row.ndim = 2;
+    row.shape[0] = 1;
+    if (a->n_valid == 0) {
+      a->best_val[r] = -INFINITY;
+      a->best_id[r] = DSP_PAIR_NONE_ID;
+      continue;
+    }
+    /* the noise is keyed by the global id, so a shard's draw is the full-vocabulary draw */
+    float bv = -INFINITY;
+    int64_t bi = DSP_PAIR_NONE_ID;
+    const dsp_bf16 *p = (const dsp_bf16 *)row.data;
+    for (int64_t v = 0; v < a->n_valid; v++) {
+      float x = dsp_bf16_to_f32(p[v * l->stride[1]]);
+      if (T > 0.0f) {
+        volatile float q = x / T; /* one rounding, never fused with the add */
+        x = q + dsp_gumbel(seed, a->pos[r], a->id0 + v);
+      }
+      if (dsp_pair_better(x, a->id0 + v, bv, bi)) bv = x, bi = a->id0 + v;
+    }
+    a->best_val[r] = bv;
+    a->best_id[r] = bi;
+  }
+  return DSP_OK;
 }

@@ -37,7 +37,10 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_upload,        dsp_cuda_op_download,     dsp_cuda_op_copy,
     dsp_cuda_op_sync,
     dsp_cuda_op_weight_create, dsp_cuda_op_weight_free,  dsp_cuda_op_weight_describe,
-    dsp_cuda_op_gemm,          dsp_cuda_op_markov_step,
+    dsp_cuda_op_gemm,          dsp_cuda_op_markov_step,  dsp_cuda_op_embed,
+    dsp_cuda_op_rmsnorm,       dsp_cuda_op_rope,         dsp_cuda_op_add,
+    dsp_cuda_op_silu_mul,      dsp_cuda_op_scatter_rows, dsp_cuda_op_attention,
+    dsp_cuda_op_round_add,     dsp_cuda_op_select,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

@@ -110,6 +110,7 @@ extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) { return
 
 extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,
                                        dsp_tensor *c) {
+  if (c->dtype != DSP_BF16) return dsp_fail(DSP_ERR_UNSUPPORTED, "op gemm: F32 outputs are not on CUDA yet");
   if (a->shape[1] != w->k || c->shape[1] != w->n)
     return dsp_fail(DSP_ERR_SHAPE, "op gemm: a [%lld, %lld], w [%lld, %lld], c [%lld, %lld]", (long long)a->shape[0],
                     (long long)a->shape[1], (long long)w->n, (long long)w->k, (long long)c->shape[0],
@@ -226,3 +227,34 @@ extern "C" dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const ds
   free(ha);
   return st;
 }
+
+/* ---- the models' layers: not yet on CUDA ----------------------------------------- */
+static dsp_status not_yet(const char *op) {
+  return dsp_fail(DSP_ERR_UNSUPPORTED, "op %s: not implemented on the CUDA backend yet", op);
+}
+extern "C" dsp_status dsp_cuda_op_embed(dsp_backend *, int, const dsp_tensor *, const int32_t *, int64_t, dsp_tensor *) {
+  return not_yet("embed");
+}
+extern "C" dsp_status dsp_cuda_op_rmsnorm(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, float, dsp_tensor *) {
+  return not_yet("rmsnorm");
+}
+extern "C" dsp_status dsp_cuda_op_rope(dsp_backend *, int, dsp_tensor *, const int32_t *, const dsp_tensor *,
+                                       const dsp_tensor *) {
+  return not_yet("rope");
+}
+extern "C" dsp_status dsp_cuda_op_add(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
+  return not_yet("add");
+}
+extern "C" dsp_status dsp_cuda_op_silu_mul(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
+  return not_yet("silu_mul");
+}
+extern "C" dsp_status dsp_cuda_op_scatter_rows(dsp_backend *, int, const dsp_tensor *, const int64_t *, dsp_tensor *) {
+  return not_yet("scatter_rows");
+}
+extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *, int, const dsp_op_attention_args *) {
+  return not_yet("attention");
+}
+extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
+  return not_yet("round_add");
+}
+extern "C" dsp_status dsp_cuda_op_select(dsp_backend *, int, const dsp_op_select_args *) { return not_yet("select"); }

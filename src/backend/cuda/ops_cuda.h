@@ -18,6 +18,19 @@ void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w);
 const char *dsp_cuda_op_weight_describe(const dsp_weight *w);
 dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
 dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a);
+dsp_status dsp_cuda_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
+                             dsp_tensor *out);
+dsp_status dsp_cuda_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                               dsp_tensor *out);
+dsp_status dsp_cuda_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
+                            const dsp_tensor *sin);
+dsp_status dsp_cuda_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out);
+dsp_status dsp_cuda_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out);
+dsp_status dsp_cuda_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
+                                    dsp_tensor *dst);
+dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
+dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
+dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
 
 #ifdef __cplusplus
 }

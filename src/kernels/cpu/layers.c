@@ -1,0 +1,154 @@
+/* The models' element-wise and row-wise layers on the CPU (layers.h). */
+#include "kernels/cpu/layers.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/bf16.h"
+
+static inline float ld(const dsp_tensor *t, const dsp_bf16 *row, int64_t c) {
+  return dsp_bf16_to_f32(row[c * t->stride[t->ndim - 1]]);
+}
+
+/* A view of 2 or 3 dims as rows of its last dim: row r of R = rows * heads. */
+static inline int64_t nrows(const dsp_tensor *t) { return t->ndim == 3 ? t->shape[0] * t->shape[1] : t->shape[0]; }
+static inline dsp_bf16 *row_ptr(const dsp_tensor *t, int64_t r) {
+  int64_t off = t->ndim == 3 ? (r / t->shape[1]) * t->stride[0] + (r % t->shape[1]) * t->stride[1] : r * t->stride[0];
+  return (dsp_bf16 *)t->data + off;
+}
+
+void dsp_cpu_embed(const dsp_tensor *table, const int32_t *ids, int64_t t, dsp_tensor *out) {
+  const int64_t H = table->shape[1];
+#pragma omp parallel for schedule(static) if (t * H > 65536)
+  for (int64_t i = 0; i < t; i++) {
+    const dsp_bf16 *src = (const dsp_bf16 *)table->data + (int64_t)ids[i] * table->stride[0];
+    dsp_bf16 *dst = (dsp_bf16 *)out->data + i * out->stride[0];
+    if (table->stride[1] == 1 && out->stride[1] == 1) memcpy(dst, src, (size_t)H * 2);
+    else
+      for (int64_t c = 0; c < H; c++) dst[c * out->stride[1]] = src[c * table->stride[1]];
+  }
+}
+
+void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out) {
+  const int64_t R = nrows(x), D = x->shape[x->ndim - 1], os = out->stride[out->ndim - 1];
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+  for (int64_t r = 0; r < R; r++) {
+    const dsp_bf16 *xr = row_ptr(x, r);
+    dsp_bf16 *orow = row_ptr(out, r);
+    float ss = 0.0f;
+    for (int64_t d = 0; d < D; d++) {
+      const float v = ld(x, xr, d);
+      ss = fmaf(v, v, ss);
+    }
+    const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int64_t d = 0; d < D; d++) {
+      const float xn = dsp_round_bf16(ld(x, xr, d) * inv);
+      orow[d * os] = dsp_f32_to_bf16(dsp_bf16_to_f32(w[d]) * xn);
+    }
+  }
+}
+
+void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const dsp_bf16 *sin, int64_t half) {
+  const int64_t T = x->shape[0], N = x->shape[1], cs = x->stride[2];
+#pragma omp parallel for schedule(static) if (T * N * half > 65536)
+  for (int64_t t = 0; t < T; t++) {
+    const dsp_bf16 *c = cos + (int64_t)pos[t] * half, *s = sin + (int64_t)pos[t] * half;
+    for (int64_t n = 0; n < N; n++) {
+      dsp_bf16 *row = (dsp_bf16 *)x->data + t * x->stride[0] + n * x->stride[1];
+      for (int64_t i = 0; i < half; i++) {
+        const float a = dsp_bf16_to_f32(row[i * cs]), b = dsp_bf16_to_f32(row[(i + half) * cs]);
+        const float ci = dsp_bf16_to_f32(c[i]), si = dsp_bf16_to_f32(s[i]);
+        row[i * cs] = dsp_f32_to_bf16(dsp_round_bf16(a * ci) - dsp_round_bf16(b * si));
+        row[(i + half) * cs] = dsp_f32_to_bf16(dsp_round_bf16(b * ci) + dsp_round_bf16(a * si));
+      }
+    }
+  }
+}
+
+void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
+  const int64_t M = a->shape[0], N = a->shape[1];
+#pragma omp parallel for schedule(static) if (M * N > 65536)
+  for (int64_t i = 0; i < M; i++) {
+    const dsp_bf16 *ar = (const dsp_bf16 *)a->data + i * a->stride[0], *br = (const dsp_bf16 *)b->data + i * b->stride[0];
+    dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
+    for (int64_t j = 0; j < N; j++)
+      o[j * out->stride[1]] =
+          dsp_f32_to_bf16(dsp_bf16_to_f32(ar[j * a->stride[1]]) + dsp_bf16_to_f32(br[j * b->stride[1]]));
+  }
+}
+
+void dsp_cpu_silu_mul(const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
+  const int64_t M = g->shape[0], N = g->shape[1];
+#pragma omp parallel for schedule(static) if (M * N > 16384)
+  for (int64_t i = 0; i < M; i++) {
+    const dsp_bf16 *gr = (const dsp_bf16 *)g->data + i * g->stride[0], *ur = (const dsp_bf16 *)u->data + i * u->stride[0];
+    dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
+    for (int64_t j = 0; j < N; j++) {
+      const float x = dsp_bf16_to_f32(gr[j * g->stride[1]]);
+      const float s = dsp_round_bf16(x / (1.0f + expf(-x)));
+      o[j * out->stride[1]] = dsp_f32_to_bf16(s * dsp_bf16_to_f32(ur[j * u->stride[1]]));
+    }
+  }
+}
+
+void dsp_cpu_scatter_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
+  const int64_t T = src->shape[0], W = src->shape[1];
+  const size_t es = dsp_dtype_size(src->dtype);
+  for (int64_t t = 0; t < T; t++) {
+    const char *s = (const char *)src->data + (size_t)(t * src->stride[0]) * es;
+    char *d = (char *)dst->data + (size_t)(idx[t] * dst->stride[0]) * es;
+    if (src->stride[1] == 1 && dst->stride[1] == 1) memcpy(d, s, (size_t)W * es);
+    else
+      for (int64_t c = 0; c < W; c++) memcpy(d + (size_t)(c * dst->stride[1]) * es, s + (size_t)(c * src->stride[1]) * es, es);
+  }
+}
+
+/* Per thread: the scores of one query row (max_len) and its output accumulators (up to 1024 dims). */
+#define ATT_MAX_D 1024
+size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads) {
+  return (size_t)(max_len + ATT_MAX_D) * (size_t)nthreads;
+}
+
+void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
+  const dsp_tensor *q = a->q;
+  const int64_t Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
+  const int64_t kstride_t = Hkv * D, kstride_s = a->max_len * Hkv * D;
+  for (int32_t b = 0; b < a->nseq; b++) {
+    const int64_t n = a->q_count[b], L = a->k_len[b], t0 = a->q_start[b];
+    const dsp_bf16 *kb = a->k + (int64_t)a->slot[b] * kstride_s, *vb = a->v + (int64_t)a->slot[b] * kstride_s;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t h = 0; h < Hq; h++) {
+        float *e = a->scratch + (size_t)omp_get_thread_num() * (size_t)(a->max_len + ATT_MAX_D);
+        float *acc = e + a->max_len;
+        const int64_t t = t0 + i, kvh = h / rep;
+        const int64_t last = a->causal ? L - n + i : L - 1; /* the last key the query sees */
+        const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + h * q->stride[1];
+        float m = -INFINITY;
+        for (int64_t j = 0; j <= last; j++) {
+          const dsp_bf16 *kr = kb + j * kstride_t + kvh * D;
+          float s = 0.0f;
+          for (int64_t d = 0; d < D; d++) s = fmaf(dsp_bf16_to_f32(qr[d * q->stride[2]]), dsp_bf16_to_f32(kr[d]), s);
+          s = dsp_round_bf16(dsp_round_bf16(s) * a->scale);
+          e[j] = s;
+          m = s > m ? s : m;
+        }
+        float z = 0.0f;
+        for (int64_t j = 0; j <= last; j++) {
+          e[j] = expf(e[j] - m);
+          z += e[j];
+        }
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+        for (int64_t j = 0; j <= last; j++) {
+          const float p = dsp_round_bf16(e[j] / z);
+          const dsp_bf16 *vr = vb + j * kstride_t + kvh * D;
+          for (int64_t d = 0; d < D; d++) acc[d] = fmaf(p, dsp_bf16_to_f32(vr[d]), acc[d]);
+        }
+        dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
+                                           : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
+        const int64_t oc = a->out->stride[a->out->ndim - 1];
+        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(acc[d]);
+      }
+  }
+}

@@ -1,0 +1,48 @@
+/* The CPU kernels of the models' element-wise and row-wise layers, each with
+ * the numerics of docs/CONTRACTS.md ("The models"): bf16 tensors between
+ * operations, fp32 inside, one rounding per tensor torch would hold in bf16.
+ * Views carry strides in elements (3-D views: [rows, heads, dim]); every
+ * kernel reads and writes only its views' elements. */
+#ifndef DSP_KERNELS_CPU_LAYERS_H
+#define DSP_KERNELS_CPU_LAYERS_H
+#include <stdint.h>
+
+#include "dspark.h"
+
+/* out[t] = table[ids[t]] for t < T: table [V, H], out [T, H] (BF16). */
+void dsp_cpu_embed(const dsp_tensor *table, const int32_t *ids, int64_t t, dsp_tensor *out);
+/* RMSNorm over the last dim of x [R, D] or [R, N, D]: var = the fp32 sum of
+ * x^2 in order over d, divided by D; xn = bf16(x * (1 / sqrtf(var + eps)));
+ * out = bf16(w * xn). x and out may be the same view. */
+void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out);
+/* NeoX rotate-half RoPE in place on x [T, N, D]: for i < D/2,
+ * x_i' = bf16(bf16(x_i c) - bf16(x_{i+D/2} s)), x_{i+D/2}' = bf16(bf16(x_{i+D/2} c) + bf16(x_i s)),
+ * c, s = the bf16 tables' row pos[t], column i ([P, D/2]). */
+void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const dsp_bf16 *sin, int64_t half);
+/* out = bf16(a + b), [M, N] views (out may alias a or b). */
+void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out);
+/* out = bf16(bf16(g / (1 + expf(-g))) * u), [M, N] views. */
+void dsp_cpu_silu_mul(const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out);
+/* dst row idx[t] = src row t for t < T ([*, W] views of one dtype). */
+void dsp_cpu_scatter_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+
+/* Causal GQA attention over a KV cache, eager numerics: s = bf16(q . k) (fp32
+ * sum in order over d), s = bf16(s * scale), masked keys excluded, m = max,
+ * e_j = expf(s_j - m), z = the fp32 sum of e in key order, p_j = bf16(e_j / z),
+ * out = bf16(sum_j p_j v_j) (fp32, in key order). Query i of sequence b (its
+ * rows q_start[b] .. + q_count[b]) sits at position k_len[b] - q_count[b] + i
+ * and sees keys 0 .. that position; every key is visible when causal is 0. */
+typedef struct {
+  const dsp_tensor *q;          /* [T, Hq, D] */
+  const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] */
+  int64_t max_len, kv_heads;
+  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] */
+  int32_t nseq, causal;
+  float scale;
+  dsp_tensor *out;              /* [T, Hq * D] (or [T, Hq, D]) */
+  float *scratch;               /* dsp_cpu_attention_scratch floats */
+} dsp_cpu_attention_args;
+size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads);
+void dsp_cpu_attention(const dsp_cpu_attention_args *a);
+
+#endif

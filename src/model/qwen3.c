@@ -1,0 +1,270 @@
+/* The Qwen3 target's forward, on the backend's operations only. One call
+ * serves prefill, decode and verify: the batch's new tokens are the rows of
+ * every product; each sequence's keys and values go to its cache slot at its
+ * next positions, and attention sees the slot's cache causally. Every row's
+ * arithmetic is independent of the other rows (products, norms and attention
+ * reduce in a fixed order per row), so a position's results do not depend on
+ * the batch, the bucket or how its tokens were split over calls. With TP > 1
+ * the o and down products are row-parallel: fp32 partials, all-reduced, then
+ * rounded once (docs/CONTRACTS.md, "The models"). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/qwen3_impl.h"
+
+static dsp_tensor view2(dsp_tensor t, int64_t rows) {
+  t.shape[0] = rows;
+  return t;
+}
+
+/* Columns [c0, c0 + n) of a 2-D view. */
+static dsp_tensor cols(dsp_tensor t, int64_t c0, int64_t n) {
+  t.data = (char *)t.data + (size_t)(c0 * t.stride[1]) * dsp_dtype_size(t.dtype);
+  t.shape[1] = n;
+  return t;
+}
+
+/* rows x heads x D view at column c0 of a 2-D [rows, W] view. */
+static dsp_tensor heads_view(dsp_tensor t, int64_t rows, int64_t c0, int64_t heads, int64_t d) {
+  dsp_tensor v = {.data = (char *)t.data + (size_t)c0 * dsp_dtype_size(t.dtype), .dtype = t.dtype, .ndim = 3,
+                  .shape = {rows, heads, d}, .stride = {t.stride[0], d, 1}};
+  return v;
+}
+
+/* x += y where y is this rank's part of a row-parallel product (TP 1: y's bf16). */
+static dsp_status residual(dsp_target *t, qw_dev *d, const dsp_tensor *a, const dsp_weight *w, int64_t m) {
+  dsp_backend *be = t->be;
+  dsp_tensor x = view2(d->x, m);
+  if (t->tp == 1) {
+    dsp_tensor o = view2(d->o, m);
+    DSP_TRY(dsp_op_gemm(be, d->dev, a, w, &o));
+    return dsp_op_add(be, d->dev, &x, &o, &x);
+  }
+  dsp_tensor p = view2(d->part, m);
+  DSP_TRY(dsp_op_gemm(be, d->dev, a, w, &p));
+  DSP_TRY(dsp_comm_allreduce(d->comm, p.data, p.data, (size_t)(m * t->info.hidden), DSP_F32, DSP_REDUCE_SUM));
+  return dsp_op_round_add(be, d->dev, &x, &p, &x);
+}
+
+/* One device's part of a forward. */
+static dsp_status forward_dev(void *ctx, int di) {
+  dsp_target *t = ctx;
+  qw_dev *d = &t->d[di];
+  dsp_backend *be = t->be;
+  const dsp_target_batch *b = t->batch;
+  const dsp_target_info *in = &t->info;
+  const int64_t M = t->ntok, D = in->head_dim, Wq = d->hq * D, Wk = d->hkv * D;
+  const int dev = d->dev;
+  /* metadata into backend memory */
+  DSP_TRY(dsp_op_upload(be, dev, d->d_ids, b->tokens, (size_t)M * 4));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_pos, t->h_pos, (size_t)M * 4));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_rows, t->h_rows, (size_t)M * 8));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_slot, b->slot, (size_t)b->nseq * 4));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_qstart, t->h_qstart, (size_t)b->nseq * 4));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_qcount, b->count, (size_t)b->nseq * 4));
+  DSP_TRY(dsp_op_upload(be, dev, d->d_klen, t->h_klen, (size_t)b->nseq * 4));
+
+  dsp_tensor x = view2(d->x, M), h = view2(d->h, M), qkv = view2(d->qkv, M);
+  DSP_TRY(dsp_op_embed(be, dev, &d->embed, d->d_ids, M, &x));
+  for (int64_t l = 0; l < in->layers; l++) {
+    qw_layer *L = &d->layer[l];
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->in_norm, (float)in->eps, &h));
+    DSP_TRY(dsp_op_gemm(be, dev, &h, L->qkv, &qkv));
+    dsp_tensor q = heads_view(qkv, M, 0, d->hq, D), k = heads_view(qkv, M, Wq, d->hkv, D);
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &q, &L->q_norm, (float)in->eps, &q));
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &L->k_norm, (float)in->eps, &k));
+    DSP_TRY(dsp_op_rope(be, dev, &q, d->d_pos, &d->rope_cos, &d->rope_sin));
+    DSP_TRY(dsp_op_rope(be, dev, &k, d->d_pos, &d->rope_cos, &d->rope_sin));
+    /* the new keys and values into the cache rows slot * max_len + position */
+    const int64_t cache_rows = (int64_t)t->opt.max_seqs * t->opt.max_len;
+    dsp_tensor kc = dsp_tensor_2d(L->k_cache, DSP_BF16, cache_rows, Wk), vc = dsp_tensor_2d(L->v_cache, DSP_BF16, cache_rows, Wk);
+    dsp_tensor ks = cols(qkv, Wq, Wk), vs = cols(qkv, Wq + Wk, Wk);
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->d_rows, &kc));
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->d_rows, &vc));
+    dsp_tensor attn = view2(d->attn, M);
+    dsp_op_attention_args aa = {.q = &q, .k = L->k_cache, .v = L->v_cache, .max_len = t->opt.max_len,
+                                .kv_heads = d->hkv, .slot = d->d_slot, .q_start = d->d_qstart, .q_count = d->d_qcount,
+                                .k_len = d->d_klen, .nseq = b->nseq, .causal = 1,
+                                .scale = (float)(1.0 / sqrt((double)D)), .out = &attn};
+    DSP_TRY(dsp_op_attention(be, dev, &aa));
+    DSP_TRY(residual(t, d, &attn, L->o, M));
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->post_norm, (float)in->eps, &h));
+    dsp_tensor gu = view2(d->gu, M), act = view2(d->act, M);
+    DSP_TRY(dsp_op_gemm(be, dev, &h, L->gate_up, &gu));
+    dsp_tensor g = cols(gu, 0, d->inter), u = cols(gu, d->inter, d->inter);
+    DSP_TRY(dsp_op_silu_mul(be, dev, &g, &u, &act));
+    DSP_TRY(residual(t, d, &act, L->down, M));
+    for (int i = 0; i < t->opt.ntaps; i++)
+      if (t->taps[i] == l && di == 0 && d->taps.data) { /* the residual stream is replicated: device 0's */
+        char *dst = (char *)d->taps.data + (size_t)i * (size_t)t->opt.max_tokens * (size_t)in->hidden * 2;
+        DSP_TRY(dsp_op_copy(be, dev, dst, x.data, (size_t)(M * in->hidden) * 2));
+      }
+  }
+  /* the selecting rows, normed, through this rank's LM-head rows */
+  const int64_t S = t->nsel;
+  dsp_tensor hs = view2(d->h, S);
+  if (b->last_only) {
+    /* gather each sequence's last row into h's first rows (scatter of the last rows) */
+    for (int32_t s = 0; s < b->nseq; s++) {
+      const int64_t r = t->h_qstart[s] + b->count[s] - 1;
+      DSP_TRY(dsp_op_copy(be, dev, (char *)d->h.data + (size_t)(s * d->h.stride[0]) * 2,
+                          (char *)d->x.data + (size_t)(r * d->x.stride[0]) * 2, (size_t)in->hidden * 2));
+    }
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &hs, &d->final_norm, (float)in->eps, &hs));
+  } else {
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->final_norm, (float)in->eps, &hs));
+  }
+  dsp_tensor lg = view2(d->logits, S);
+  DSP_TRY(dsp_op_gemm(be, dev, &hs, d->lm, &lg));
+  dsp_op_select_args sa = {.logits = &lg, .id0 = d->v0, .n_valid = d->vreal, .temperature = b->temperature,
+                           .seed = b->seed, .row_seq = t->h_rowseq, .pos = t->h_selpos,
+                           .best_val = t->h_bv + (size_t)di * (size_t)t->opt.max_tokens,
+                           .best_id = t->h_bi + (size_t)di * (size_t)t->opt.max_tokens};
+  DSP_TRY(dsp_op_sync(be, dev));
+  DSP_TRY(dsp_op_select(be, dev, &sa));
+  if (t->want_logits) {
+    dsp_bf16 *dst = t->h_logits + (size_t)d->tp_rank * (size_t)t->opt.max_tokens * (size_t)d->vr;
+    DSP_TRY(dsp_op_download(be, dev, dst, lg.data, (size_t)(S * d->vr) * 2));
+  }
+  return DSP_OK;
+}
+
+static dsp_status check_batch(const dsp_target *t, const dsp_target_batch *b) {
+  if (!b || b->nseq < 1 || b->nseq > t->opt.max_seqs || !b->slot || !b->count || !b->tokens)
+    return dsp_fail(DSP_ERR_ARG, "target: a batch needs 1 .. %d sequences with slots, counts and tokens",
+                    t->opt.max_seqs);
+  int64_t total = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    const int32_t sl = b->slot[s];
+    if (sl < 0 || sl >= t->opt.max_seqs)
+      return dsp_fail(DSP_ERR_RANGE, "target: slot %d outside [0, %d)", sl, t->opt.max_seqs);
+    for (int32_t r = 0; r < s; r++)
+      if (b->slot[r] == sl) return dsp_fail(DSP_ERR_ARG, "target: slot %d appears twice in one batch", sl);
+    if (b->count[s] < 1) return dsp_fail(DSP_ERR_ARG, "target: sequence %d brings %d new tokens", s, b->count[s]);
+    if (t->len[sl] + b->count[s] > t->opt.max_len)
+      return dsp_fail(DSP_ERR_RANGE, "target: slot %d would hold %lld positions; the cache holds %d", sl,
+                      (long long)(t->len[sl] + b->count[s]), t->opt.max_len);
+    if (b->temperature && (!(b->temperature[s] >= 0.0f) || isinf(b->temperature[s])))
+      return dsp_fail(DSP_ERR_RANGE, "target: temperature[%d] = %g: must be finite and >= 0", s,
+                      (double)b->temperature[s]);
+    total += b->count[s];
+  }
+  if (total > t->opt.max_tokens)
+    return dsp_fail(DSP_ERR_RANGE, "target: %lld new tokens in one call; at most %d", (long long)total,
+                    t->opt.max_tokens);
+  for (int64_t i = 0; i < total; i++)
+    if (b->tokens[i] < 0 || b->tokens[i] >= t->info.vocab)
+      return dsp_fail(DSP_ERR_RANGE, "target: token id %d outside the vocabulary [0, %lld)", b->tokens[i],
+                      (long long)t->info.vocab);
+  return DSP_OK;
+}
+
+dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_target_outputs *out) {
+  if (!t || !out) return dsp_fail(DSP_ERR_ARG, "target forward: NULL argument");
+  DSP_TRY(check_batch(t, b));
+  const dsp_target_info *in = &t->info;
+  /* the positions, cache rows and sequence metadata of the new tokens */
+  int64_t r = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    t->h_qstart[s] = (int32_t)r;
+    const int64_t p0 = t->len[b->slot[s]];
+    t->h_klen[s] = (int32_t)(p0 + b->count[s]);
+    for (int32_t i = 0; i < b->count[s]; i++, r++) {
+      t->h_pos[r] = (int32_t)(p0 + i);
+      t->h_rows[r] = (int64_t)b->slot[s] * t->opt.max_len + p0 + i;
+    }
+  }
+  t->ntok = r;
+  t->nsel = b->last_only ? b->nseq : r;
+  /* each selecting row's sequence, and the position of the token it draws (the next one) */
+  for (int32_t s = 0, k = 0; s < b->nseq; s++)
+    for (int32_t i = b->last_only ? b->count[s] - 1 : 0; i < b->count[s]; i++, k++) {
+      t->h_rowseq[k] = s;
+      t->h_selpos[k] = t->len[b->slot[s]] + i + 1;
+    }
+  const int64_t S = t->nsel;
+  if (out->logits) {
+    const dsp_tensor *l = out->logits;
+    if (l->dtype != DSP_BF16 || l->ndim != 2 || l->shape[0] != S || l->shape[1] != in->vocab || !l->data)
+      return dsp_fail(DSP_ERR_SHAPE, "target forward: logits output must be [%lld, %lld] BF16", (long long)S,
+                      (long long)in->vocab);
+  }
+  if (out->taps) {
+    const dsp_tensor *tp = out->taps;
+    if (tp->dtype != DSP_BF16 || tp->ndim != 3 || tp->shape[0] != t->opt.ntaps || tp->shape[1] != t->ntok ||
+        tp->shape[2] != in->hidden || !tp->data)
+      return dsp_fail(DSP_ERR_SHAPE, "target forward: taps output must be [%d, %lld, %lld] BF16", t->opt.ntaps,
+                      (long long)t->ntok, (long long)in->hidden);
+  }
+  t->batch = b;
+  t->want_logits = out->logits != NULL;
+  dsp_status s = dsp_backend_each(t->be, forward_dev, t);
+  s = dsp_comm_agree(t->be->comm, s);
+  if (s != DSP_OK) return s; /* the caches of this call's rows may hold partial writes; lengths unchanged */
+  /* the selection: the best of this process's devices, then of every process */
+  for (int64_t k = 0; k < S; k++) {
+    dsp_pair best = {t->h_bv[k], 0, t->h_bi[k]};
+    for (int di = 1; di < t->nd; di++) {
+      const float v = t->h_bv[(size_t)di * t->opt.max_tokens + k];
+      const int64_t id = t->h_bi[(size_t)di * t->opt.max_tokens + k];
+      if (dsp_pair_better(v, id, best.value, best.id)) best = (dsp_pair){v, 0, id};
+    }
+    t->pairs[k] = best;
+  }
+  const int procs = dsp_comm_size(t->be->comm);
+  if (procs > 1) {
+    DSP_TRY(dsp_comm_allgather(t->be->comm, t->pairs, t->pairs_all, (size_t)S * sizeof(dsp_pair)));
+    for (int64_t k = 0; k < S; k++)
+      for (int p = 0; p < procs; p++) {
+        const dsp_pair c = t->pairs_all[(size_t)p * (size_t)S + (size_t)k];
+        if (p == 0 || dsp_pair_better(c.value, c.id, t->pairs[k].value, t->pairs[k].id)) t->pairs[k] = c;
+      }
+  }
+  if (out->next)
+    for (int64_t k = 0; k < S; k++) {
+      DSP_ASSERT(t->pairs[k].id >= 0 && t->pairs[k].id < in->vocab);
+      out->next[k] = t->pairs[k].id;
+    }
+  if (out->logits) {
+    const int64_t vr = t->d[0].vr, chunk = (int64_t)t->opt.max_tokens * vr;
+    if (procs > 1) /* each process's ranks' local logits to every process */
+      DSP_TRY(dsp_comm_allgather(t->be->comm, t->h_logits + (size_t)t->be->tp_rank0 * (size_t)chunk, t->h_logits,
+                                 (size_t)chunk * (size_t)t->nd * 2));
+    for (int32_t rk = 0; rk < t->tp; rk++) {
+      const int64_t v0 = rk * vr, n = in->vocab - v0 < vr ? in->vocab - v0 : vr;
+      for (int64_t k = 0; k < S && n > 0; k++)
+        for (int64_t v = 0; v < n; v++)
+          ((dsp_bf16 *)out->logits->data)[k * out->logits->stride[0] + (v0 + v) * out->logits->stride[1]] =
+              t->h_logits[(size_t)rk * (size_t)chunk + (size_t)(k * vr + v)];
+    }
+  }
+  if (out->taps)
+    for (int i = 0; i < t->opt.ntaps; i++)
+      DSP_TRY(dsp_op_download(t->be, 0, (char *)out->taps->data + (size_t)(i * out->taps->stride[0]) * 2,
+                              (char *)t->d[0].taps.data + (size_t)i * (size_t)t->opt.max_tokens * (size_t)in->hidden * 2,
+                              (size_t)(t->ntok * in->hidden) * 2));
+  for (int32_t q = 0; q < b->nseq; q++) t->len[b->slot[q]] += b->count[q];
+  return DSP_OK;
+}
+
+int64_t dsp_target_length(const dsp_target *t, int32_t slot) {
+  return t && slot >= 0 && slot < t->opt.max_seqs ? t->len[slot] : -1;
+}
+
+dsp_status dsp_target_truncate(dsp_target *t, int32_t slot, int64_t len) {
+  if (!t || slot < 0 || slot >= t->opt.max_seqs)
+    return dsp_fail(DSP_ERR_RANGE, "target truncate: slot %d outside [0, %d)", slot, t ? t->opt.max_seqs : 0);
+  if (len < 0 || len > t->len[slot])
+    return dsp_fail(DSP_ERR_RANGE, "target truncate: slot %d holds %lld positions, cannot keep %lld", slot,
+                    (long long)t->len[slot], (long long)len);
+  t->len[slot] = len; /* later writes overwrite the dropped rows; attention never reads past len */
+  return DSP_OK;
+}
+
+const dsp_target_info *dsp_target_info_of(const dsp_target *t) { return &t->info; }
+const char *dsp_target_report(const dsp_target *t) { return t->report; }

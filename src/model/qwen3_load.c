@@ -1,0 +1,381 @@
+/* Loading a Qwen3 target from a Hugging Face directory onto the backend: the
+ * config (refusing what dspark cannot run), every tensor checked by name,
+ * dtype and shape (a missing or unexpected tensor is an error), each TP rank's
+ * slices (its query and kv heads, its MLP columns, its vocabulary rows)
+ * fused where one product serves (q, k, v; gate, up), the KV cache, the RoPE
+ * tables and the activation buffers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "io/hf_dir.h"
+#include "model/markov_plan.h"
+#include "model/qwen3_impl.h"
+
+#define NAME_MAX_LEN 160
+
+/* A BF16 tensor of the checkpoint with the shape expected. */
+static dsp_status tensor(const dsp_hf_dir *dir, const char *name, int64_t rows, int64_t cols, dsp_tensor *t) {
+  dsp_st_file *f;
+  DSP_TRY(dsp_hf_dir_find(dir, name, &f));
+  dsp_dtype dt;
+  int32_t nd;
+  int64_t sh[DSP_MAX_DIMS];
+  DSP_TRY(dsp_st_info(f, name, &dt, &nd, sh));
+  if (dt != DSP_BF16)
+    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights", dsp_st_path(f), name,
+                    dsp_dtype_name(dt));
+  const int want_nd = cols ? 2 : 1;
+  if (nd != want_nd || sh[0] != rows || (cols && sh[1] != cols))
+    return dsp_fail(DSP_ERR_SHAPE, "%s: tensor '%s' has shape [%lld%s%lld], config.json says [%lld%s%lld]",
+                    dsp_st_path(f), name, (long long)sh[0], nd > 1 ? ", " : "", nd > 1 ? (long long)sh[1] : 0LL,
+                    (long long)rows, cols ? ", " : "", cols ? (long long)cols : 0LL);
+  return dsp_st_view(f, name, t);
+}
+
+/* The names a Qwen3 checkpoint holds; anything else is refused. */
+static int expected(const dsp_hf_config *c, const char *name) {
+  static const char *const per_layer[] = {"input_layernorm.weight", "post_attention_layernorm.weight",
+                                          "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                          "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                          "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+  if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "model.norm.weight")) return 1;
+  if (!strcmp(name, "lm_head.weight")) return !c->tied;
+  int layer, n = 0;
+  if (sscanf(name, "model.layers.%d.%n", &layer, &n) != 1 || n == 0 || layer < 0 || layer >= c->layers) return 0;
+  char back[NAME_MAX_LEN];
+  snprintf(back, sizeof back, "model.layers.%d.%s", layer, name + n);
+  if (strcmp(back, name)) return 0; /* "model.layers.01." and the like */
+  for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++)
+    if (!strcmp(name + n, per_layer[i])) return 1;
+  return 0;
+}
+
+static dsp_status check_names(const dsp_hf_dir *dir, const dsp_hf_config *c) {
+  for (int i = 0; i < dsp_hf_dir_count(dir); i++) {
+    const char *n = dsp_hf_dir_name(dir, i);
+    if (!expected(c, n))
+      return dsp_fail(DSP_ERR_FORMAT, "%s: unexpected tensor '%.200s' for a %lld-layer %s%s", dsp_hf_dir_path(dir), n,
+                      (long long)c->layers, c->arch, c->tied ? " with tied embeddings" : "");
+  }
+  return DSP_OK;
+}
+
+/* Rows [r0, r0 + n) of a [R, C] view into dst (contiguous). */
+static void copy_rows(dsp_bf16 *dst, const dsp_tensor *t, int64_t r0, int64_t n) {
+  for (int64_t r = 0; r < n; r++) memcpy(dst + r * t->shape[1], dsp_tensor_row(t, r0 + r), (size_t)t->shape[1] * 2);
+}
+
+static dsp_status dev_alloc(dsp_target *t, qw_dev *d, size_t bytes, void **p) {
+  DSP_TRY(dsp_op_alloc(t->be, d->dev, bytes, p));
+  DSP_ASSERT(d->nmem < (int)(sizeof d->mem / sizeof d->mem[0]));
+  d->mem[d->nmem++] = *p;
+  return DSP_OK;
+}
+
+/* A device vector from a host view (norm weights). */
+static dsp_status dev_vector(dsp_target *t, qw_dev *d, const dsp_tensor *h, dsp_tensor *out, void **mem) {
+  const size_t bytes = (size_t)h->shape[0] * 2;
+  DSP_TRY(dsp_op_alloc(t->be, d->dev, bytes, mem));
+  DSP_TRY(dsp_op_upload(t->be, d->dev, *mem, h->data, bytes));
+  *out = dsp_tensor_view(*mem, DSP_BF16, 1, h->shape);
+  return DSP_OK;
+}
+
+typedef struct {
+  dsp_target *t;
+  const dsp_hf_dir *dir;
+} load_ctx;
+
+static dsp_status weight_rows(dsp_target *t, qw_dev *d, dsp_bf16 *host, int64_t n, int64_t k, dsp_weight **w) {
+  dsp_tensor v = dsp_tensor_2d(host, DSP_BF16, n, k);
+  return dsp_op_weight_create(t->be, d->dev, &v, -1, w);
+}
+
+/* host: scratch for the fused weights (the larger of qkv and gate_up rows x H). */
+static dsp_status load_layer(load_ctx *c, qw_dev *d, int64_t l, dsp_bf16 *host) {
+  dsp_target *t = c->t;
+  const dsp_hf_config *cf = &t->cfg;
+  const int64_t H = cf->hidden, D = cf->head_dim, I = cf->intermediate;
+  qw_layer *L = &d->layer[l];
+  char n[NAME_MAX_LEN];
+  dsp_tensor q, k, v, o, g, u, dn, nm;
+#define TENSOR(suffix, rows, cols, out)                                  \
+  snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix); \
+  DSP_TRY(tensor(c->dir, n, rows, cols, out))
+  TENSOR("self_attn.q_proj.weight", cf->heads * D, H, &q);
+  TENSOR("self_attn.k_proj.weight", cf->kv_heads * D, H, &k);
+  TENSOR("self_attn.v_proj.weight", cf->kv_heads * D, H, &v);
+  TENSOR("self_attn.o_proj.weight", H, cf->heads * D, &o);
+  TENSOR("mlp.gate_proj.weight", I, H, &g);
+  TENSOR("mlp.up_proj.weight", I, H, &u);
+  TENSOR("mlp.down_proj.weight", H, I, &dn);
+  /* q, k, v rows of this rank's heads, one product */
+  copy_rows(host, &q, d->tp_rank * d->hq * D, d->hq * D);
+  copy_rows(host + d->hq * D * H, &k, d->tp_rank * d->hkv * D, d->hkv * D);
+  copy_rows(host + (d->hq + d->hkv) * D * H, &v, d->tp_rank * d->hkv * D, d->hkv * D);
+  DSP_TRY(weight_rows(t, d, host, (d->hq + 2 * d->hkv) * D, H, &L->qkv));
+  copy_rows(host, &g, d->tp_rank * d->inter, d->inter);
+  copy_rows(host + d->inter * H, &u, d->tp_rank * d->inter, d->inter);
+  DSP_TRY(weight_rows(t, d, host, 2 * d->inter, H, &L->gate_up));
+  /* o and down: this rank's input columns (row-parallel) */
+  dsp_tensor oc = dsp_tensor_cols(&o, d->tp_rank * d->hq * D, (d->tp_rank + 1) * d->hq * D);
+  DSP_TRY(dsp_op_weight_create(t->be, d->dev, &oc, -1, &L->o));
+  dsp_tensor dc = dsp_tensor_cols(&dn, d->tp_rank * d->inter, (d->tp_rank + 1) * d->inter);
+  DSP_TRY(dsp_op_weight_create(t->be, d->dev, &dc, -1, &L->down));
+  void *m; /* the layer's vectors are freed through their views' data */
+  TENSOR("input_layernorm.weight", H, 0, &nm);
+  DSP_TRY(dev_vector(t, d, &nm, &L->in_norm, &m));
+  TENSOR("post_attention_layernorm.weight", H, 0, &nm);
+  DSP_TRY(dev_vector(t, d, &nm, &L->post_norm, &m));
+  TENSOR("self_attn.q_norm.weight", D, 0, &nm);
+  DSP_TRY(dev_vector(t, d, &nm, &L->q_norm, &m));
+  TENSOR("self_attn.k_norm.weight", D, 0, &nm);
+  DSP_TRY(dev_vector(t, d, &nm, &L->k_norm, &m));
+#undef TENSOR
+  const size_t cache = (size_t)t->opt.max_seqs * (size_t)t->opt.max_len * (size_t)(d->hkv * D) * 2;
+  DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->k_cache));
+  DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->v_cache));
+  return DSP_OK;
+}
+
+/* cos / sin [max_len][D/2] as transformers builds them: inv_freq = 1 / theta^(2i/D)
+ * in fp32, the angle position * inv_freq in fp32, its cosine rounded to fp32 then bf16. */
+static void rope_tables(int64_t n, int64_t D, double theta, dsp_bf16 *cs, dsp_bf16 *sn) {
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)D);
+    for (int64_t p = 0; p < n; p++) {
+      const float ang = (float)p * inv;
+      cs[p * half + i] = dsp_f32_to_bf16((float)cos((double)ang));
+      sn[p * half + i] = dsp_f32_to_bf16((float)sin((double)ang));
+    }
+  }
+}
+
+static dsp_status load_dev(void *ctx, int di) {
+  load_ctx *c = ctx;
+  dsp_target *t = c->t;
+  qw_dev *d = &t->d[di];
+  const dsp_hf_config *cf = &t->cfg;
+  const int64_t H = cf->hidden, D = cf->head_dim, V = cf->vocab, T = t->opt.max_tokens;
+  d->layer = calloc((size_t)cf->layers, sizeof *d->layer);
+  const int64_t fused = (d->hq + 2 * d->hkv) * D > 2 * d->inter ? (d->hq + 2 * d->hkv) * D : 2 * d->inter;
+  dsp_bf16 *host = malloc((size_t)(fused * H) * 2);
+  if (!d->layer || !host) {
+    free(host);
+    return dsp_fail(DSP_ERR_NOMEM, "target: out of memory");
+  }
+  dsp_status ls = DSP_OK;
+  for (int64_t l = 0; l < cf->layers && ls == DSP_OK; l++) ls = load_layer(c, d, l, host);
+  free(host);
+  DSP_TRY(ls);
+  dsp_tensor e, nm, lm;
+  DSP_TRY(tensor(c->dir, "model.embed_tokens.weight", V, H, &e));
+  void *m;
+  DSP_TRY(dev_alloc(t, d, (size_t)(V * H) * 2, &m));
+  DSP_TRY(dsp_op_upload(t->be, d->dev, m, e.data, (size_t)(V * H) * 2));
+  d->embed = dsp_tensor_2d(m, DSP_BF16, V, H);
+  DSP_TRY(tensor(c->dir, "model.norm.weight", H, 0, &nm));
+  DSP_TRY(dev_vector(t, d, &nm, &d->final_norm, &m));
+  d->mem[d->nmem++] = m;
+  if (cf->tied) lm = e;
+  else DSP_TRY(tensor(c->dir, "lm_head.weight", V, H, &lm));
+  dsp_tensor mine = dsp_tensor_rows(&lm, d->v0, d->v0 + d->vreal);
+  DSP_TRY(dsp_op_weight_create(t->be, d->dev, &mine, -1, &d->lm));
+  /* RoPE tables for every position of the cache */
+  const int64_t half = D / 2, P = t->opt.max_len;
+  dsp_bf16 *tab = malloc((size_t)(2 * P * half) * 2);
+  if (!tab) return dsp_fail(DSP_ERR_NOMEM, "target: out of memory for the RoPE tables");
+  rope_tables(P, D, cf->rope_theta, tab, tab + P * half);
+  dsp_status s = dev_alloc(t, d, (size_t)(2 * P * half) * 2, &m);
+  if (s == DSP_OK) s = dsp_op_upload(t->be, d->dev, m, tab, (size_t)(2 * P * half) * 2);
+  free(tab);
+  DSP_TRY(s);
+  d->rope_cos = dsp_tensor_2d(m, DSP_BF16, P, half);
+  d->rope_sin = dsp_tensor_2d((dsp_bf16 *)m + P * half, DSP_BF16, P, half);
+  /* activations and metadata for max_tokens rows */
+  const int64_t Wqkv = (d->hq + 2 * d->hkv) * D;
+  const struct { dsp_tensor *t; int64_t cols; dsp_dtype dt; } act[] = {
+      {&d->x, H, DSP_BF16},    {&d->h, H, DSP_BF16},    {&d->qkv, Wqkv, DSP_BF16}, {&d->attn, d->hq * D, DSP_BF16},
+      {&d->o, H, DSP_BF16},    {&d->gu, 2 * d->inter, DSP_BF16}, {&d->act, d->inter, DSP_BF16},
+      {&d->part, H, DSP_F32},  {&d->logits, d->vr, DSP_BF16}};
+  for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) {
+    DSP_TRY(dev_alloc(t, d, (size_t)(T * act[i].cols) * dsp_dtype_size(act[i].dt), &m));
+    *act[i].t = dsp_tensor_2d(m, act[i].dt, T, act[i].cols);
+  }
+  d->logits.shape[1] = d->vreal; /* the padding columns past this rank's real rows are never written */
+  if (t->opt.ntaps && di == 0) {
+    DSP_TRY(dev_alloc(t, d, (size_t)(t->opt.ntaps * T * H) * 2, &m));
+    d->taps = dsp_tensor_2d(m, DSP_BF16, t->opt.ntaps * T, H);
+  }
+  const int32_t S = t->opt.max_seqs;
+  DSP_TRY(dev_alloc(t, d, (size_t)T * 4, (void **)&d->d_ids));
+  DSP_TRY(dev_alloc(t, d, (size_t)T * 4, (void **)&d->d_pos));
+  DSP_TRY(dev_alloc(t, d, (size_t)T * 8, (void **)&d->d_rows));
+  DSP_TRY(dev_alloc(t, d, (size_t)S * 16, (void **)&d->d_slot));
+  d->d_qstart = d->d_slot + S;
+  d->d_qcount = d->d_slot + 2 * S;
+  d->d_klen = d->d_slot + 3 * S;
+  return DSP_OK;
+}
+
+void dsp_target_free(dsp_target *t) {
+  if (!t) return;
+  for (int di = 0; di < t->nd; di++) {
+    qw_dev *d = &t->d[di];
+    for (int64_t l = 0; d->layer && l < t->cfg.layers; l++) {
+      qw_layer *L = &d->layer[l];
+      dsp_op_weight_free(t->be, L->qkv);
+      dsp_op_weight_free(t->be, L->o);
+      dsp_op_weight_free(t->be, L->gate_up);
+      dsp_op_weight_free(t->be, L->down);
+      dsp_op_release(t->be, d->dev, L->k_cache);
+      dsp_op_release(t->be, d->dev, L->v_cache);
+      dsp_op_release(t->be, d->dev, L->in_norm.data);
+      dsp_op_release(t->be, d->dev, L->post_norm.data);
+      dsp_op_release(t->be, d->dev, L->q_norm.data);
+      dsp_op_release(t->be, d->dev, L->k_norm.data);
+    }
+    free(d->layer);
+    dsp_op_weight_free(t->be, d->lm);
+    for (int i = 0; i < d->nmem; i++) dsp_op_release(t->be, d->dev, d->mem[i]);
+  }
+  free(t->len);
+  free(t->h_pos);
+  free(t->h_rows);
+  free(t->h_bv);
+  free(t->h_bi);
+  free(t->pairs);
+  free(t->pairs_all);
+  free(t->h_logits);
+  free(t);
+}
+
+static dsp_status check_options(const dsp_hf_config *c, const dsp_target_options *o) {
+  if (o->max_seqs < 1 || o->max_len < 1 || o->max_tokens < 1 || o->ntaps < 0 || o->ntaps > 64 ||
+      (o->ntaps && !o->taps))
+    return dsp_fail(DSP_ERR_ARG, "target: options need max_seqs, max_len, max_tokens >= 1 and at most 64 taps");
+  if (o->max_len > c->max_positions)
+    return dsp_fail(DSP_ERR_RANGE, "target: a cache of %d positions exceeds max_position_embeddings %lld",
+                    o->max_len, (long long)c->max_positions);
+  for (int32_t i = 0; i < o->ntaps; i++)
+    if (o->taps[i] < 0 || o->taps[i] >= c->layers)
+      return dsp_fail(DSP_ERR_RANGE, "target: tap layer %d outside the model's layers [0, %lld)", o->taps[i],
+                      (long long)c->layers);
+  return DSP_OK;
+}
+
+static dsp_status tp_layout(dsp_target *t) {
+  const dsp_hf_config *c = &t->cfg;
+  const int32_t P = t->tp;
+  if (c->kv_heads % P || c->heads % P)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d does not divide the %lld kv heads (and %lld query heads)",
+                    P, (long long)c->kv_heads, (long long)c->heads);
+  if (c->intermediate % P)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d does not divide intermediate_size %lld", P,
+                    (long long)c->intermediate);
+  if (P > c->vocab) return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d exceeds the vocabulary", P);
+  for (int di = 0; di < t->nd; di++) {
+    qw_dev *d = &t->d[di];
+    d->dev = di;
+    d->tp_rank = t->be->tp_rank0 + di;
+    d->comm = t->be->tp[di];
+    d->hq = c->heads / P;
+    d->hkv = c->kv_heads / P;
+    d->inter = c->intermediate / P;
+    dsp_markov_rows(c->vocab, P, d->tp_rank, &d->v0, &d->vr, &d->vreal);
+  }
+  return DSP_OK;
+}
+
+static dsp_status host_staging(dsp_target *t) {
+  const size_t T = (size_t)t->opt.max_tokens, S = (size_t)t->opt.max_seqs, procs = (size_t)dsp_comm_size(t->be->comm);
+  t->len = calloc(S, sizeof *t->len);
+  t->h_pos = calloc(T * 3 + S * 2, 4); /* pos, rowseq, selrow (T each), qstart, klen (S each) */
+  t->h_rows = calloc(T * 2, 8);        /* rows, selpos */
+  t->h_bv = calloc(T * (size_t)t->nd, 4);
+  t->h_bi = calloc(T * (size_t)t->nd, 8);
+  t->pairs = calloc(T, sizeof *t->pairs);
+  t->pairs_all = calloc(T * procs, sizeof *t->pairs_all);
+  t->h_logits = calloc(T * (size_t)t->tp * (size_t)t->d[0].vr, 2);
+  if (!t->len || !t->h_pos || !t->h_rows || !t->h_bv || !t->h_bi || !t->pairs || !t->pairs_all || !t->h_logits)
+    return dsp_fail(DSP_ERR_NOMEM, "target: out of memory for host staging");
+  t->h_rowseq = t->h_pos + T;
+  t->h_selrow = t->h_pos + 2 * T;
+  t->h_qstart = t->h_pos + 3 * T;
+  t->h_klen = t->h_pos + 3 * T + S;
+  t->h_selpos = t->h_rows + T;
+  return DSP_OK;
+}
+
+static void make_report(dsp_target *t) {
+  const dsp_hf_config *c = &t->cfg;
+  snprintf(t->report, sizeof t->report,
+           "dspark: target %s (%s): %lld layers, hidden %lld, %lld/%lld heads of %lld, vocabulary %lld%s; TP%d "
+           "(heads and MLP columns split, LM head by vocabulary rows); cache %d slots x %d positions",
+           c->arch, dsp_backend_kind_name(t->be->kind), (long long)c->layers, (long long)c->hidden, (long long)c->heads,
+           (long long)c->kv_heads, (long long)c->head_dim, (long long)c->vocab, c->tied ? ", tied embeddings" : "", t->tp,
+           t->opt.max_seqs, t->opt.max_len);
+}
+
+dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_options *opt, dsp_target **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "target: NULL output handle");
+  *out = NULL;
+  if (!be || !dir || !opt) return dsp_fail(DSP_ERR_ARG, "target: NULL backend, directory or options");
+  DSP_TRY(dsp_settings_check());
+  dsp_target *t = calloc(1, sizeof *t);
+  if (!t) return dsp_fail(DSP_ERR_NOMEM, "target: out of memory");
+  t->be = be;
+  t->nd = be->ndev;
+  t->tp = be->tp_size;
+  t->opt = *opt;
+  dsp_hf_dir *hd = NULL;
+  load_ctx c = {.t = t};
+  dsp_status s = dsp_hf_config_load(dir, &t->cfg);
+  if (s == DSP_OK) s = check_options(&t->cfg, opt);
+  if (s == DSP_OK) {
+    memcpy(t->taps, opt->taps, (size_t)opt->ntaps * sizeof *opt->taps);
+    t->opt.taps = t->taps;
+    s = tp_layout(t);
+  }
+  if (s == DSP_OK) s = dsp_hf_dir_open(dir, &hd);
+  if (s == DSP_OK) s = check_names(hd, &t->cfg);
+  if (s == DSP_OK) s = host_staging(t);
+  c.dir = hd;
+  s = dsp_comm_agree(be->comm, s);
+  if (s == DSP_OK) s = dsp_comm_agree(be->comm, dsp_backend_each(be, load_dev, &c));
+  dsp_hf_dir_close(hd);
+  if (s != DSP_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dsp_error_message());
+    dsp_target_free(t);
+    return dsp_fail(s, "%s", msg);
+  }
+  dsp_target_info *in = &t->info;
+  const dsp_hf_config *cf = &t->cfg;
+  snprintf(in->arch, sizeof in->arch, "%s", cf->arch);
+  in->vocab = cf->vocab;
+  in->hidden = cf->hidden;
+  in->layers = cf->layers;
+  in->heads = cf->heads;
+  in->kv_heads = cf->kv_heads;
+  in->head_dim = cf->head_dim;
+  in->intermediate = cf->intermediate;
+  in->max_positions = cf->max_positions;
+  in->rope_theta = cf->rope_theta;
+  in->eps = cf->eps;
+  in->tied = cf->tied;
+  in->n_eos = cf->n_eos;
+  memcpy(in->eos, cf->eos, sizeof in->eos);
+  in->bos = cf->bos;
+  make_report(t);
+  *out = t;
+  return DSP_OK;
+}

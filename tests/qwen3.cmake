@@ -1,0 +1,7 @@
+# The Qwen3 target against the numpy reference written from the architecture
+# (tests/oracle/qwen3_ref.py), through a driver of the public API.
+add_executable(target_driver ${CMAKE_CURRENT_LIST_DIR}/target_driver.c)
+target_link_libraries(target_driver PRIVATE dspark)
+if(DSPARK_HAVE_CUDA)
+  set_target_properties(target_driver PROPERTIES LINKER_LANGUAGE CUDA)
+endif()
