@@ -5,3 +5,6 @@ target_link_libraries(target_driver PRIVATE dspark)
 if(DSPARK_HAVE_CUDA)
   set_target_properties(target_driver PROPERTIES LINKER_LANGUAGE CUDA)
 endif()
+dsp_cmd_test(oracle_qwen3
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_qwen3.py --driver $<TARGET_FILE:target_driver>
+  LABELS oracle TIMEOUT 600)

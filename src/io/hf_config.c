@@ -134,7 +134,10 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
   if (out->head_dim % 2)
     return dsp_fail(DSP_ERR_FORMAT, "%s: head_dim %lld must be even (rotate-half RoPE)", label, (long long)out->head_dim);
   /* rope_theta: top level (4.x) or rope_parameters (5.x); only the default rope type */
-  const json_t *rp = json_object_get(c, "rope_parameters");
+  const json_t *rs = json_object_get(c, "rope_scaling"), *rp = json_object_get(c, "rope_parameters");
+  if (rs && !json_is_null(rs) && !(json_is_object(rs) && json_object_size(rs) == 0))
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'rope_scaling' is set (rope scaling is not supported)",
+                    label);
   if (rp && !json_is_null(rp)) {
     if (!json_is_object(rp)) return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'rope_parameters' is not an object", label);
     const json_t *rt = json_object_get(rp, "rope_type");
@@ -142,10 +145,6 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
       return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'rope_parameters.rope_type' is not \"default\"", label);
     DSP_TRY(get_real(rp, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
   } else {
-    const json_t *rs = json_object_get(c, "rope_scaling");
-    if (rs && !json_is_null(rs) && !(json_is_object(rs) && json_object_size(rs) == 0))
-      return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'rope_scaling' is set (rope scaling is not supported)",
-                      label);
     DSP_TRY(get_real(c, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
   }
   const json_t *eps = json_object_get(c, "rms_norm_eps");

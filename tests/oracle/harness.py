@@ -51,7 +51,7 @@ def run_head(weights, inputs, out, np_=1, path=None, contract=None, broadcast=No
              dump=False, extra=(), timeout=120, mpi=None, env=None):
     """Runs `dspark head`; under mpirun when np_ > 1 (or mpi=True).
     Returns (returncode, stdout, stderr, seconds); returncode None on timeout."""
-    dspark, mpirun = program()
+    dspark, _ = program()
     args = [dspark, "head", "--weights", weights, "--inputs", inputs, "--out", out]
     if path:
         args += ["--path", path]
@@ -62,8 +62,15 @@ def run_head(weights, inputs, out, np_=1, path=None, contract=None, broadcast=No
     if dump:
         args += ["--dump-logits"]
     args += list(extra)
+    return run(args, np_=np_, timeout=timeout, mpi=mpi, env=env)
+
+
+def run(args, np_=1, timeout=120, mpi=None, env=None):
+    """Runs a command line; under mpirun when np_ > 1 (or mpi=True).
+    Returns (returncode, stdout, stderr, seconds); returncode None on timeout."""
     if mpi or (mpi is None and np_ > 1):
-        args = [mpirun, "--oversubscribe", "-np", str(np_)] + args
+        mpirun = os.environ.get("MPIRUN") or shutil.which("mpirun")
+        args = [mpirun, "--oversubscribe", "-np", str(np_)] + list(args)
     extra_env = env or {}
     env = dict(MPI_ENV)
     env.update(os.environ)

@@ -346,22 +346,35 @@ class Qwen3:
         x = self.embed[tokens]
         if -1 in taps:
             out[-1] = x
-        for i, ly in enumerate(self.layers):
-            h = rms_norm(x, ly["ln1"], self.eps)
-            q = rms_norm(linear(h, ly["q"]).reshape(n, self.hq, self.d), ly["qn"], self.eps)
-            k = rms_norm(linear(h, ly["k"]).reshape(n, self.hkv, self.d), ly["kn"], self.eps)
-            v = linear(h, ly["v"]).reshape(n, self.hkv, self.d)
-            q = apply_rope(q.transpose(1, 0, 2), cos, sin)
-            k = apply_rope(k.transpose(1, 0, 2), cos, sin)
-            cache.append(i, k, v.transpose(1, 0, 2))
-            a = attention(q, cache.k[i], cache.v[i], pos, np.arange(p0 + n), self.scale,
-                          fused=self.fused)
-            x = add(x, linear(a, ly["o"]))
-            x = add(x, swiglu(rms_norm(x, ly["ln2"], self.eps), ly["gate"], ly["up"], ly["down"]))
+        for i in range(self.L):
+            x = self.layer(i, x, cache, p0, cos, sin)
             if i in taps:
                 out[i] = x
-        logits = f32(linear(rms_norm(x, self.norm, self.eps), self.lm_head))
-        return logits, out
+        return self.head(x), out
+
+    def layer(self, i, x, cache, p0, cos=None, sin=None):
+        """Decoder layer i on x [n, H] bf16 at positions p0.. (its K/V appended
+        to cache layer i, which holds p0 positions). Returns its output."""
+        n = x.shape[0]
+        pos = np.arange(p0, p0 + n)
+        if cos is None:
+            cos, sin = rope_tables(pos, self.d, self.theta)
+        ly = self.layers[i]
+        h = rms_norm(x, ly["ln1"], self.eps)
+        q = rms_norm(linear(h, ly["q"]).reshape(n, self.hq, self.d), ly["qn"], self.eps)
+        k = rms_norm(linear(h, ly["k"]).reshape(n, self.hkv, self.d), ly["kn"], self.eps)
+        v = linear(h, ly["v"]).reshape(n, self.hkv, self.d)
+        q = apply_rope(q.transpose(1, 0, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 0, 2), cos, sin)
+        cache.append(i, k, v.transpose(1, 0, 2))
+        a = attention(q, cache.k[i], cache.v[i], pos, np.arange(p0 + n), self.scale,
+                      fused=self.fused)
+        x = add(x, linear(a, ly["o"]))
+        return add(x, swiglu(rms_norm(x, ly["ln2"], self.eps), ly["gate"], ly["up"], ly["down"]))
+
+    def head(self, x):
+        """Final norm and LM head: logits [n, V] float32 of the last layer's x."""
+        return f32(linear(rms_norm(x, self.norm, self.eps), self.lm_head))
 
     # The three calls an engine makes; each sequence has its own cache.
     def prefill(self, seqs, taps=()):
