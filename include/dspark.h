@@ -386,6 +386,7 @@ typedef struct {
   int64_t eos[8];
   int32_t n_eos;
   int64_t bos; /* -1: none */
+  int32_t max_seqs, max_len, max_tokens; /* the cache and call sizes it was loaded with */
 } dsp_target_info;
 
 typedef struct {
@@ -421,6 +422,38 @@ int64_t dsp_target_length(const dsp_target *t, int32_t slot);
 dsp_status dsp_target_truncate(dsp_target *t, int32_t slot, int64_t len);
 void dsp_target_free(dsp_target *t);
 
+/* ---- generation: plain decoding with the target ----------------------------
+ * Prompts in slots 0 .. nseq-1 (chunked prefill of at most max_tokens tokens
+ * a call), then one token per unfinished sequence per call. Greedy at T == 0,
+ * else Gumbel-max keyed by (seed, position, id): a sequence's output does not
+ * depend on the others of its batch. Collective: every process runs the same
+ * loop and sees the same tokens. */
+typedef struct {
+  int32_t max_new;       /* new tokens per sequence, >= 1 (the end-of-sequence id counts) */
+  float temperature;     /* 0: greedy */
+  uint64_t seed;         /* every sequence's noise key unless seeds is set */
+  const uint64_t *seeds; /* [nseq] or NULL */
+  int32_t ignore_eos;    /* 1: never stop at the config's end-of-sequence ids */
+} dsp_generate_options;
+
+typedef struct {
+  int64_t prompt_tokens, new_tokens;
+  int64_t prefill_calls, decode_calls; /* target forwards */
+  double prefill_ms;                   /* prompts through the first new token of each sequence */
+  double decode_ms;                    /* the rest */
+  int64_t drafted, accepted;           /* speculative decoding: draft tokens proposed and kept */
+} dsp_generate_stats;
+
+/* Called with each sequence's newly fixed tokens, in order; the last of a
+ * sequence that stopped at an end-of-sequence id is that id. */
+typedef void (*dsp_token_fn)(void *ctx, int32_t seq, const int32_t *ids, int32_t n);
+
+/* finished: [nseq] or NULL, set to 1 where a sequence stopped at an
+ * end-of-sequence id, 0 where it reached max_new. */
+dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
+                        const dsp_generate_options *o, dsp_token_fn fn, void *ctx, int32_t *finished,
+                        dsp_generate_stats *st);
+
 /* ---- the tokenizer (tokenizer.json: byte-level BPE as Qwen ships it) ------- */
 typedef struct dsp_tokenizer dsp_tokenizer;
 dsp_status dsp_tokenizer_load(const char *path, dsp_tokenizer **out);
@@ -432,6 +465,13 @@ dsp_status dsp_tokenizer_encode(const dsp_tokenizer *t, const char *text, size_t
 /* The bytes of one token (a streamer prints them as they come; a UTF-8
  * character may span tokens). */
 dsp_status dsp_tokenizer_token_bytes(const dsp_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+/* The text tokenizers' decode gives: the bytes of the tokens (special added
+ * tokens left out with skip_special) as UTF-8, each maximal ill-formed
+ * subpart replaced by U+FFFD; NUL-terminated, malloc'd (free *text). */
+dsp_status dsp_tokenizer_text(const dsp_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
+                              size_t *len);
+/* 1 when id is an added token marked special (<|im_end|>, <|endoftext|>...). */
+int dsp_tokenizer_is_special(const dsp_tokenizer *t, int32_t id);
 
 #ifdef __cplusplus
 }

@@ -8,3 +8,5 @@ endif()
 dsp_cmd_test(oracle_qwen3
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_qwen3.py --driver $<TARGET_FILE:target_driver>
   LABELS oracle TIMEOUT 600)
+dsp_cmd_test(oracle_generate COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_generate.py
+  LABELS oracle TIMEOUT 600)

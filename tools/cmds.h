@@ -4,6 +4,7 @@
 
 int dsp_cmd_info(int argc, char **argv);
 int dsp_cmd_head(int argc, char **argv);
+int dsp_cmd_generate(int argc, char **argv);
 int dsp_cmd_show(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: dspark <command> [options]\n"
           "  info          build, backends, MPI size, the CPU kernel and threads, the GPUs\n"
+          "  generate      text from a Qwen3 checkpoint directory (plain decoding)\n"
           "  head          run the Markov head on safetensors inputs (see README)\n"
           "  show          list a safetensors file's tensors (small integer tensors in full)\n");
 }
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "info")) return dsp_cmd_info(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "generate")) return dsp_cmd_generate(argc - 1, argv + 1);
   if (!strcmp(argv[1], "head")) return dsp_cmd_head(argc - 1, argv + 1);
   if (!strcmp(argv[1], "show")) return dsp_cmd_show(argc - 1, argv + 1);
   fprintf(stderr, "dspark: unknown command '%s'\n", argv[1]);

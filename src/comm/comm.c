@@ -109,5 +109,9 @@ dsp_status dsp_comm_agree(dsp_comm *c, dsp_status local) {
   if (s != DSP_OK) return s;
   note.msg[sizeof note.msg - 1] = 0; /* never trust a peer's terminator */
   DSP_ASSERT(note.status != DSP_OK);
+  /* named once: alone there is no rank to name, and an agreed message already names it */
+  int r, used = 0;
+  if (h->size == 1 || (sscanf(note.msg, "rank %d:%n", &r, &used) == 1 && used > 0))
+    return dsp_fail((dsp_status)note.status, "%s", note.msg);
   return dsp_fail((dsp_status)note.status, "rank %d: %s", first, note.msg);
 }

@@ -124,6 +124,32 @@ dsp_status dsp_tokenizer_decode(const dsp_tokenizer *t, const int32_t *ids, size
   return DSP_OK;
 }
 
+dsp_status dsp_tokenizer_text(const dsp_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
+                              size_t *len) {
+  if (!t || !text || !len || (n && !ids)) return dsp_fail(DSP_ERR_ARG, "dsp_tokenizer_text: NULL argument");
+  *text = NULL;
+  *len = 0;
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= t->n_ids)
+      return dsp_fail(DSP_ERR_RANGE, "tokenizer: text: ids[%zu] = %d is outside 0..%d", i, (int)ids[i],
+                      (int)t->n_ids - 1);
+    if (!(skip_special && dsp_tokenizer_is_special(t, ids[i]))) total += t->doff[ids[i] + 1] - t->doff[ids[i]];
+  }
+  char *raw = malloc(total + 1);
+  if (!raw) return dsp_fail(DSP_ERR_NOMEM, "tokenizer: text of %zu bytes", total);
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (skip_special && dsp_tokenizer_is_special(t, ids[i])) continue;
+    const size_t l = t->doff[ids[i] + 1] - t->doff[ids[i]];
+    memcpy(raw + o, t->dstr + t->doff[ids[i]], l);
+    o += l;
+  }
+  dsp_status s = dsp_tok_utf8_replace(raw, o, text, len);
+  free(raw);
+  return s;
+}
+
 int32_t dsp_tokenizer_find(const dsp_tokenizer *t, const char *token) {
   if (!t || !token) return -1;
   size_t len = strlen(token);

@@ -44,6 +44,11 @@ dsp_status dsp_tokenizer_encode(const dsp_tokenizer *t, const char *text, size_t
  * cap is too small or an id is outside [0, vocab_size). */
 dsp_status dsp_tokenizer_decode(const dsp_tokenizer *t, const int32_t *ids, size_t n, char *buf, size_t cap,
                                 size_t *len);
+/* What tokenizers' decode gives: the tokens' bytes (special added tokens
+ * left out with skip_special) as UTF-8, each maximal ill-formed subpart
+ * replaced by U+FFFD; NUL-terminated, malloc'd (the caller frees *text). */
+dsp_status dsp_tokenizer_text(const dsp_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
+                              size_t *len);
 /* One token's bytes, for streaming; the pointer lives as long as the handle. */
 dsp_status dsp_tokenizer_token_bytes(const dsp_tokenizer *t, int32_t id, const char **bytes, size_t *len);
 /* Id of an exact token string (an added token's content, else a vocab entry in

@@ -375,6 +375,9 @@ dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_op
   in->n_eos = cf->n_eos;
   memcpy(in->eos, cf->eos, sizeof in->eos);
   in->bos = cf->bos;
+  in->max_seqs = opt->max_seqs;
+  in->max_len = opt->max_len;
+  in->max_tokens = opt->max_tokens;
   make_report(t);
   *out = t;
   return DSP_OK;

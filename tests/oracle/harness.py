@@ -65,9 +65,10 @@ def run_head(weights, inputs, out, np_=1, path=None, contract=None, broadcast=No
     return run(args, np_=np_, timeout=timeout, mpi=mpi, env=env)
 
 
-def run(args, np_=1, timeout=120, mpi=None, env=None):
+def run(args, np_=1, timeout=120, mpi=None, env=None, text=True):
     """Runs a command line; under mpirun when np_ > 1 (or mpi=True).
-    Returns (returncode, stdout, stderr, seconds); returncode None on timeout."""
+    Returns (returncode, stdout, stderr, seconds); returncode None on timeout;
+    with text=False stdout and stderr are bytes."""
     if mpi or (mpi is None and np_ > 1):
         mpirun = os.environ.get("MPIRUN") or shutil.which("mpirun")
         args = [mpirun, "--oversubscribe", "-np", str(np_)] + list(args)
@@ -78,7 +79,7 @@ def run(args, np_=1, timeout=120, mpi=None, env=None):
     t0 = time.time()
     # Its own process group, so a hang can be ended for mpirun and every rank.
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+                         text=text, start_new_session=True)
     try:
         so, se = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

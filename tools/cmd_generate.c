@@ -1,0 +1,359 @@
+/* dspark generate: text from a Qwen3 checkpoint directory, alone or under
+ * mpirun (TP size = ranks) or over several GPUs of one process (--tp). Every
+ * process tokenizes and runs the same loop; rank 0 prints. One prompt streams
+ * its text as the tokens come; several prompts (--prompts) and --json print
+ * when done. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmds.h"
+#include "dspark.h"
+#include "tool_common.h"
+
+typedef struct {
+  const char *model, *prompt, *prompt_ids, *prompts;
+  int64_t max_new, max_tokens, seed;
+  float temperature;
+  int ignore_eos, ids, json, chat, no_think;
+  dsp_tool_backend backend;
+} gen_args;
+
+static void gen_usage(FILE *f) {
+  fprintf(f,
+          "usage: dspark generate --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompts FILE)\n"
+          "                       [--max-new N] [--temperature T] [--seed S] [--ignore-eos]\n"
+          "                       [--chat [--no-think]] [--max-tokens N] [--ids] [--json]\n"
+          "                       [--backend cpu|cuda [--tp N]]\n"
+          "  DIR: a Hugging Face Qwen3 directory (config.json, safetensors, tokenizer.json)\n"
+          "  --prompts FILE: a JSON array of prompts, each a string or an array of token ids\n"
+          "  --chat: wrap each prompt in Qwen3's chat turn (<|im_start|>user ... assistant);\n"
+          "          --no-think adds the empty thinking block Qwen3 uses when thinking is off\n"
+          "  --max-new N: new tokens per prompt (default 128); stops early at an end-of-sequence id\n"
+          "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id)\n"
+          "  --max-tokens N: most prompt tokens in one prefill call (default 2048)\n"
+          "  --ids: print token ids instead of text; --json: one JSON object with ids, text and timings\n"
+          "  Run under `mpirun -np N` for tensor parallelism over N ranks.\n");
+}
+
+static int parse_gen_args(int argc, char **argv, gen_args *a) {
+  *a = (gen_args){.max_new = 128, .max_tokens = 2048};
+  dsp_tool_backend_init(&a->backend);
+  int br;
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int used = 1;
+    if (!strcmp(o, "--model") && v) a->model = v;
+    else if (!strcmp(o, "--prompt") && v) a->prompt = v;
+    else if (!strcmp(o, "--prompt-ids") && v) a->prompt_ids = v;
+    else if (!strcmp(o, "--prompts") && v) a->prompts = v;
+    else if (!strcmp(o, "--max-new") && v) { if (dsp_tool_parse_i64(o, v, 1, 1 << 24, &a->max_new)) return -1; }
+    else if (!strcmp(o, "--max-tokens") && v) { if (dsp_tool_parse_i64(o, v, 1, 1 << 24, &a->max_tokens)) return -1; }
+    else if (!strcmp(o, "--seed") && v) { if (dsp_tool_parse_i64(o, v, INT64_MIN, INT64_MAX, &a->seed)) return -1; }
+    else if (!strcmp(o, "--temperature") && v) {
+      char *end;
+      a->temperature = strtof(v, &end);
+      if (end == v || *end || !(a->temperature >= 0.0f) || a->temperature > 1e30f) {
+        fprintf(stderr, "dspark generate: --temperature wants a finite number >= 0, got '%s'\n", v);
+        return -1;
+      }
+    }
+    else if (!strcmp(o, "--ignore-eos")) { a->ignore_eos = 1; used = 0; }
+    else if (!strcmp(o, "--ids")) { a->ids = 1; used = 0; }
+    else if (!strcmp(o, "--json")) { a->json = 1; used = 0; }
+    else if (!strcmp(o, "--chat")) { a->chat = 1; used = 0; }
+    else if (!strcmp(o, "--no-think")) { a->no_think = 1; used = 0; }
+    else if ((used = 0, br = dsp_tool_backend_option(&a->backend, o, v, &used)) != 1) { if (br < 0) return -1; }
+    else if (!strcmp(o, "-h") || !strcmp(o, "--help")) { gen_usage(stdout); exit(0); }
+    else {
+      fprintf(stderr, "dspark generate: unknown or incomplete option '%s'\n", o);
+      return -1;
+    }
+    i += used;
+  }
+  if (!a->model) {
+    fprintf(stderr, "dspark generate: --model is required\n");
+    return -1;
+  }
+  if (!!a->prompt + !!a->prompt_ids + !!a->prompts != 1) {
+    fprintf(stderr, "dspark generate: give exactly one of --prompt, --prompt-ids and --prompts\n");
+    return -1;
+  }
+  if (a->chat && a->prompt_ids) {
+    fprintf(stderr, "dspark generate: --chat wraps text prompts, not --prompt-ids\n");
+    return -1;
+  }
+  if (a->no_think && !a->chat) {
+    fprintf(stderr, "dspark generate: --no-think goes with --chat\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* The prompts as token ids. */
+typedef struct {
+  int32_t n;
+  int32_t **ids;
+  int32_t *len;
+} prompt_set;
+
+static void prompts_free(prompt_set *p) {
+  for (int32_t i = 0; p->ids && i < p->n; i++) free(p->ids[i]);
+  free(p->ids);
+  free(p->len);
+  *p = (prompt_set){0};
+}
+
+static dsp_status encode_text(const dsp_tokenizer *tk, const gen_args *a, const char *text, int32_t **ids,
+                              int32_t *n) {
+  if (!tk) return dsp_fail(DSP_ERR_ARG, "a text prompt needs %s/tokenizer.json", a->model);
+  static const char *pre = "<|im_start|>user\n", *mid = "<|im_end|>\n<|im_start|>assistant\n",
+                    *think = "<think>\n\n</think>\n\n";
+  const size_t cap = strlen(pre) + strlen(text) + strlen(mid) + strlen(think) + 1;
+  char *buf = malloc(cap);
+  if (!buf) return dsp_fail(DSP_ERR_NOMEM, "out of memory for a prompt");
+  snprintf(buf, cap, "%s%s%s%s", a->chat ? pre : "", text, a->chat ? mid : "", a->no_think ? think : "");
+  size_t len = strlen(buf), got = 0, icap = len + 8;
+  *ids = malloc(icap * 4);
+  dsp_status s = *ids ? dsp_tokenizer_encode(tk, buf, len, *ids, icap, &got) : dsp_fail(DSP_ERR_NOMEM, "out of memory");
+  free(buf);
+  if (s == DSP_OK && got == 0) s = dsp_fail(DSP_ERR_ARG, "a prompt encodes to no tokens");
+  *n = (int32_t)got;
+  return s;
+}
+
+static dsp_status parse_ids(const char *text, int32_t **ids, int32_t *n) {
+  size_t cap = strlen(text) / 2 + 2;
+  *ids = malloc(cap * 4);
+  *n = 0;
+  if (!*ids) return dsp_fail(DSP_ERR_NOMEM, "out of memory");
+  for (const char *p = text; *p;) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
+      return dsp_fail(DSP_ERR_ARG, "--prompt-ids wants comma-separated ids >= 0, got '%s'", text);
+    (*ids)[(*n)++] = (int32_t)v;
+    p = *end ? end + 1 : end;
+  }
+  if (*n == 0) return dsp_fail(DSP_ERR_ARG, "--prompt-ids is empty");
+  return DSP_OK;
+}
+
+static dsp_status load_prompts(const gen_args *a, const dsp_tokenizer *tk, prompt_set *p) {
+  if (!a->prompts) {
+    p->n = 1;
+    p->ids = calloc(1, sizeof *p->ids);
+    p->len = calloc(1, sizeof *p->len);
+    if (!p->ids || !p->len) return dsp_fail(DSP_ERR_NOMEM, "out of memory");
+    return a->prompt ? encode_text(tk, a, a->prompt, &p->ids[0], &p->len[0]) : parse_ids(a->prompt_ids, &p->ids[0], &p->len[0]);
+  }
+  json_error_t e;
+  json_t *root = json_load_file(a->prompts, 0, &e);
+  if (!root) return dsp_fail(DSP_ERR_FORMAT, "%s: %s (line %d)", a->prompts, e.text, e.line);
+  dsp_status s = DSP_OK;
+  if (!json_is_array(root) || json_array_size(root) == 0 || json_array_size(root) > 4096)
+    s = dsp_fail(DSP_ERR_FORMAT, "%s: want a JSON array of 1 .. 4096 prompts", a->prompts);
+  if (s == DSP_OK) {
+    p->n = (int32_t)json_array_size(root);
+    p->ids = calloc((size_t)p->n, sizeof *p->ids);
+    p->len = calloc((size_t)p->n, sizeof *p->len);
+    if (!p->ids || !p->len) s = dsp_fail(DSP_ERR_NOMEM, "out of memory");
+  }
+  for (int32_t i = 0; s == DSP_OK && i < p->n; i++) {
+    json_t *x = json_array_get(root, (size_t)i);
+    if (json_is_string(x)) {
+      s = encode_text(tk, a, json_string_value(x), &p->ids[i], &p->len[i]);
+    } else if (json_is_array(x) && json_array_size(x) > 0 && json_array_size(x) < (1u << 24)) {
+      p->len[i] = (int32_t)json_array_size(x);
+      p->ids[i] = malloc((size_t)p->len[i] * 4);
+      if (!p->ids[i]) s = dsp_fail(DSP_ERR_NOMEM, "out of memory");
+      for (int32_t j = 0; s == DSP_OK && j < p->len[i]; j++) {
+        json_t *v = json_array_get(x, (size_t)j);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+          s = dsp_fail(DSP_ERR_FORMAT, "%s: prompt %d, entry %d is not a token id", a->prompts, i, j);
+        else p->ids[i][j] = (int32_t)json_integer_value(v);
+      }
+    } else {
+      s = dsp_fail(DSP_ERR_FORMAT, "%s: prompt %d is neither a string nor a non-empty array of ids", a->prompts, i);
+    }
+  }
+  json_decref(root);
+  return s;
+}
+
+/* What the loop hands back, kept per sequence (rank 0 prints). */
+typedef struct {
+  const gen_args *a;
+  const dsp_tokenizer *tk;
+  int rank, stream;
+  int32_t n;
+  int32_t **out;
+  int32_t *nout, *cap;
+  int failed;
+} sink;
+
+static void put_token(FILE *f, const sink *k, int32_t id, int first) {
+  const char *b;
+  size_t len;
+  if (!k->a->ids && k->tk && dsp_tokenizer_is_special(k->tk, id)) return; /* as decode(skip_special_tokens=True) */
+  if (k->a->ids || !k->tk || dsp_tokenizer_token_bytes(k->tk, id, &b, &len) != DSP_OK)
+    fprintf(f, first ? "%d" : " %d", id);
+  else
+    fwrite(b, 1, len, f);
+}
+
+static void on_tokens(void *ctx, int32_t seq, const int32_t *ids, int32_t n) {
+  sink *k = ctx;
+  if (k->nout[seq] + n > k->cap[seq]) {
+    int32_t c = (k->nout[seq] + n) * 2;
+    int32_t *p = realloc(k->out[seq], (size_t)c * 4);
+    if (!p) {
+      k->failed = 1;
+      return;
+    }
+    k->out[seq] = p, k->cap[seq] = c;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    if (k->stream && k->rank == 0) {
+      put_token(stdout, k, ids[i], k->nout[seq] == 0);
+      fflush(stdout);
+    }
+    k->out[seq][k->nout[seq]++] = ids[i];
+  }
+}
+
+static void print_json(const sink *k, const prompt_set *p, const int32_t *finished, const dsp_generate_stats *st) {
+  json_t *root = json_object(), *res = json_array();
+  for (int32_t q = 0; q < k->n; q++) {
+    json_t *r = json_object(), *ids = json_array();
+    for (int32_t i = 0; i < k->nout[q]; i++) json_array_append_new(ids, json_integer(k->out[q][i]));
+    json_object_set_new(r, "prompt_tokens", json_integer(p->len[q]));
+    json_object_set_new(r, "ids", ids);
+    char *t;
+    size_t tl;
+    if (k->tk && dsp_tokenizer_text(k->tk, k->out[q], (size_t)k->nout[q], 1, &t, &tl) == DSP_OK) {
+      json_object_set_new(r, "text", json_stringn(t, tl));
+      free(t);
+    }
+    json_object_set_new(r, "finish", json_string(finished[q] ? "eos" : "length"));
+    json_array_append_new(res, r);
+  }
+  json_object_set_new(root, "results", res);
+  json_t *s = json_object();
+  json_object_set_new(s, "prompt_tokens", json_integer(st->prompt_tokens));
+  json_object_set_new(s, "new_tokens", json_integer(st->new_tokens));
+  json_object_set_new(s, "prefill_calls", json_integer(st->prefill_calls));
+  json_object_set_new(s, "decode_calls", json_integer(st->decode_calls));
+  json_object_set_new(s, "prefill_ms", json_real(st->prefill_ms));
+  json_object_set_new(s, "decode_ms", json_real(st->decode_ms));
+  json_object_set_new(root, "stats", s);
+  json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+  fputc('\n', stdout);
+  json_decref(root);
+}
+
+static void print_stats(const dsp_generate_stats *st, int32_t nseq) {
+  const double dec = st->new_tokens - nseq;
+  fprintf(stderr,
+          "dspark: %lld prompt tokens, %lld new in %.1f ms: prefill %.1f ms (%lld calls), decode %.1f ms "
+          "(%lld calls, %.1f tokens/s)\n",
+          (long long)st->prompt_tokens, (long long)st->new_tokens, st->prefill_ms + st->decode_ms, st->prefill_ms,
+          (long long)st->prefill_calls, st->decode_ms, (long long)st->decode_calls,
+          st->decode_ms > 0 ? dec / (st->decode_ms * 1e-3) : 0.0);
+}
+
+static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
+  const int rank = dsp_comm_rank(comm);
+  dsp_tokenizer *tk = NULL;
+  prompt_set p = {0};
+  dsp_backend *be = NULL;
+  dsp_target *t = NULL;
+  sink k = {.a = a, .rank = rank};
+  int32_t *finished = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tokenizer.json", a->model);
+  dsp_status s = DSP_OK;
+  /* the tokenizer is needed for text in or out; ids alone run without it */
+  if (a->prompt || access(path, F_OK) == 0) s = dsp_tokenizer_load(path, &tk);
+  if (s == DSP_OK && !tk && !a->ids && !a->json)
+    s = dsp_fail(DSP_ERR_ARG, "%s has no tokenizer.json: print ids with --ids or --json", a->model);
+  if (s == DSP_OK) s = load_prompts(a, tk, &p);
+  s = dsp_comm_agree(comm, s);
+  int64_t need = 0, total = 0;
+  for (int32_t q = 0; s == DSP_OK && q < p.n; q++) {
+    need = p.len[q] + a->max_new > need ? p.len[q] + a->max_new : need;
+    total += p.len[q];
+  }
+  if (s == DSP_OK) s = dsp_tool_backend_create(&a->backend, comm, &be);
+  if (s == DSP_OK) {
+    dsp_target_options o = {.max_seqs = p.n, .max_len = (int32_t)(need - 1),
+                            .max_tokens = (int32_t)(total < a->max_tokens ? (total > p.n ? total : p.n) : a->max_tokens)};
+    if (o.max_tokens < p.n) o.max_tokens = p.n; /* one decode step of every sequence */
+    s = dsp_target_load(be, a->model, &o, &t);
+  }
+  if (s == DSP_OK && tk && dsp_tokenizer_vocab_size(tk) > dsp_target_info_of(t)->vocab)
+    s = dsp_fail(DSP_ERR_FORMAT, "tokenizer.json has %lld tokens, more than the model's vocabulary %lld",
+                 (long long)dsp_tokenizer_vocab_size(tk), (long long)dsp_target_info_of(t)->vocab);
+  s = dsp_comm_agree(comm, s);
+  if (s == DSP_OK && rank == 0 && !dsp_settings_quiet()) fprintf(stderr, "%s\n", dsp_target_report(t));
+  if (s == DSP_OK) {
+    k.tk = tk;
+    k.n = p.n;
+    k.stream = p.n == 1 && !a->json;
+    k.out = calloc((size_t)p.n, sizeof *k.out);
+    k.nout = calloc((size_t)p.n, sizeof *k.nout);
+    k.cap = calloc((size_t)p.n, sizeof *k.cap);
+    finished = calloc((size_t)p.n, sizeof *finished);
+    if (!k.out || !k.nout || !k.cap || !finished) s = dsp_fail(DSP_ERR_NOMEM, "out of memory");
+  }
+  dsp_generate_stats st = {0};
+  if (s == DSP_OK) {
+    dsp_generate_options go = {.max_new = (int32_t)a->max_new, .temperature = a->temperature,
+                               .seed = (uint64_t)a->seed, .ignore_eos = a->ignore_eos};
+    s = dsp_generate(t, p.n, (const int32_t *const *)p.ids, p.len, &go, on_tokens, &k, finished, &st);
+    if (s == DSP_OK && k.failed) s = dsp_fail(DSP_ERR_NOMEM, "out of memory for the output");
+    s = dsp_comm_agree(comm, s);
+  }
+  if (s == DSP_OK && rank == 0) {
+    if (k.stream) {
+      fputc('\n', stdout);
+    } else if (a->json) {
+      print_json(&k, &p, finished, &st);
+    } else {
+      for (int32_t q = 0; q < p.n; q++) {
+        printf("== %d (%s)\n", q, finished[q] ? "eos" : "length");
+        for (int32_t i = 0; i < k.nout[q]; i++) put_token(stdout, &k, k.out[q][i], i == 0);
+        fputc('\n', stdout);
+      }
+    }
+    fflush(stdout);
+    if (!dsp_settings_quiet()) print_stats(&st, p.n);
+  }
+  for (int32_t q = 0; k.out && q < p.n; q++) free(k.out[q]);
+  free(k.out), free(k.nout), free(k.cap), free(finished);
+  prompts_free(&p);
+  dsp_target_free(t);
+  dsp_backend_free(be);
+  dsp_tokenizer_free(tk);
+  return s;
+}
+
+int dsp_cmd_generate(int argc, char **argv) {
+  gen_args a;
+  if (parse_gen_args(argc, argv, &a)) {
+    gen_usage(stderr);
+    return 2;
+  }
+  if (dsp_tool_settings("dspark generate")) return 2;
+  dsp_comm *comm;
+  if (dsp_comm_auto_create(&comm) != DSP_OK) {
+    fprintf(stderr, "dspark generate: error: %s\n", dsp_error_message());
+    return 1;
+  }
+  dsp_status s = run_generate(&a, comm);
+  if (s != DSP_OK && dsp_comm_rank(comm) == 0) fprintf(stderr, "dspark generate: error: %s\n", dsp_error_message());
+  dsp_comm_free(comm);
+  return s == DSP_OK ? 0 : 1;
+}
