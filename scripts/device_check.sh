@@ -10,6 +10,11 @@
 #                                   parity (strict CUDA == CPU byte for byte, the
 #                                   paths alike)
 #   scripts/device_check.sh bench   bench_cuda_head old / new / old / new in one call
+#   scripts/device_check.sh target  the Qwen3 target on CUDA: its oracle tests, the
+#                                   numpy reference against transformers, then a
+#                                   random checkpoint of a published shape (SHAPE,
+#                                   default qwen3-1.7b) with bench_target against
+#                                   the transformers peer
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -26,7 +31,7 @@ if [ "$MODE" = build ]; then
   stamp "configure + build (this tree)"
   if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
          cmake --build build-gpu -j16 --target dspark dspark_tool test_cuda_head test_cuda_nccl test_ops_cpu \
-           bench_cuda_head bench_head synth; } > "$OUT/build.log" 2>&1; then
+           bench_cuda_head bench_head synth target_driver tok_driver bench_target; } > "$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
   fi
   if [ -d .old ]; then
@@ -40,6 +45,26 @@ if [ "$MODE" = build ]; then
 fi
 
 SUMMARY=""
+if [ "$MODE" = target ]; then
+  export DSPARK=$PWD/build-gpu/dspark PYTHONUNBUFFERED=1
+  stamp "target oracle tests on CUDA"
+  (cd build-gpu && timeout 300 ctest -R "qwen3|generate" --output-on-failure) > "$OUT/target_tests.log" 2>&1
+  grep -E "tests passed|Passed|Failed|Skipped|FAIL|test_qwen3:|test_generate:" "$OUT/target_tests.log" | head -20
+  stamp "numpy reference against transformers"
+  timeout 200 python3 tests/oracle/check_qwen3_hf.py > "$OUT/ref_hf.log" 2>&1; tail -12 "$OUT/ref_hf.log"
+  SH=${SHAPE:-qwen3-1.7b}
+  stamp "random $SH checkpoint"
+  timeout 200 python3 bench/hf_peer_target.py --make /tmp/bench_$SH --shape $SH 2>&1 | tail -2
+  stamp "bench_target (cuda)"
+  timeout 200 build-gpu/bench/bench_target --model /tmp/bench_$SH --backend cuda --prompt 128 --new 64 --batch 1,4,16 --ids \
+    > "$OUT/bench_target.log" 2>&1; cat "$OUT/bench_target.log" | cut -c1-400
+  stamp "transformers peer (eager, sdpa)"
+  for at in eager sdpa; do
+    timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --prompt 128 --new 64 --batch 1,4,16 --attn $at \
+      --ids --rounds 2 > "$OUT/peer_$at.log" 2>&1; cut -c1-400 "$OUT/peer_$at.log" | grep -v Warning
+  done
+  stamp "done"; exit 0
+fi
 if [ "$MODE" = bench ]; then
   stamp "bench_cuda_head: old / new / old / new"
   : > "$OUT/bench.log"

@@ -10,3 +10,8 @@ dsp_cmd_test(oracle_qwen3
   LABELS oracle TIMEOUT 600)
 dsp_cmd_test(oracle_generate COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_generate.py
   LABELS oracle TIMEOUT 600)
+dsp_cmd_test(oracle_qwen3_cuda
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_qwen3.py --driver $<TARGET_FILE:target_driver> --backend cuda
+  LABELS gpu oracle TIMEOUT 600)
+dsp_cmd_test(oracle_generate_cuda COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_generate.py --backend cuda
+  LABELS gpu oracle TIMEOUT 600)

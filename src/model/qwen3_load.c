@@ -282,6 +282,9 @@ static dsp_status tp_layout(dsp_target *t) {
     return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d does not divide intermediate_size %lld", P,
                     (long long)c->intermediate);
   if (P > c->vocab) return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d exceeds the vocabulary", P);
+  if (P > 1 && t->be->kind == DSP_BACKEND_CUDA)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP %d on the CUDA backend needs fp32 row-parallel products, not "
+                    "written yet (CUDA runs the target at TP 1)", P);
   for (int di = 0; di < t->nd; di++) {
     qw_dev *d = &t->d[di];
     d->dev = di;

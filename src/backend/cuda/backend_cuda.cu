@@ -20,11 +20,12 @@ static void cuda_free(dsp_backend *be) {
   dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
   if (m && m->own_tp)
     for (int i = 0; i < be->ndev; i++) dsp_comm_free(be->tp[i]);
-  for (int i = 0; m && i < be->ndev; i++)
-    if (m->stream[i]) {
-      cudaSetDevice(be->device[i]);
-      cudaStreamDestroy(m->stream[i]);
-    }
+  for (int i = 0; m && i < be->ndev; i++) {
+    cudaSetDevice(be->device[i]);
+    if (m->stream[i]) cudaStreamDestroy(m->stream[i]);
+    cudaFree(m->sel_dev[i]);
+    cudaFreeHost(m->sel_host[i]);
+  }
   cudaGetLastError();
   free(m);
   be->impl = NULL;

@@ -8,12 +8,14 @@
 
 extern "C" {
 #include "core/env.h"
+#include "core/select.h"
 #include "core/status.h"
 }
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/ops_cuda.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layers.h"
 #include "kernels/cuda/markov.h"
 
 #define MAX_CHECKED 64 /* the M values a cuBLASLt weight has been checked for */
@@ -228,33 +230,172 @@ extern "C" dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const ds
   return st;
 }
 
-/* ---- the models' layers: not yet on CUDA ----------------------------------------- */
-static dsp_status not_yet(const char *op) {
-  return dsp_fail(DSP_ERR_UNSUPPORTED, "op %s: not implemented on the CUDA backend yet", op);
+/* ---- the models' layers (kernels/cuda/layers.h) --------------------------------- */
+static dsp_cu_view cu_view(const dsp_tensor *t) {
+  dsp_cu_view v;
+  v.data = t->data;
+  if (t->ndim == 3) {
+    v.rows = t->shape[0], v.heads = t->shape[1], v.dim = t->shape[2];
+    v.s_row = t->stride[0], v.s_head = t->stride[1], v.s_dim = t->stride[2];
+  } else {
+    v.rows = t->shape[0], v.heads = 1, v.dim = t->ndim == 2 ? t->shape[1] : 1;
+    v.s_row = t->stride[0], v.s_head = 0, v.s_dim = t->ndim == 2 ? t->stride[1] : 1;
+  }
+  return v;
 }
-extern "C" dsp_status dsp_cuda_op_embed(dsp_backend *, int, const dsp_tensor *, const int32_t *, int64_t, dsp_tensor *) {
-  return not_yet("embed");
+
+static dsp_status launched(dsp_backend *be, int dev, const char *op, int line) {
+  (void)be, (void)dev;
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return dsp_fail(DSP_ERR_DEVICE, "%s:%d: op %s: %s", __FILE__, line, op, cudaGetErrorString(e));
+  return DSP_OK;
 }
-extern "C" dsp_status dsp_cuda_op_rmsnorm(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, float, dsp_tensor *) {
-  return not_yet("rmsnorm");
+#define LAUNCHED(op) launched(be, dev, op, __LINE__)
+
+extern "C" dsp_status dsp_cuda_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids,
+                                        int64_t t, dsp_tensor *out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view tv = cu_view(table), ov = cu_view(out);
+  dsp_cu_embed(&tv, ids, t, &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("embed");
 }
-extern "C" dsp_status dsp_cuda_op_rope(dsp_backend *, int, dsp_tensor *, const int32_t *, const dsp_tensor *,
-                                       const dsp_tensor *) {
-  return not_yet("rope");
+
+extern "C" dsp_status dsp_cuda_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *w, float eps,
+                                          dsp_tensor *out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view xv = cu_view(x), ov = cu_view(out);
+  dsp_cu_rmsnorm(&xv, (const uint16_t *)w->data, eps, &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("rmsnorm");
 }
-extern "C" dsp_status dsp_cuda_op_add(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
-  return not_yet("add");
+
+extern "C" dsp_status dsp_cuda_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos,
+                                       const dsp_tensor *cos, const dsp_tensor *sin) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view xv = cu_view(x);
+  dsp_cu_rope(&xv, pos, (const uint16_t *)cos->data, (const uint16_t *)sin->data, dsp_cuda_stream(be, dev));
+  return LAUNCHED("rope");
 }
-extern "C" dsp_status dsp_cuda_op_silu_mul(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
-  return not_yet("silu_mul");
+
+extern "C" dsp_status dsp_cuda_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b,
+                                      dsp_tensor *out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view av = cu_view(a), bv = cu_view(b), ov = cu_view(out);
+  dsp_cu_add(&av, &bv, &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("add");
 }
-extern "C" dsp_status dsp_cuda_op_scatter_rows(dsp_backend *, int, const dsp_tensor *, const int64_t *, dsp_tensor *) {
-  return not_yet("scatter_rows");
+
+extern "C" dsp_status dsp_cuda_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u,
+                                           dsp_tensor *out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view gv = cu_view(g), uv = cu_view(u), ov = cu_view(out);
+  dsp_cu_silu_mul(&gv, &uv, &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("silu_mul");
 }
-extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *, int, const dsp_op_attention_args *) {
-  return not_yet("attention");
+
+extern "C" dsp_status dsp_cuda_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
+                                               dsp_tensor *dst) {
+  if (src->dtype != DSP_BF16) return dsp_fail(DSP_ERR_UNSUPPORTED, "op scatter_rows: BF16 rows only on CUDA");
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view sv = cu_view(src), dv = cu_view(dst);
+  dsp_cu_scatter_rows(&sv, idx, &dv, dsp_cuda_stream(be, dev));
+  return LAUNCHED("scatter_rows");
 }
-extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *, int, const dsp_tensor *, const dsp_tensor *, dsp_tensor *) {
-  return not_yet("round_add");
+
+extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
+  const int64_t D = a->q->shape[2];
+  const size_t smem = dsp_cu_attention_smem(a->max_len, D);
+  int optin = 0;
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be->device[dev]));
+  if (!smem || smem + 64 > (size_t)optin)
+    return dsp_fail(DSP_ERR_UNSUPPORTED,
+                    "op attention: head dim %lld (CUDA runs multiples of 32 up to 256) or a cache of %lld positions "
+                    "(CUDA holds at most %d) is not supported",
+                    (long long)D, (long long)a->max_len, (optin - 64) / 4);
+  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
+  if (smem > m->att_smem[dev]) {
+    DSP_CUDA_TRY(dsp_cu_attention_prepare(smem));
+    m->att_smem[dev] = smem;
+  }
+  dsp_cu_attention_args c;
+  c.q = cu_view(a->q);
+  c.k = (const uint16_t *)a->k;
+  c.v = (const uint16_t *)a->v;
+  c.max_len = a->max_len;
+  c.kv_heads = a->kv_heads;
+  c.slot = a->slot, c.q_start = a->q_start, c.q_count = a->q_count, c.k_len = a->k_len;
+  c.nseq = a->nseq;
+  c.causal = a->causal;
+  c.scale = a->scale;
+  c.out = cu_view(a->out);
+  if (a->out->ndim == 2) { /* [T, Hq * D] as heads of D */
+    c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
+  }
+  dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
+  return LAUNCHED("attention");
 }
-extern "C" dsp_status dsp_cuda_op_select(dsp_backend *, int, const dsp_op_select_args *) { return not_yet("select"); }
+
+extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p,
+                                            dsp_tensor *out) {
+  if (p->stride[1] != 1) return dsp_fail(DSP_ERR_UNSUPPORTED, "op round_add: partials with unit column stride only");
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view xv = cu_view(x), ov = cu_view(out);
+  dsp_cu_round_add(&xv, (const float *)p->data, p->stride[0], &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("round_add");
+}
+
+/* Per row: temperature (4 bytes), seed (8), position (8), key (8). */
+#define SEL_ROW_BYTES 32
+
+static dsp_status sel_staging(dsp_backend *be, int dev, int64_t rows) {
+  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
+  if (rows <= m->sel_rows[dev]) return DSP_OK;
+  const int64_t cap = rows < 256 ? 256 : rows;
+  DSP_CUDA_TRY(cudaStreamSynchronize(dsp_cuda_stream(be, dev)));
+  cudaFree(m->sel_dev[dev]);
+  cudaFreeHost(m->sel_host[dev]);
+  m->sel_dev[dev] = m->sel_host[dev] = NULL;
+  m->sel_rows[dev] = 0;
+  DSP_CUDA_TRY(cudaMalloc(&m->sel_dev[dev], (size_t)cap * SEL_ROW_BYTES));
+  DSP_CUDA_TRY(cudaMallocHost(&m->sel_host[dev], (size_t)cap * SEL_ROW_BYTES));
+  m->sel_rows[dev] = cap;
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
+  const int64_t R = a->logits->shape[0];
+  if (a->logits->stride[1] != 1) return dsp_fail(DSP_ERR_UNSUPPORTED, "op select: logits with unit column stride only");
+  if (a->id0 + a->n_valid >= (1ll << 31)) return dsp_fail(DSP_ERR_UNSUPPORTED, "op select: ids beyond 2^31");
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_TRY(sel_staging(be, dev, R));
+  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  const size_t cap = (size_t)m->sel_rows[dev];
+  char *hd = (char *)m->sel_host[dev], *dd = (char *)m->sel_dev[dev];
+  float *ht = (float *)hd;
+  uint64_t *hs = (uint64_t *)(hd + cap * 8);
+  int64_t *hp = (int64_t *)(hd + cap * 16);
+  unsigned long long *hk = (unsigned long long *)(hd + cap * 24);
+  int sampled = 0;
+  for (int64_t r = 0; a->temperature && r < R; r++) {
+    const int32_t q = a->row_seq[r];
+    ht[r] = a->temperature[q];
+    hs[r] = a->seed ? a->seed[q] : 0;
+    hp[r] = a->pos[r];
+    sampled |= ht[r] > 0.0f;
+  }
+  if (sampled) DSP_CUDA_TRY(cudaMemcpyAsync(dd, hd, cap * 24, cudaMemcpyHostToDevice, s));
+  if (a->n_valid > 0)
+    dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0,
+                  sampled ? (const float *)dd : NULL, sampled ? (const uint64_t *)(dd + cap * 8) : NULL,
+                  sampled ? (const int64_t *)(dd + cap * 16) : NULL, (unsigned long long *)(dd + cap * 24), s);
+  DSP_TRY(LAUNCHED("select"));
+  if (a->n_valid > 0) DSP_CUDA_TRY(cudaMemcpyAsync(hk, dd + cap * 24, (size_t)R * 8, cudaMemcpyDeviceToHost, s));
+  DSP_CUDA_TRY(cudaStreamSynchronize(s));
+  for (int64_t r = 0; r < R; r++) {
+    const unsigned long long k = a->n_valid > 0 ? hk[r] : 0;
+    a->best_val[r] = k ? key_value(k) : -INFINITY;
+    a->best_id[r] = k ? (int64_t)(~(uint32_t)k) : DSP_PAIR_NONE_ID; /* keys carry global ids */
+  }
+  return DSP_OK;
+}

@@ -1,0 +1,143 @@
+"""Peer of bench_target: Hugging Face transformers running the same Qwen3
+directory on the same synthetic prompts (prompt b, position i: (i * 7919 +
+b * 104729 + 13) % vocab), greedy, as a user would run it: model.generate
+with the default dynamic cache. Decode ms/step = (t(new = N) - t(new = 1)) /
+(N - 1), medians of rounds, CUDA-synchronized wall time.
+
+Also writes a random Qwen3 checkpoint of a published shape (--make), with
+torch on the GPU: the layout transformers saves (config.json,
+generation_config.json, sharded safetensors with an index).
+
+usage: python3 bench/hf_peer_target.py --model DIR [--prompt 128 --new 128]
+       [--batch 1,4,16] [--attn eager|sdpa] [--ids]
+       python3 bench/hf_peer_target.py --make DIR --shape qwen3-1.7b|qwen3-8b
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+SHAPES = {  # the published configs' sizes
+    "qwen3-0.6b": dict(hidden=1024, intermediate=3072, layers=28, heads=16, kv_heads=8, tied=True),
+    "qwen3-1.7b": dict(hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, tied=True),
+    "qwen3-8b": dict(hidden=4096, intermediate=12288, layers=36, heads=32, kv_heads=8, tied=False),
+}
+
+
+def make(outdir, shape, seed=0):
+    from safetensors.torch import save_file
+    s = SHAPES[shape]
+    L = s["layers"]
+    cfg = {  # as transformers 4.51 saves a Qwen3 model
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": s["hidden"], "initializer_range": 0.02, "intermediate_size": s["intermediate"],
+        "max_position_embeddings": 40960, "max_window_layers": L, "model_type": "qwen3",
+        "num_attention_heads": s["heads"], "num_hidden_layers": L, "num_key_value_heads": s["kv_heads"],
+        "rms_norm_eps": 1e-6, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+        "tie_word_embeddings": s["tied"], "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    os.makedirs(outdir, exist_ok=True)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    H, I, L, hq, hkv, d, V = (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"],
+                              cfg["num_attention_heads"], cfg["num_key_value_heads"], 128, cfg["vocab_size"])
+
+    def normal(shape_, std):
+        return (torch.randn(shape_, generator=g, device="cuda") * std).to(torch.bfloat16).cpu()
+
+    def norm(n):
+        return (0.8 + 0.4 * torch.rand(n, generator=g, device="cuda")).to(torch.bfloat16).cpu()
+
+    shards, cur, weight_map = [], {}, {}
+    cur["model.embed_tokens.weight"] = normal((V, H), 2 / math.sqrt(H))
+    for i in range(L):
+        p = "model.layers.%d." % i
+        cur[p + "input_layernorm.weight"] = norm(H)
+        cur[p + "self_attn.q_proj.weight"] = normal((hq * d, H), 1 / math.sqrt(H))
+        cur[p + "self_attn.k_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
+        cur[p + "self_attn.v_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
+        cur[p + "self_attn.o_proj.weight"] = normal((H, hq * d), 1 / math.sqrt(hq * d))
+        cur[p + "self_attn.q_norm.weight"] = norm(d)
+        cur[p + "self_attn.k_norm.weight"] = norm(d)
+        cur[p + "post_attention_layernorm.weight"] = norm(H)
+        cur[p + "mlp.gate_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
+        cur[p + "mlp.up_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
+        cur[p + "mlp.down_proj.weight"] = normal((H, I), 1 / math.sqrt(I))
+        if i % 8 == 7:
+            shards.append(cur)
+            cur = {}
+    cur["model.norm.weight"] = norm(H)
+    if not cfg["tie_word_embeddings"]:
+        cur["lm_head.weight"] = normal((V, H), 2 / math.sqrt(H))
+    shards.append(cur)
+    total = 0
+    for k, t in enumerate(shards):
+        name = "model-%05d-of-%05d.safetensors" % (k + 1, len(shards))
+        save_file(t, os.path.join(outdir, name), metadata={"format": "pt"})
+        weight_map.update({n: name for n in t})
+        total += sum(x.numel() * 2 for x in t.values())
+    with open(os.path.join(outdir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
+    with open(os.path.join(outdir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(outdir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643]}, f, indent=1)
+    print("wrote %s: %s, %.2f GB" % (outdir, shape, total / 1e9))
+
+
+def prompts(B, P, V):
+    return torch.tensor([[(i * 7919 + b * 104729 + 13) % V for i in range(P)] for b in range(B)], device="cuda")
+
+
+def run(model, ids, n):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, eos_token_id=None, pad_token_id=0)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out[:, ids.shape[1]:]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--make")
+    ap.add_argument("--shape", default="qwen3-1.7b", choices=sorted(SHAPES))
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--batch", default="1,4,16")
+    ap.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ids", action="store_true")
+    a = ap.parse_args()
+    if a.make:
+        make(a.make, a.shape)
+        return 0
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, attn_implementation=a.attn).cuda().eval()
+    V = model.config.vocab_size
+    print("# transformers %s peer (%s attention, dynamic cache): prompt %d, new %d" % (
+        __import__("transformers").__version__, a.attn, a.prompt, a.new))
+    print("| batch | prefill ms | prefill tok/s | decode ms/step | decode tok/s |")
+    print("|---|---|---|---|---|")
+    with torch.inference_mode():
+        for B in [int(x) for x in a.batch.split(",")]:
+            ids = prompts(B, a.prompt, V)
+            run(model, ids, 2)  # warm-up
+            t1 = statistics.median(run(model, ids, 1)[0] for _ in range(a.rounds))
+            tn, out = zip(*[run(model, ids, a.new) for _ in range(a.rounds)])
+            step = (statistics.median(tn) - t1) / (a.new - 1)
+            print("| %d | %.2f | %.0f | %.3f | %.1f |" % (B, t1 * 1e3, B * a.prompt / t1, step * 1e3, B / step))
+            if a.ids and B == 1:
+                print("ids: " + " ".join(str(int(x)) for x in out[0][0]))
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

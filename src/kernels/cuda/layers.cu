@@ -1,0 +1,238 @@
+/* The models' layers on the GPU (layers.h). */
+#include "kernels/cuda/layers.h"
+
+#include <math.h>
+
+#include "core/philox.h"
+#include "kernels/cuda/common/devmath.cuh"
+
+#define ATT_THREADS 128
+
+static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+__device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
+  return (uint16_t *)v.data + r * v.s_row + h * v.s_head + d * v.s_dim;
+}
+
+__device__ __forceinline__ float warp_sum_butterfly(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x; /* every lane holds the same bits: a + b == b + a */
+}
+
+__global__ void k_embed(dsp_cu_view table, const int32_t *ids, dsp_cu_view out) {
+  const int64_t t = blockIdx.x, id = ids[t];
+  for (int64_t c = threadIdx.x; c < out.dim; c += blockDim.x) *at(out, t, 0, c) = *at(table, id, 0, c);
+}
+
+extern "C" void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64_t t, const dsp_cu_view *out,
+                             cudaStream_t s) {
+  if (t > 0) k_embed<<<(unsigned)t, 256, 0, s>>>(*table, ids, *out);
+}
+
+/* One warp per row (of rows x heads). */
+__global__ void k_rmsnorm(dsp_cu_view x, const uint16_t *w, float eps, dsp_cu_view out) {
+  const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= x.rows * x.heads) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = row / x.heads, h = row % x.heads, D = x.dim;
+  float ss = 0.0f;
+  for (int64_t d = lane; d < D; d += 32) {
+    const float v = dsp_dev_bf16_val(*at(x, r, h, d));
+    ss = __fmaf_rn(v, v, ss);
+  }
+  ss = warp_sum_butterfly(ss);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps)));
+  for (int64_t d = lane; d < D; d += 32) {
+    const float xn = dsp_dev_round_bf16(__fmul_rn(dsp_dev_bf16_val(*at(x, r, h, d)), inv));
+    *at(out, r, h, d) = dsp_dev_bf16_bits(__fmul_rn(dsp_dev_bf16_val(w[d]), xn));
+  }
+}
+
+extern "C" void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out,
+                               cudaStream_t s) {
+  const int64_t rows = x->rows * x->heads;
+  if (rows > 0) k_rmsnorm<<<blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
+}
+
+__global__ void k_rope(dsp_cu_view x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin) {
+  const int64_t half = x.dim / 2, n = x.rows * x.heads * half;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e % half, rh = e / half, r = rh / x.heads, h = rh % x.heads;
+    const int64_t p = pos[r];
+    uint16_t *pa = at(x, r, h, i), *pb = at(x, r, h, i + half);
+    const float a = dsp_dev_bf16_val(*pa), b = dsp_dev_bf16_val(*pb);
+    const float c = dsp_dev_bf16_val(cos[p * half + i]), sn = dsp_dev_bf16_val(sin[p * half + i]);
+    *pa = dsp_dev_bf16_bits(__fsub_rn(dsp_dev_round_bf16(__fmul_rn(a, c)), dsp_dev_round_bf16(__fmul_rn(b, sn))));
+    *pb = dsp_dev_bf16_bits(__fadd_rn(dsp_dev_round_bf16(__fmul_rn(b, c)), dsp_dev_round_bf16(__fmul_rn(a, sn))));
+  }
+}
+
+extern "C" void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin,
+                            cudaStream_t s) {
+  const int64_t n = x->rows * x->heads * (x->dim / 2);
+  if (n > 0) k_rope<<<blocks_for(n, 256) < 4096 ? blocks_for(n, 256) : 4096, 256, 0, s>>>(*x, pos, cos, sin);
+}
+
+/* Element-wise kernels over [rows, dim] (heads = 1). */
+template <int OP>
+__global__ void k_elem(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps, dsp_cu_view out) {
+  const int64_t n = a.rows * a.dim;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / a.dim, c = e % a.dim;
+    const float x = dsp_dev_bf16_val(*at(a, r, 0, c));
+    float y;
+    if (OP == 0) { /* add */
+      y = __fadd_rn(x, dsp_dev_bf16_val(*at(b, r, 0, c)));
+    } else if (OP == 1) { /* silu(g) * u */
+      const float sg = dsp_dev_round_bf16(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))));
+      y = __fmul_rn(sg, dsp_dev_bf16_val(*at(b, r, 0, c)));
+    } else { /* x + bf16(p) */
+      y = __fadd_rn(x, dsp_dev_round_bf16(p[r * ps + c]));
+    }
+    *at(out, r, 0, c) = dsp_dev_bf16_bits(y);
+  }
+}
+
+template <int OP>
+static void launch_elem(const dsp_cu_view *a, const dsp_cu_view *b, const float *p, int64_t ps, const dsp_cu_view *out,
+                        cudaStream_t s) {
+  const int64_t n = a->rows * a->dim;
+  if (n <= 0) return;
+  const unsigned g = blocks_for(n, 256) < 8192 ? blocks_for(n, 256) : 8192;
+  k_elem<OP><<<g, 256, 0, s>>>(*a, b ? *b : *a, p, ps, *out);
+}
+
+extern "C" void dsp_cu_add(const dsp_cu_view *a, const dsp_cu_view *b, const dsp_cu_view *out, cudaStream_t s) {
+  launch_elem<0>(a, b, NULL, 0, out, s);
+}
+extern "C" void dsp_cu_silu_mul(const dsp_cu_view *g, const dsp_cu_view *u, const dsp_cu_view *out, cudaStream_t s) {
+  launch_elem<1>(g, u, NULL, 0, out, s);
+}
+extern "C" void dsp_cu_round_add(const dsp_cu_view *x, const float *p, int64_t ps, const dsp_cu_view *out,
+                                 cudaStream_t s) {
+  launch_elem<2>(x, NULL, p, ps, out, s);
+}
+
+__global__ void k_scatter(dsp_cu_view src, const int64_t *idx, dsp_cu_view dst) {
+  const int64_t t = blockIdx.x, r = idx[t];
+  for (int64_t c = threadIdx.x; c < src.dim; c += blockDim.x) *at(dst, r, 0, c) = *at(src, t, 0, c);
+}
+
+extern "C" void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst,
+                                    cudaStream_t s) {
+  if (src->rows > 0) k_scatter<<<(unsigned)src->rows, 128, 0, s>>>(*src, idx, *dst);
+}
+
+/* One block of 128 threads per (query row, query head); the row's scores in
+ * shared memory. Keys are read from the slot's cache rows. */
+template <int DPL> /* dims per lane: D = 32 * DPL */
+__global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args a) {
+  extern __shared__ float sc[];
+  __shared__ float red[ATT_THREADS / 32];
+  const int64_t t = blockIdx.x, h = blockIdx.y, D = 32 * DPL;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  /* the query's sequence */
+  int32_t b = 0;
+  while (b + 1 < a.nseq && a.q_start[b + 1] <= t) b++;
+  const int64_t n = a.q_count[b], L = a.k_len[b], i = t - a.q_start[b];
+  const int64_t last = a.causal ? L - n + i : L - 1;
+  const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_heads * D;
+  const uint16_t *kb = a.k + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
+  const uint16_t *vb = a.v + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
+  float q[DPL];
+  for (int j = 0; j < DPL; j++) q[j] = dsp_dev_bf16_val(*at(a.q, t, h, lane * DPL + j));
+  /* scores, and this warp's max */
+  float m = -INFINITY;
+  for (int64_t j = warp; j <= last; j += ATT_THREADS / 32) {
+    const uint16_t *kr = kb + j * ts + lane * DPL;
+    float s = 0.0f;
+    for (int d = 0; d < DPL; d++) s = __fmaf_rn(q[d], dsp_dev_bf16_val(kr[d]), s);
+    s = warp_sum_butterfly(s);
+    s = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(s), a.scale));
+    if (lane == 0) sc[j] = s;
+    m = s > m ? s : m;
+  }
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = red[0];
+  for (int w = 1; w < ATT_THREADS / 32; w++) m = red[w] > m ? red[w] : m;
+  __syncthreads();
+  /* e = exp(s - m), z */
+  float z = 0.0f;
+  for (int64_t j = tid; j <= last; j += ATT_THREADS) {
+    const float e = expf(__fsub_rn(sc[j], m));
+    sc[j] = e;
+    z = __fadd_rn(z, e);
+  }
+  z = warp_sum_butterfly(z);
+  if (lane == 0) red[warp] = z;
+  __syncthreads();
+  z = red[0];
+  for (int w = 1; w < ATT_THREADS / 32; w++) z = __fadd_rn(z, red[w]);
+  /* out_d = sum_j bf16(e_j / z) v_jd, in key order */
+  for (int64_t d = tid; d < D; d += ATT_THREADS) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j <= last; j++)
+      acc = __fmaf_rn(dsp_dev_round_bf16(__fdiv_rn(sc[j], z)), dsp_dev_bf16_val(vb[j * ts + d]), acc);
+    *at(a.out, t, h, d) = dsp_dev_bf16_bits(acc);
+  }
+}
+
+extern "C" size_t dsp_cu_attention_smem(int64_t max_len, int64_t d) {
+  if (d % 32 || d > 256 || d < 32) return 0;
+  return (size_t)max_len * 4;
+}
+
+extern "C" cudaError_t dsp_cu_attention_prepare(size_t smem) {
+  cudaError_t e = cudaSuccess;
+  const void *k[8] = {(const void *)k_attention<1>, (const void *)k_attention<2>, (const void *)k_attention<3>,
+                      (const void *)k_attention<4>, (const void *)k_attention<5>, (const void *)k_attention<6>,
+                      (const void *)k_attention<7>, (const void *)k_attention<8>};
+  for (int i = 0; i < 8 && e == cudaSuccess; i++)
+    e = cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  return e;
+}
+
+extern "C" void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s) {
+  const size_t smem = dsp_cu_attention_smem(a->max_len, a->q.dim);
+  const dim3 grid((unsigned)a->q.rows, (unsigned)a->q.heads);
+  if (a->q.rows <= 0) return;
+  switch (a->q.dim / 32) {
+    case 1: k_attention<1><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 2: k_attention<2><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 3: k_attention<3><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 4: k_attention<4><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 5: k_attention<5><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 6: k_attention<6><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    case 7: k_attention<7><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+    default: k_attention<8><<<grid, ATT_THREADS, smem, s>>>(*a); break;
+  }
+}
+
+/* One block per row; the best key by a max over threads. */
+__global__ void k_select(const uint16_t *logits, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
+                         const uint64_t *seed_row, const int64_t *pos, unsigned long long *keys) {
+  __shared__ unsigned long long best[256];
+  const int64_t r = blockIdx.x;
+  const float T = t_row ? t_row[r] : 0.0f;
+  unsigned long long k = 0;
+  for (int64_t v = threadIdx.x; v < n_valid; v += blockDim.x) {
+    float x = dsp_dev_bf16_val(logits[r * ls + v]);
+    if (T > 0.0f) x = __fadd_rn(__fdiv_rn(x, T), dsp_gumbel(seed_row[r], pos[r], id0 + v));
+    const unsigned long long c = dsp_dev_key(x, (uint32_t)(id0 + v));
+    k = c > k ? c : k;
+  }
+  best[threadIdx.x] = k;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o && best[threadIdx.x + o] > best[threadIdx.x]) best[threadIdx.x] = best[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) keys[r] = best[0];
+}
+
+extern "C" void dsp_cu_select(const uint16_t *logits, int64_t R, int64_t ls, int64_t n_valid, int64_t id0,
+                              const float *t_row, const uint64_t *seed_row, const int64_t *pos,
+                              unsigned long long *keys, cudaStream_t s) {
+  if (R > 0) k_select<<<(unsigned)R, 256, 0, s>>>(logits, ls, n_valid, id0, t_row, seed_row, pos, keys);
+}

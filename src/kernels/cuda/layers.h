@@ -1,0 +1,72 @@
+/* The models' element-wise and row-wise layers on the GPU, with the numerics
+ * of docs/CONTRACTS.md ("The models"): bf16 between operations, fp32 inside,
+ * the same rounding points as the CPU (src/kernels/cpu/layers.h). Where the
+ * CPU sums in order, these kernels sum in the fixed orders below, chosen by
+ * the shapes of one row only (never by the batch, the number of new tokens
+ * or the launch), so every row's result is batch-invariant; they equal the
+ * CPU's wherever the sums are exact, and expf may differ from the CPU's libm
+ * in the last fp32 bit.
+ *   RMSNorm: lane l of a warp sums x_d^2 for d = l, l+32, ... (fmaf, in
+ *     order), then an xor butterfly over 16, 8, 4, 2, 1.
+ *   attention: q.k: lane l sums its D/32 consecutive dims (fmaf, in order),
+ *     then the butterfly; z: thread j of 128 sums keys j, j+128, ... in order,
+ *     warps' butterflies, then warps 0+1+2+3 in order; p.v: per dim, in key
+ *     order (as the CPU).
+ * Every function enqueues on s (capturable) and takes device pointers;
+ * strides are in elements. */
+#ifndef DSP_KERNELS_CUDA_LAYERS_H
+#define DSP_KERNELS_CUDA_LAYERS_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A bf16 view: rows x heads x dim (heads = 1 for 2-D views). */
+typedef struct {
+  void *data;
+  int64_t rows, heads, dim;
+  int64_t s_row, s_head, s_dim;
+} dsp_cu_view;
+
+void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64_t t, const dsp_cu_view *out, cudaStream_t s);
+void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out, cudaStream_t s);
+/* x [T, N, D] in place; cos, sin [P, D/2]. */
+void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin, cudaStream_t s);
+/* 2-D views [M, N] (heads = 1): out = bf16(a + b). */
+void dsp_cu_add(const dsp_cu_view *a, const dsp_cu_view *b, const dsp_cu_view *out, cudaStream_t s);
+/* out = bf16(bf16(silu(g)) * u). */
+void dsp_cu_silu_mul(const dsp_cu_view *g, const dsp_cu_view *u, const dsp_cu_view *out, cudaStream_t s);
+/* out = bf16(x + bf16(p)); p fp32 [M, N] with row stride ps. */
+void dsp_cu_round_add(const dsp_cu_view *x, const float *p, int64_t ps, const dsp_cu_view *out, cudaStream_t s);
+/* dst row idx[t] = src row t (bf16 rows of width src->dim). */
+void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst, cudaStream_t s);
+
+typedef struct {
+  dsp_cu_view q;             /* [T, Hq, D] */
+  const uint16_t *k, *v;     /* [slots][max_len][Hkv][D] */
+  int64_t max_len, kv_heads;
+  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] device */
+  int32_t nseq, causal;
+  float scale;
+  dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
+} dsp_cu_attention_args;
+/* Shared memory a launch needs (scores of max_len keys); 0 when D is not a
+ * multiple of 32 or above 256. */
+size_t dsp_cu_attention_smem(int64_t max_len, int64_t d);
+/* Raises the kernel's shared-memory limit once per device; cudaSuccess or the error. */
+cudaError_t dsp_cu_attention_prepare(size_t smem);
+void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
+
+/* Per row r of logits [R, N] (bf16, row stride ls): the selection key
+ * (devmath.cuh) of the best column < n_valid, ids id0 + column; rows whose
+ * temperature t_row[r] > 0 score fp32(logit / T) + g(seed_row[r], pos[r], id).
+ * t_row, seed_row, pos: [R] device or NULL (greedy). keys: [R] device. */
+void dsp_cu_select(const uint16_t *logits, int64_t R, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
+                   const uint64_t *seed_row, const int64_t *pos, unsigned long long *keys, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
