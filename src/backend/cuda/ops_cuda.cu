@@ -309,7 +309,7 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be->device[dev]));
   if (!smem || smem + 64 > (size_t)optin)
     return dsp_fail(DSP_ERR_UNSUPPORTED,
-                    "op attention: head dim %lld (CUDA runs multiples of 32 up to 256) or a cache of %lld positions "
+                    "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
                     "(CUDA holds at most %d) is not supported",
                     (long long)D, (long long)a->max_len, (optin - 64) / 4);
   dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;

@@ -125,11 +125,11 @@ extern "C" void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, 
 
 /* One block of 128 threads per (query row, query head); the row's scores in
  * shared memory. Keys are read from the slot's cache rows. */
-template <int DPL> /* dims per lane: D = 32 * DPL */
+template <int DPL> /* dims per lane: D <= 32 * DPL */
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args a) {
   extern __shared__ float sc[];
   __shared__ float red[ATT_THREADS / 32];
-  const int64_t t = blockIdx.x, h = blockIdx.y, D = 32 * DPL;
+  const int64_t t = blockIdx.x, h = blockIdx.y, D = a.q.dim;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   /* the query's sequence */
   int32_t b = 0;
@@ -139,14 +139,15 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args
   const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_heads * D;
   const uint16_t *kb = a.k + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
   const uint16_t *vb = a.v + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
-  float q[DPL];
-  for (int j = 0; j < DPL; j++) q[j] = dsp_dev_bf16_val(*at(a.q, t, h, lane * DPL + j));
+  float q[DPL]; /* lane l holds dims l, l + 32, ... */
+  for (int j = 0; j < DPL; j++) q[j] = lane + 32 * j < D ? dsp_dev_bf16_val(*at(a.q, t, h, lane + 32 * j)) : 0.0f;
   /* scores, and this warp's max */
   float m = -INFINITY;
   for (int64_t j = warp; j <= last; j += ATT_THREADS / 32) {
-    const uint16_t *kr = kb + j * ts + lane * DPL;
+    const uint16_t *kr = kb + j * ts + lane;
     float s = 0.0f;
-    for (int d = 0; d < DPL; d++) s = __fmaf_rn(q[d], dsp_dev_bf16_val(kr[d]), s);
+    for (int d = 0; d < DPL; d++)
+      if (lane + 32 * d < D) s = __fmaf_rn(q[d], dsp_dev_bf16_val(kr[32 * d]), s);
     s = warp_sum_butterfly(s);
     s = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(s), a.scale));
     if (lane == 0) sc[j] = s;
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args
 }
 
 extern "C" size_t dsp_cu_attention_smem(int64_t max_len, int64_t d) {
-  if (d % 32 || d > 256 || d < 32) return 0;
+  if (d > 256 || d < 1) return 0;
   return (size_t)max_len * 4;
 }
 
@@ -197,7 +198,7 @@ extern "C" void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s)
   const size_t smem = dsp_cu_attention_smem(a->max_len, a->q.dim);
   const dim3 grid((unsigned)a->q.rows, (unsigned)a->q.heads);
   if (a->q.rows <= 0) return;
-  switch (a->q.dim / 32) {
+  switch ((a->q.dim + 31) / 32) {
     case 1: k_attention<1><<<grid, ATT_THREADS, smem, s>>>(*a); break;
     case 2: k_attention<2><<<grid, ATT_THREADS, smem, s>>>(*a); break;
     case 3: k_attention<3><<<grid, ATT_THREADS, smem, s>>>(*a); break;

@@ -8,8 +8,8 @@
  * in the last fp32 bit.
  *   RMSNorm: lane l of a warp sums x_d^2 for d = l, l+32, ... (fmaf, in
  *     order), then an xor butterfly over 16, 8, 4, 2, 1.
- *   attention: q.k: lane l sums its D/32 consecutive dims (fmaf, in order),
- *     then the butterfly; z: thread j of 128 sums keys j, j+128, ... in order,
+ *   attention: q.k: lane l sums dims l, l+32, ... (fmaf, in order), then
+ *     the butterfly; z: thread j of 128 sums keys j, j+128, ... in order,
  *     warps' butterflies, then warps 0+1+2+3 in order; p.v: per dim, in key
  *     order (as the CPU).
  * Every function enqueues on s (capturable) and takes device pointers;
@@ -52,8 +52,7 @@ typedef struct {
   float scale;
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
 } dsp_cu_attention_args;
-/* Shared memory a launch needs (scores of max_len keys); 0 when D is not a
- * multiple of 32 or above 256. */
+/* Shared memory a launch needs (scores of max_len keys); 0 when D is above 256. */
 size_t dsp_cu_attention_smem(int64_t max_len, int64_t d);
 /* Raises the kernel's shared-memory limit once per device; cudaSuccess or the error. */
 cudaError_t dsp_cu_attention_prepare(size_t smem);
