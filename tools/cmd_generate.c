@@ -34,7 +34,9 @@ static void gen_usage(FILE *f) {
           "  --max-new N: new tokens per prompt (default 128); stops early at an end-of-sequence id\n"
           "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id)\n"
           "  --max-tokens N: most prompt tokens in one prefill call (default 2048)\n"
-          "  --ids: print token ids instead of text; --json: one JSON object with ids, text and timings\n"
+          "  --ids: print token ids instead of text; --json: one JSON object on one line: tokens, text,\n"
+          "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
+          "         results (every prompt's tokens, text, finish) with --prompts\n"
           "  Run under `mpirun -np N` for tensor parallelism over N ranks.\n");
 }
 
@@ -224,13 +226,20 @@ static void on_tokens(void *ctx, int32_t seq, const int32_t *ids, int32_t n) {
   }
 }
 
+/* Decode rate: the tokens after each sequence's first, per second of decode. */
+static double decode_rate(const dsp_generate_stats *st, int32_t nseq) {
+  return st->decode_ms > 0 ? (double)(st->new_tokens - nseq) / (st->decode_ms * 1e-3) : 0.0;
+}
+
+/* One JSON object on one line: the first (or only) sequence's fields at the
+ * top, every sequence's in "results", and the timings. */
 static void print_json(const sink *k, const prompt_set *p, const int32_t *finished, const dsp_generate_stats *st) {
   json_t *root = json_object(), *res = json_array();
   for (int32_t q = 0; q < k->n; q++) {
     json_t *r = json_object(), *ids = json_array();
     for (int32_t i = 0; i < k->nout[q]; i++) json_array_append_new(ids, json_integer(k->out[q][i]));
     json_object_set_new(r, "prompt_tokens", json_integer(p->len[q]));
-    json_object_set_new(r, "ids", ids);
+    json_object_set_new(r, "tokens", ids);
     char *t;
     size_t tl;
     if (k->tk && dsp_tokenizer_text(k->tk, k->out[q], (size_t)k->nout[q], 1, &t, &tl) == DSP_OK) {
@@ -238,30 +247,29 @@ static void print_json(const sink *k, const prompt_set *p, const int32_t *finish
       free(t);
     }
     json_object_set_new(r, "finish", json_string(finished[q] ? "eos" : "length"));
+    if (q == 0) json_object_update(root, r);
     json_array_append_new(res, r);
   }
   json_object_set_new(root, "results", res);
-  json_t *s = json_object();
-  json_object_set_new(s, "prompt_tokens", json_integer(st->prompt_tokens));
-  json_object_set_new(s, "new_tokens", json_integer(st->new_tokens));
-  json_object_set_new(s, "prefill_calls", json_integer(st->prefill_calls));
-  json_object_set_new(s, "decode_calls", json_integer(st->decode_calls));
-  json_object_set_new(s, "prefill_ms", json_real(st->prefill_ms));
-  json_object_set_new(s, "decode_ms", json_real(st->decode_ms));
-  json_object_set_new(root, "stats", s);
-  json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+  json_object_set_new(root, "new_tokens", json_integer(st->new_tokens));
+  json_object_set_new(root, "ttft_ms", json_real(st->prefill_ms));
+  json_object_set_new(root, "tok_per_s", json_real(decode_rate(st, k->n)));
+  json_object_set_new(root, "prefill_ms", json_real(st->prefill_ms));
+  json_object_set_new(root, "decode_ms", json_real(st->decode_ms));
+  json_object_set_new(root, "prefill_calls", json_integer(st->prefill_calls));
+  json_object_set_new(root, "decode_calls", json_integer(st->decode_calls));
+  json_object_set_new(root, "all_prompt_tokens", json_integer(st->prompt_tokens));
+  json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
   fputc('\n', stdout);
   json_decref(root);
 }
 
 static void print_stats(const dsp_generate_stats *st, int32_t nseq) {
-  const double dec = st->new_tokens - nseq;
   fprintf(stderr,
-          "dspark: %lld prompt tokens, %lld new in %.1f ms: prefill %.1f ms (%lld calls), decode %.1f ms "
-          "(%lld calls, %.1f tokens/s)\n",
-          (long long)st->prompt_tokens, (long long)st->new_tokens, st->prefill_ms + st->decode_ms, st->prefill_ms,
-          (long long)st->prefill_calls, st->decode_ms, (long long)st->decode_calls,
-          st->decode_ms > 0 ? dec / (st->decode_ms * 1e-3) : 0.0);
+          "dspark: %lld prompt tokens, %lld generated; time to first token %.1f ms (%lld prefill calls); "
+          "%.1f tokens/s after it (%lld decode calls, %.1f ms)\n",
+          (long long)st->prompt_tokens, (long long)st->new_tokens, st->prefill_ms, (long long)st->prefill_calls,
+          decode_rate(st, nseq), (long long)st->decode_calls, st->decode_ms);
 }
 
 static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {

@@ -57,7 +57,14 @@ class T:
             self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-500:]))
             return None
         try:
-            return json.loads(so)
+            lines = so.strip().splitlines()
+            if len(lines) != 1:
+                raise ValueError("%d lines" % len(lines))
+            r = json.loads(lines[0])
+            for key in ("tokens", "tok_per_s", "ttft_ms", "results"):
+                if key not in r:
+                    raise ValueError("no %r" % key)
+            return r
         except ValueError as e:
             self.tally.fail("%s: stdout is not one JSON object (%s): %r" % (label, e, so[:300]))
             return None
@@ -142,13 +149,13 @@ def main():
             pid = tk.encode(p, add_special_tokens=False).ids
             if res["prompt_tokens"] != len(pid):
                 t.tally.fail("prompt %d: %d prompt tokens, tokenizers gives %d" % (i, res["prompt_tokens"], len(pid)))
-            check_greedy(t, "prompt %d" % i, m, pid, res["ids"], N, eos=())
-            want_text = tk.decode(res["ids"], skip_special_tokens=True)
+            check_greedy(t, "prompt %d" % i, m, pid, res["tokens"], N, eos=())
+            want_text = tk.decode(res["tokens"], skip_special_tokens=True)
             if res["text"] != want_text:
                 t.tally.fail("prompt %d: text %r, tokenizers decodes %r" % (i, res["text"], want_text))
-            alone[i] = res["ids"]
-            if r["stats"]["new_tokens"] != N or r["stats"]["decode_calls"] != N - 1:
-                t.tally.fail("prompt %d: stats %s" % (i, r["stats"]))
+            alone[i] = res["tokens"]
+            if r["new_tokens"] != N or r["decode_calls"] != N - 1 or r["tokens"] != res["tokens"]:
+                t.tally.fail("prompt %d: stats %s" % (i, r))
         # streaming prints the same text (bytes as they come, then a newline)
         rc, so, se = t.gen(d, "--prompt", PROMPTS[0], "--max-new", str(N), "--ignore-eos", text=False)
         if rc != 0 or 0 not in alone:
@@ -173,10 +180,10 @@ def main():
             r = t.gen_json("eos", d2, "--prompt", PROMPTS[0], "--max-new", str(N))
             if r is not None:
                 res = r["results"][0]
-                if res["ids"] != alone[0][:k + 1] or res["finish"] != "eos":
-                    t.tally.fail("eos at step %d: got %s (%s), want %s" % (k, res["ids"], res["finish"], alone[0][:k + 1]))
+                if res["tokens"] != alone[0][:k + 1] or res["finish"] != "eos":
+                    t.tally.fail("eos at step %d: got %s (%s), want %s" % (k, res["tokens"], res["finish"], alone[0][:k + 1]))
             r = t.gen_json("ignore-eos", d2, "--prompt", PROMPTS[0], "--max-new", str(N), "--ignore-eos")
-            if r is not None and (r["results"][0]["ids"] != alone[0] or r["results"][0]["finish"] != "length"):
+            if r is not None and (r["results"][0]["tokens"] != alone[0] or r["results"][0]["finish"] != "length"):
                 t.tally.fail("--ignore-eos: %s" % r["results"][0])
         # a batch, with chunked prefill, and TP 2: each prompt's ids as alone
         pf = wd.file("prompts.json")
@@ -191,9 +198,9 @@ def main():
                 continue
             for i, res in enumerate(r["results"]):
                 if i in alone:
-                    t.tally.tokens_eq("%s: prompt %d" % (label, i), np.array(res["ids"]), np.array(alone[i]))
-            if extra and r["stats"]["prefill_calls"] < 2:
-                t.tally.fail("%s: %d prefill calls" % (label, r["stats"]["prefill_calls"]))
+                    t.tally.tokens_eq("%s: prompt %d" % (label, i), np.array(res["tokens"]), np.array(alone[i]))
+            if extra and r["prefill_calls"] < 2:
+                t.tally.fail("%s: %d prefill calls" % (label, r["prefill_calls"]))
         # --chat: Qwen3's user turn and assistant prompt, as tokenizers encodes it
         r = t.gen_json("chat", d, "--prompt", "hi there", "--chat", "--no-think", "--max-new", "4", "--ignore-eos")
         want = tk.encode("<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
@@ -201,7 +208,7 @@ def main():
         if r is not None:
             if r["results"][0]["prompt_tokens"] != len(want) or want[0] != 508:
                 t.tally.fail("chat: %d prompt tokens, want %d" % (r["results"][0]["prompt_tokens"], len(want)))
-            check_greedy(t, "chat", m, want, r["results"][0]["ids"], 4, eos=())
+            check_greedy(t, "chat", m, want, r["results"][0]["tokens"], 4, eos=())
         # sampling
         s5 = [t.gen_json("sample seed 5 #%d" % i, d, "--prompt", PROMPTS[0], "--max-new", str(N), "--ignore-eos",
                          "--temperature", "0.9", "--seed", "5") for i in range(2)]
@@ -212,9 +219,9 @@ def main():
         sb = t.gen_json("sample batch", d, "--prompts", pf2, "--max-new", str(N), "--ignore-eos",
                         "--temperature", "0.9", "--seed", "5")
         if None not in s5 and s6 is not None and sb is not None:
-            a, b, c = s5[0]["results"][0]["ids"], s5[1]["results"][0]["ids"], s6["results"][0]["ids"]
+            a, b, c = s5[0]["results"][0]["tokens"], s5[1]["results"][0]["tokens"], s6["results"][0]["tokens"]
             t.tally.tokens_eq("sampling: same seed twice", np.array(b), np.array(a))
-            t.tally.tokens_eq("sampling: in a batch", np.array(sb["results"][1]["ids"]), np.array(a))
+            t.tally.tokens_eq("sampling: in a batch", np.array(sb["results"][1]["tokens"]), np.array(a))
             if a == c:
                 t.tally.fail("sampling: seeds 5 and 6 drew the same %d tokens" % N)
             if a == alone.get(0):
