@@ -1,14 +1,24 @@
-"""Peer of bench_target: Hugging Face transformers running the same Qwen3
-directory on the same synthetic prompts (prompt b, position i: (i * 7919 +
-b * 104729 + 13) % vocab), greedy, as a user would run it: model.generate
-with the default dynamic cache. Decode ms/step = (t(new = N) - t(new = 1)) /
-(N - 1), medians of rounds, CUDA-synchronized wall time.
+"""Peers of bench_target on the same Qwen3 directory and the same synthetic
+ids (prompt b, position i: (i * 7919 + b * 104729 + 13) % vocab):
+
+  --mode calls  transformers' Qwen3ForCausalLM forward over a DynamicCache
+                holding a context of C positions: a decode call (1 new token
+                per sequence) and a verify call (8), the cache cropped back
+                to C after each, ms per call (CUDA-synchronized wall time,
+                medians), as a user of transformers would run them;
+  --mode graph  a hand-written PyTorch Qwen3 step over a static cache
+                ([layers, B, kv heads, C + 8, D]), the new tokens' K/V written
+                in place and a masked SDPA over the whole cache, captured in
+                one CUDA graph per call shape and replayed (CUDA events);
+  --mode generate  model.generate, greedy (ids of batch 1 with --ids).
 
 Also writes a random Qwen3 checkpoint of a published shape (--make), with
 torch on the GPU: the layout transformers saves (config.json,
 generation_config.json, sharded safetensors with an index).
 
-usage: python3 bench/hf_peer_target.py --model DIR [--prompt 128 --new 128]
+usage: python3 bench/hf_peer_target.py --model DIR --mode calls|graph [--context 1024]
+       [--batch 1,32] [--attn eager|sdpa]
+       python3 bench/hf_peer_target.py --model DIR --mode generate [--prompt 128 --new 128]
        [--batch 1,4,16] [--attn eager|sdpa] [--ids]
        python3 bench/hf_peer_target.py --make DIR --shape qwen3-1.7b|qwen3-8b
 """
@@ -103,6 +113,123 @@ def run(model, ids, n):
     return time.perf_counter() - t0, out[:, ids.shape[1]:]
 
 
+def ids_for(B, lo, hi, V):
+    return torch.tensor([[(i * 7919 + b * 104729 + 13) % V for i in range(lo, hi)] for b in range(B)], device="cuda")
+
+
+def calls(model, C, batches, reps):
+    from transformers import DynamicCache
+    V = model.config.vocab_size
+    print("| call | batch | context | ms per call |\n|---|---|---|---|")
+    for B in batches:
+        cache = DynamicCache()
+        model(ids_for(B, 0, C, V), past_key_values=cache, use_cache=True)
+        for name, n in (("decode", 1), ("verify 8", 8)):
+            x = ids_for(B, C, C + n, V)
+            pos = torch.arange(C, C + n, device="cuda")
+            times = []
+            for r in range(reps + 2):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                model(x, past_key_values=cache, use_cache=True, cache_position=pos,
+                      position_ids=pos[None].expand(B, n))
+                torch.cuda.synchronize()
+                if r >= 2:
+                    times.append((time.perf_counter() - t0) * 1e3)
+                cache.crop(C)
+            print("| %s | %d | %d | %.3f |" % (name, B, C, statistics.median(times)))
+            sys.stdout.flush()
+        del cache
+        torch.cuda.empty_cache()
+
+
+class GraphStep:
+    """Qwen3 over a static cache, written with torch ops from the architecture."""
+
+    def __init__(self, model, B, cap):
+        c = model.config
+        self.c, self.B, self.cap = c, B, cap
+        self.L, self.hq, self.hkv, self.d = c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        sd = {k: v for k, v in model.state_dict().items()}
+        self.w = sd
+        self.kc = torch.zeros(self.L, B, self.hkv, cap, self.d, device="cuda", dtype=torch.bfloat16)
+        self.vc = torch.zeros_like(self.kc)
+        theta = getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]
+        inv = 1.0 / (theta ** (torch.arange(0, self.d, 2, device="cuda", dtype=torch.float32) / self.d))
+        ang = torch.arange(cap, device="cuda", dtype=torch.float32)[:, None] * inv[None]
+        emb = torch.cat([ang, ang], dim=-1)
+        self.cos, self.sin = emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
+        self.eps = c.rms_norm_eps
+        self.lm = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
+
+    def norm(self, x, w):
+        xf = x.float()
+        return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(torch.bfloat16)
+
+    def rope(self, x, pos):
+        c, s = self.cos[pos][None, None], self.sin[pos][None, None]
+        h = x.shape[-1] // 2
+        rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+        return x * c + rot * s
+
+    def __call__(self, ids, pos):
+        B, n = ids.shape
+        W = self.w
+        x = W["model.embed_tokens.weight"][ids]
+        keys = torch.arange(self.cap, device="cuda")
+        mask = keys[None, :] <= pos[:, None]  # [n, cap]
+        for i in range(self.L):
+            p = "model.layers.%d." % i
+            h = self.norm(x, W[p + "input_layernorm.weight"])
+            q = (h @ W[p + "self_attn.q_proj.weight"].T).view(B, n, self.hq, self.d)
+            k = (h @ W[p + "self_attn.k_proj.weight"].T).view(B, n, self.hkv, self.d)
+            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, n, self.hkv, self.d)
+            q = self.rope(self.norm(q, W[p + "self_attn.q_norm.weight"]).transpose(1, 2), pos)
+            k = self.rope(self.norm(k, W[p + "self_attn.k_norm.weight"]).transpose(1, 2), pos)
+            self.kc[i].index_copy_(2, pos, k)
+            self.vc[i].index_copy_(2, pos, v.transpose(1, 2))
+            a = torch.nn.functional.scaled_dot_product_attention(q, self.kc[i], self.vc[i], attn_mask=mask,
+                                                                 enable_gqa=True)
+            x = x + a.transpose(1, 2).reshape(B, n, -1) @ W[p + "self_attn.o_proj.weight"].T
+            h = self.norm(x, W[p + "post_attention_layernorm.weight"])
+            g = h @ W[p + "mlp.gate_proj.weight"].T
+            u = h @ W[p + "mlp.up_proj.weight"].T
+            x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+        return (self.norm(x, W["model.norm.weight"]) @ self.lm.T).argmax(-1)
+
+
+def graph(model, C, batches, reps):
+    V = model.config.vocab_size
+    print("| call | batch | context | ms per call |\n|---|---|---|---|")
+    for B in batches:
+        st = GraphStep(model, B, C + 8)
+        st(ids_for(B, 0, C, V), torch.arange(0, C, device="cuda"))  # the context, eagerly
+        for name, n in (("decode", 1), ("verify 8", 8)):
+            ids = ids_for(B, C, C + n, V)
+            pos = torch.arange(C, C + n, device="cuda")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    st(ids, pos)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = st(ids, pos)
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+            g.replay()
+            for a_, b_ in ev:
+                a_.record()
+                g.replay()
+                b_.record()
+            torch.cuda.synchronize()
+            print("| %s | %d | %d | %.3f |" % (name, B, C, statistics.median(a_.elapsed_time(b_) for a_, b_ in ev)))
+            sys.stdout.flush()
+            del g, out
+        del st
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
@@ -114,12 +241,21 @@ def main():
     ap.add_argument("--attn", default="eager", choices=("eager", "sdpa"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ids", action="store_true")
+    ap.add_argument("--mode", default="generate", choices=("generate", "calls", "graph"))
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     if a.make:
         make(a.make, a.shape)
         return 0
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, attn_implementation=a.attn).cuda().eval()
+    if a.mode != "generate":
+        print("# %s peer: transformers %s, %s attention, context %d" % (
+            a.mode, __import__("transformers").__version__, a.attn, a.context))
+        with torch.inference_mode():
+            (calls if a.mode == "calls" else graph)(model, a.context, [int(x) for x in a.batch.split(",")], a.reps)
+        return 0
     V = model.config.vocab_size
     print("# transformers %s peer (%s attention, dynamic cache): prompt %d, new %d" % (
         __import__("transformers").__version__, a.attn, a.prompt, a.new))

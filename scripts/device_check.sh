@@ -55,16 +55,16 @@ if [ "$MODE" = target ]; then
     timeout 200 python3 tests/oracle/check_qwen3_hf.py > "$OUT/ref_hf.log" 2>&1; tail -12 "$OUT/ref_hf.log"
   fi
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
-  SH=${SHAPE:-qwen3-1.7b}
+  SH=${SHAPE:-qwen3-8b}
   stamp "random $SH checkpoint"
   timeout 200 python3 bench/hf_peer_target.py --make /tmp/bench_$SH --shape $SH 2>&1 | tail -2
   stamp "bench_target (cuda)"
-  timeout 200 build-gpu/bench/bench_target --model /tmp/bench_$SH --backend cuda --prompt 128 --new 64 --batch 1,4,16 --ids \
-    > "$OUT/bench_target.log" 2>&1; cat "$OUT/bench_target.log" | cut -c1-400
-  stamp "transformers peer (eager, sdpa)"
-  for at in eager sdpa; do
-    timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --prompt 128 --new 64 --batch 1,4,16 --attn $at \
-      --ids --rounds 2 > "$OUT/peer_$at.log" 2>&1; cut -c1-400 "$OUT/peer_$at.log" | grep -v Warning
+  timeout 150 build-gpu/bench/bench_target --model /tmp/bench_$SH --backend cuda --context 1024 --prefill 2048 \
+    --batch 1,32 > "$OUT/bench_target.log" 2>&1; cat "$OUT/bench_target.log"
+  for mode in ${PEERS:-graph calls}; do
+    stamp "peer: $mode"
+    timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --mode $mode --attn sdpa --context 1024 \
+      --batch 1,32 > "$OUT/peer_$mode.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_$mode.log" | tail -8
   done
   stamp "done"; exit 0
 fi

@@ -56,6 +56,16 @@ typedef struct {
   dsp_status (*attention)(dsp_backend *be, int dev, const dsp_op_attention_args *a);
   dsp_status (*round_add)(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
   dsp_status (*select)(dsp_backend *be, int dev, const dsp_op_select_args *a);
+  dsp_status (*gather_rows)(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+  dsp_status (*host_alloc)(dsp_backend *be, int dev, size_t bytes, void **out);
+  void (*host_release)(dsp_backend *be, int dev, void *p);
+  dsp_status (*upload_async)(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+  dsp_status (*download_async)(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+  /* NULL where the backend has no graphs */
+  dsp_status (*capture_begin)(dsp_backend *be, int dev);
+  dsp_status (*capture_end)(dsp_backend *be, int dev, dsp_op_graph **out);
+  dsp_status (*replay)(dsp_backend *be, int dev, dsp_op_graph *g);
+  void (*graph_free)(dsp_backend *be, dsp_op_graph *g);
 } dsp_backend_ops;
 
 struct dsp_backend {

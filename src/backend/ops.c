@@ -165,14 +165,76 @@ dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, 
 
 dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
   DSP_TRY(check_dev(be, dev));
-  if (!a || !a->k || !a->v || !a->slot || !a->q_start || !a->q_count || !a->k_len || a->nseq < 0)
-    return dsp_fail(DSP_ERR_ARG, "op attention: NULL argument");
+  if (!a || !a->k || !a->v || !a->row_slot || !a->row_keys) return dsp_fail(DSP_ERR_ARG, "op attention: NULL argument");
   DSP_TRY(check_view(a->q, "attention", "q", 3, 3, DSP_BF16));
   DSP_TRY(check_view(a->out, "attention", "out", 2, 3, DSP_BF16));
-  if (a->kv_heads < 1 || a->q->shape[1] % a->kv_heads || a->max_len < 1 || a->q->stride[2] != 1)
-    return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld query heads over %lld kv heads", (long long)a->q->shape[1],
-                    (long long)a->kv_heads);
-  return be->ops->attention(be, dev, a);
+  if (a->kv_heads < 1 || a->q->shape[1] % a->kv_heads || a->max_len < 1 || a->slots < 1 || a->q->stride[2] != 1)
+    return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld query heads over %lld kv heads, %lld slots of %lld",
+                    (long long)a->q->shape[1], (long long)a->kv_heads, (long long)a->slots, (long long)a->max_len);
+  if (a->out->shape[0] != a->q->shape[0])
+    return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld output rows for %lld queries", (long long)a->out->shape[0],
+                    (long long)a->q->shape[0]);
+  return a->q->shape[0] ? be->ops->attention(be, dev, a) : DSP_OK;
+}
+
+dsp_status dsp_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(src, "gather_rows", "src", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(dst, "gather_rows", "dst", 2, 2, DSP_BF16));
+  if (src->shape[1] != dst->shape[1] || (dst->shape[0] && !idx))
+    return dsp_fail(DSP_ERR_SHAPE, "op gather_rows: rows of %lld into rows of %lld", (long long)src->shape[1],
+                    (long long)dst->shape[1]);
+  return dst->shape[0] ? be->ops->gather_rows(be, dev, src, idx, dst) : DSP_OK;
+}
+
+dsp_status dsp_op_host_alloc(dsp_backend *be, int dev, size_t bytes, void **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "op host alloc: NULL output");
+  *out = NULL;
+  DSP_TRY(check_dev(be, dev));
+  return be->ops->host_alloc(be, dev, bytes, out);
+}
+
+void dsp_op_host_release(dsp_backend *be, int dev, void *p) {
+  if (p && check_dev(be, dev) == DSP_OK) be->ops->host_release(be, dev, p);
+}
+
+dsp_status dsp_op_upload_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_TRY(check_dev(be, dev));
+  if (bytes && (!dst || !src)) return dsp_fail(DSP_ERR_ARG, "op upload: NULL buffer for %zu bytes", bytes);
+  return bytes ? be->ops->upload_async(be, dev, dst, src, bytes) : DSP_OK;
+}
+
+dsp_status dsp_op_download_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_TRY(check_dev(be, dev));
+  if (bytes && (!dst || !src)) return dsp_fail(DSP_ERR_ARG, "op download: NULL buffer for %zu bytes", bytes);
+  return bytes ? be->ops->download_async(be, dev, dst, src, bytes) : DSP_OK;
+}
+
+int dsp_op_has_graphs(const dsp_backend *be) { return be && be->ops->capture_begin != NULL; }
+
+dsp_status dsp_op_capture_begin(dsp_backend *be, int dev) {
+  DSP_TRY(check_dev(be, dev));
+  if (!be->ops->capture_begin) return dsp_fail(DSP_ERR_UNSUPPORTED, "op capture: the %s backend has no graphs",
+                                               dsp_backend_kind_name(be->kind));
+  return be->ops->capture_begin(be, dev);
+}
+
+dsp_status dsp_op_capture_end(dsp_backend *be, int dev, dsp_op_graph **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "op capture: NULL output");
+  *out = NULL;
+  DSP_TRY(check_dev(be, dev));
+  if (!be->ops->capture_end) return dsp_fail(DSP_ERR_UNSUPPORTED, "op capture: no graphs");
+  return be->ops->capture_end(be, dev, out);
+}
+
+dsp_status dsp_op_replay(dsp_backend *be, int dev, dsp_op_graph *g) {
+  DSP_TRY(check_dev(be, dev));
+  if (!g || !be->ops->replay) return dsp_fail(DSP_ERR_ARG, "op replay: no graph");
+  return be->ops->replay(be, dev, g);
+}
+
+void dsp_op_graph_free(dsp_backend *be, dsp_op_graph *g) {
+  if (g && be && be->ops->graph_free) be->ops->graph_free(be, g);
 }
 
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out) {
@@ -187,10 +249,12 @@ dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const
 
 dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
   DSP_TRY(check_dev(be, dev));
-  if (!a || !a->best_val || !a->best_id) return dsp_fail(DSP_ERR_ARG, "op select: NULL argument");
+  if (!a || !a->keys) return dsp_fail(DSP_ERR_ARG, "op select: NULL argument");
   DSP_TRY(check_view(a->logits, "select", "logits", 2, 2, DSP_BF16));
-  if (a->n_valid < 0 || a->n_valid > a->logits->shape[1] || (a->temperature && (!a->row_seq || !a->pos)))
-    return dsp_fail(DSP_ERR_ARG, "op select: %lld valid columns of %lld, or sampling without rows' sequences",
-                    (long long)a->n_valid, (long long)a->logits->shape[1]);
-  return be->ops->select(be, dev, a);
+  if (a->n_valid < 0 || a->n_valid > a->logits->shape[1] || (a->t_row && (!a->seed_row || !a->pos)) ||
+      a->id0 < 0 || a->id0 + a->n_valid > ((int64_t)1 << 31))
+    return dsp_fail(DSP_ERR_ARG, "op select: %lld valid columns of %lld from id %lld, or sampling without seeds and "
+                    "positions", (long long)a->n_valid, (long long)a->logits->shape[1], (long long)a->id0);
+  if (a->logits->stride[1] != 1) return dsp_fail(DSP_ERR_SHAPE, "op select: logits need unit column stride");
+  return a->logits->shape[0] ? be->ops->select(be, dev, a) : DSP_OK;
 }

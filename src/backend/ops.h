@@ -84,37 +84,59 @@ dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, 
  * row-parallel product; out may be x). */
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
 
-/* Per row r of logits [R, N] BF16 the best (value, id) under the selection
- * order (contract 4) among columns < n_valid, ids id0 + column; where
- * temperature[row_seq[r]] > 0 the score is fp32(logit / T) + g(seed, pos[r],
- * id) (contract 5). temperature, seed: [nseq] host or NULL; row_seq, pos:
- * [R] host. best_val / best_id: host arrays of R. */
+/* Per row r of logits [R, N] BF16 the selection key (core/select.h,
+ * dsp_select_key: a plain max picks the best under contract 4's order) of
+ * the best column < n_valid, ids id0 + column; rows with t_row[r] > 0 score
+ * fp32(logit / T) + g(seed_row[r], pos[r], id) (contract 5). t_row, seed_row,
+ * pos: [R] backend memory, or t_row NULL (every row greedy). keys: [R]
+ * backend memory (0 where n_valid is 0). */
 typedef struct {
   const dsp_tensor *logits;
   int64_t id0, n_valid;
-  const float *temperature;
-  const uint64_t *seed;
-  const int32_t *row_seq;
+  const float *t_row;
+  const uint64_t *seed_row;
   const int64_t *pos;
-  float *best_val;
-  int64_t *best_id;
+  uint64_t *keys;
 } dsp_op_select_args;
 dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
 
-/* Causal GQA attention of a batch of sequences over their KV-cache slots.
- * Sequence b's queries are rows q_start[b] .. q_start[b] + q_count[b] of q and
- * the last q_count[b] of its k_len[b] cached positions; query i sees keys
- * 0 .. k_len - q_count + i (causal), or all k_len keys (causal 0). */
+/* GQA attention of rows over KV-cache slots: row t (a query of q) reads slot
+ * row_slot[t] and sees its keys 0 .. row_keys[t] - 1 (causal: its position +
+ * 1; a block that sees all of itself: the block's end). row_slot, row_keys:
+ * [T] backend memory; each row's result depends on that row alone. Values
+ * outside [0, slots) and [1, max_len] are clamped there. */
 typedef struct {
   const dsp_tensor *q;          /* [T, Hq, D] BF16 */
   const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] BF16 */
-  int64_t max_len, kv_heads;
-  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] */
-  int32_t nseq, causal;
+  int64_t slots, max_len, kv_heads;
+  const int32_t *row_slot, *row_keys;
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] or [T, Hq, D] BF16 */
 } dsp_op_attention_args;
 dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
+
+/* dst row t = src row idx[t], t < T ([T, W] and [N, W] BF16 views; idx int64 backend memory). */
+dsp_status dsp_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+
+/* ---- staging and graphs ------------------------------------------------------------
+ * Host memory the device reads and writes asynchronously (pinned on CUDA):
+ * an async upload reads src when the stream gets there, an async download
+ * fills dst by the next dsp_op_sync. Both may be captured in a graph, which
+ * then reads and writes the same host buffers at every replay. */
+dsp_status dsp_op_host_alloc(dsp_backend *be, int dev, size_t bytes, void **out);
+void dsp_op_host_release(dsp_backend *be, int dev, void *p);
+dsp_status dsp_op_upload_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+dsp_status dsp_op_download_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+
+/* Capture of the operations device dev enqueues between begin and end into a
+ * graph replayed by dsp_op_replay (CUDA graphs; the CPU has none: begin
+ * returns DSP_ERR_UNSUPPORTED). Nothing runs while capturing. */
+typedef struct dsp_op_graph dsp_op_graph;
+int dsp_op_has_graphs(const dsp_backend *be);
+dsp_status dsp_op_capture_begin(dsp_backend *be, int dev);
+dsp_status dsp_op_capture_end(dsp_backend *be, int dev, dsp_op_graph **out);
+dsp_status dsp_op_replay(dsp_backend *be, int dev, dsp_op_graph *g);
+void dsp_op_graph_free(dsp_backend *be, dsp_op_graph *g);
 
 #ifdef __cplusplus
 }

@@ -31,4 +31,37 @@ DSP_HD int dsp_pair_better(float av, int64_t ai, float bv, int64_t bi) {
 /* The empty candidate: loses to every real pair (a -inf at the largest id). */
 #define DSP_PAIR_NONE_ID INT64_MAX
 
+/* The same order as one integer, so the best pair is a plain max (ids < 2^32):
+ *   high 32 bits: the value mapped to an order-preserving unsigned integer,
+ *                 -0 folded onto +0 and every NaN onto the top (0xFFFFFFFF);
+ *   low 32 bits:  ~id, so that among equal values the lower id is larger.
+ * Every real pair (even -inf) has a key > 0: 0 means "no candidate". */
+DSP_HD uint64_t dsp_select_key(float v, uint32_t id) {
+  union {
+    float f;
+    uint32_t u;
+  } c;
+  c.f = v;
+  uint32_t o;
+  if (v != v) {
+    o = 0xFFFFFFFFu;
+  } else {
+    uint32_t u = c.u == 0x80000000u ? 0u : c.u;
+    o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  }
+  return ((uint64_t)o << 32) | (uint64_t)(~id);
+}
+
+/* The value and id of a key (NaN as the canonical 0x7FC00000). */
+DSP_HD float dsp_select_key_value(uint64_t key) {
+  const uint32_t o = (uint32_t)(key >> 32);
+  union {
+    float f;
+    uint32_t u;
+  } c;
+  c.u = o == 0xFFFFFFFFu ? 0x7FC00000u : (o & 0x80000000u) ? (o ^ 0x80000000u) : ~o;
+  return c.f;
+}
+DSP_HD int64_t dsp_select_key_id(uint64_t key) { return (int64_t)(uint32_t)~(uint32_t)key; }
+
 #endif

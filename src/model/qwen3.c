@@ -14,6 +14,7 @@
 
 #include "backend/ops.h"
 #include "core/status.h"
+#include "core/select.h"
 #include "core/tensor.h"
 #include "model/qwen3_impl.h"
 
@@ -51,26 +52,18 @@ static dsp_status residual(dsp_target *t, qw_dev *d, const dsp_tensor *a, const 
   return dsp_op_round_add(be, d->dev, &x, &p, &x);
 }
 
-/* One device's part of a forward. */
-static dsp_status forward_dev(void *ctx, int di) {
-  dsp_target *t = ctx;
+/* One device's part of a forward, as enqueued operations (run directly, or
+ * captured into a graph): the metadata in, every layer, the selection's keys out. */
+static dsp_status step(dsp_target *t, int di) {
   qw_dev *d = &t->d[di];
   dsp_backend *be = t->be;
-  const dsp_target_batch *b = t->batch;
   const dsp_target_info *in = &t->info;
-  const int64_t M = t->ntok, D = in->head_dim, Wq = d->hq * D, Wk = d->hkv * D;
+  const int64_t M = t->mrows, S = t->srows, D = in->head_dim, Wq = d->hq * D, Wk = d->hkv * D;
   const int dev = d->dev;
-  /* metadata into backend memory */
-  DSP_TRY(dsp_op_upload(be, dev, d->d_ids, b->tokens, (size_t)M * 4));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_pos, t->h_pos, (size_t)M * 4));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_rows, t->h_rows, (size_t)M * 8));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_slot, b->slot, (size_t)b->nseq * 4));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_qstart, t->h_qstart, (size_t)b->nseq * 4));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_qcount, b->count, (size_t)b->nseq * 4));
-  DSP_TRY(dsp_op_upload(be, dev, d->d_klen, t->h_klen, (size_t)b->nseq * 4));
-
+  DSP_TRY(dsp_op_upload_async(be, dev, d->dm.rows, d->hm.rows, d->meta_bytes));
   dsp_tensor x = view2(d->x, M), h = view2(d->h, M), qkv = view2(d->qkv, M);
-  DSP_TRY(dsp_op_embed(be, dev, &d->embed, d->d_ids, M, &x));
+  DSP_TRY(dsp_op_embed(be, dev, &d->embed, d->dm.ids, M, &x));
+  const int64_t cache_rows = (int64_t)(t->opt.max_seqs + 1) * t->opt.max_len;
   for (int64_t l = 0; l < in->layers; l++) {
     qw_layer *L = &d->layer[l];
     DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->in_norm, (float)in->eps, &h));
@@ -78,19 +71,17 @@ static dsp_status forward_dev(void *ctx, int di) {
     dsp_tensor q = heads_view(qkv, M, 0, d->hq, D), k = heads_view(qkv, M, Wq, d->hkv, D);
     DSP_TRY(dsp_op_rmsnorm(be, dev, &q, &L->q_norm, (float)in->eps, &q));
     DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &L->k_norm, (float)in->eps, &k));
-    DSP_TRY(dsp_op_rope(be, dev, &q, d->d_pos, &d->rope_cos, &d->rope_sin));
-    DSP_TRY(dsp_op_rope(be, dev, &k, d->d_pos, &d->rope_cos, &d->rope_sin));
+    DSP_TRY(dsp_op_rope(be, dev, &q, d->dm.pos, &d->rope_cos, &d->rope_sin));
+    DSP_TRY(dsp_op_rope(be, dev, &k, d->dm.pos, &d->rope_cos, &d->rope_sin));
     /* the new keys and values into the cache rows slot * max_len + position */
-    const int64_t cache_rows = (int64_t)t->opt.max_seqs * t->opt.max_len;
     dsp_tensor kc = dsp_tensor_2d(L->k_cache, DSP_BF16, cache_rows, Wk), vc = dsp_tensor_2d(L->v_cache, DSP_BF16, cache_rows, Wk);
     dsp_tensor ks = cols(qkv, Wq, Wk), vs = cols(qkv, Wq + Wk, Wk);
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->d_rows, &kc));
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->d_rows, &vc));
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.rows, &kc));
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->dm.rows, &vc));
     dsp_tensor attn = view2(d->attn, M);
-    dsp_op_attention_args aa = {.q = &q, .k = L->k_cache, .v = L->v_cache, .max_len = t->opt.max_len,
-                                .kv_heads = d->hkv, .slot = d->d_slot, .q_start = d->d_qstart, .q_count = d->d_qcount,
-                                .k_len = d->d_klen, .nseq = b->nseq, .causal = 1,
-                                .scale = (float)(1.0 / sqrt((double)D)), .out = &attn};
+    dsp_op_attention_args aa = {.q = &q, .k = L->k_cache, .v = L->v_cache, .slots = t->opt.max_seqs + 1,
+                                .max_len = t->opt.max_len, .kv_heads = d->hkv, .row_slot = d->dm.rslot,
+                                .row_keys = d->dm.rkeys, .scale = (float)(1.0 / sqrt((double)D)), .out = &attn};
     DSP_TRY(dsp_op_attention(be, dev, &aa));
     DSP_TRY(residual(t, d, &attn, L->o, M));
     DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->post_norm, (float)in->eps, &h));
@@ -106,32 +97,79 @@ static dsp_status forward_dev(void *ctx, int di) {
       }
   }
   /* the selecting rows, normed, through this rank's LM-head rows */
-  const int64_t S = t->nsel;
   dsp_tensor hs = view2(d->h, S);
-  if (b->last_only) {
-    /* gather each sequence's last row into h's first rows (scatter of the last rows) */
-    for (int32_t s = 0; s < b->nseq; s++) {
-      const int64_t r = t->h_qstart[s] + b->count[s] - 1;
-      DSP_TRY(dsp_op_copy(be, dev, (char *)d->h.data + (size_t)(s * d->h.stride[0]) * 2,
-                          (char *)d->x.data + (size_t)(r * d->x.stride[0]) * 2, (size_t)in->hidden * 2));
-    }
+  if (t->batch->last_only) {
+    DSP_TRY(dsp_op_gather_rows(be, dev, &x, d->dm.selidx, &hs));
     DSP_TRY(dsp_op_rmsnorm(be, dev, &hs, &d->final_norm, (float)in->eps, &hs));
   } else {
     DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->final_norm, (float)in->eps, &hs));
   }
   dsp_tensor lg = view2(d->logits, S);
   DSP_TRY(dsp_op_gemm(be, dev, &hs, d->lm, &lg));
-  dsp_op_select_args sa = {.logits = &lg, .id0 = d->v0, .n_valid = d->vreal, .temperature = b->temperature,
-                           .seed = b->seed, .row_seq = t->h_rowseq, .pos = t->h_selpos,
-                           .best_val = t->h_bv + (size_t)di * (size_t)t->opt.max_tokens,
-                           .best_id = t->h_bi + (size_t)di * (size_t)t->opt.max_tokens};
-  DSP_TRY(dsp_op_sync(be, dev));
+  dsp_op_select_args sa = {.logits = &lg, .id0 = d->v0, .n_valid = d->vreal,
+                           .t_row = t->sampling ? d->dm.trow : NULL, .seed_row = d->dm.seedrow,
+                           .pos = d->dm.selpos, .keys = d->d_keys};
   DSP_TRY(dsp_op_select(be, dev, &sa));
+  return dsp_op_download_async(be, dev, d->h_keys, d->d_keys, (size_t)S * 8);
+}
+
+/* Runs the step directly, or replays (first: runs, then captures) this bucket's graph. */
+static dsp_status forward_dev(void *ctx, int di) {
+  dsp_target *t = ctx;
+  qw_dev *d = &t->d[di];
+  if (t->bucket < 0) {
+    DSP_TRY(step(t, di));
+  } else if (d->graph[t->bucket][t->sampling]) {
+    DSP_TRY(dsp_op_replay(t->be, d->dev, d->graph[t->bucket][t->sampling]));
+  } else {
+    /* the first call of a bucket runs eagerly (which also readies the products for its row count), then captures */
+    DSP_TRY(step(t, di));
+    DSP_TRY(dsp_op_sync(t->be, d->dev));
+    DSP_TRY(dsp_op_capture_begin(t->be, d->dev));
+    dsp_status s = step(t, di);
+    dsp_op_graph *g = NULL;
+    dsp_status e = dsp_op_capture_end(t->be, d->dev, &g);
+    DSP_TRY(s);
+    DSP_TRY(e);
+    d->graph[t->bucket][t->sampling] = g;
+  }
+  DSP_TRY(dsp_op_sync(t->be, d->dev));
   if (t->want_logits) {
     dsp_bf16 *dst = t->h_logits + (size_t)d->tp_rank * (size_t)t->opt.max_tokens * (size_t)d->vr;
-    DSP_TRY(dsp_op_download(be, dev, dst, lg.data, (size_t)(S * d->vr) * 2));
+    DSP_TRY(dsp_op_download(t->be, d->dev, dst, d->logits.data, (size_t)(t->nsel * d->vr) * 2));
   }
   return DSP_OK;
+}
+
+/* Fills device 0's staging with the call's metadata (padding rows after the
+ * real ones read and write the spare slot), then copies it to the others'. */
+static void stage(dsp_target *t, const dsp_target_batch *b) {
+  qw_meta *m = &t->d[0].hm;
+  const int32_t spare = t->opt.max_seqs;
+  int64_t r = 0, k = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    const int64_t p0 = t->len[b->slot[s]];
+    for (int32_t i = 0; i < b->count[s]; i++, r++) {
+      m->ids[r] = b->tokens[r];
+      m->pos[r] = (int32_t)(p0 + i);
+      m->rslot[r] = b->slot[s];
+      m->rkeys[r] = (int32_t)(p0 + i + 1);
+      m->rows[r] = (int64_t)b->slot[s] * t->opt.max_len + p0 + i;
+      if (!b->last_only || i == b->count[s] - 1) {
+        m->selidx[k] = r;
+        m->selpos[k] = p0 + i + 1; /* the position of the token it draws */
+        m->trow[k] = b->temperature ? b->temperature[s] : 0.0f;
+        m->seedrow[k] = b->seed ? b->seed[s] : 0;
+        k++;
+      }
+    }
+  }
+  for (; r < t->mrows; r++) {
+    m->ids[r] = 0, m->pos[r] = 0, m->rslot[r] = spare, m->rkeys[r] = 1;
+    m->rows[r] = (int64_t)spare * t->opt.max_len;
+  }
+  for (; k < t->srows; k++) m->selidx[k] = 0, m->selpos[k] = 0, m->trow[k] = 0.0f, m->seedrow[k] = 0;
+  for (int di = 1; di < t->nd; di++) memcpy(t->d[di].h_meta, t->d[0].h_meta, t->d[0].meta_bytes);
 }
 
 static dsp_status check_batch(const dsp_target *t, const dsp_target_batch *b) {
@@ -168,25 +206,14 @@ dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_targ
   if (!t || !out) return dsp_fail(DSP_ERR_ARG, "target forward: NULL argument");
   DSP_TRY(check_batch(t, b));
   const dsp_target_info *in = &t->info;
-  /* the positions, cache rows and sequence metadata of the new tokens */
-  int64_t r = 0;
+  int64_t M = 0;
+  int sampling = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
-    t->h_qstart[s] = (int32_t)r;
-    const int64_t p0 = t->len[b->slot[s]];
-    t->h_klen[s] = (int32_t)(p0 + b->count[s]);
-    for (int32_t i = 0; i < b->count[s]; i++, r++) {
-      t->h_pos[r] = (int32_t)(p0 + i);
-      t->h_rows[r] = (int64_t)b->slot[s] * t->opt.max_len + p0 + i;
-    }
+    M += b->count[s];
+    sampling |= b->temperature && b->temperature[s] > 0.0f;
   }
-  t->ntok = r;
-  t->nsel = b->last_only ? b->nseq : r;
-  /* each selecting row's sequence, and the position of the token it draws (the next one) */
-  for (int32_t s = 0, k = 0; s < b->nseq; s++)
-    for (int32_t i = b->last_only ? b->count[s] - 1 : 0; i < b->count[s]; i++, k++) {
-      t->h_rowseq[k] = s;
-      t->h_selpos[k] = t->len[b->slot[s]] + i + 1;
-    }
+  t->ntok = M;
+  t->nsel = b->last_only ? b->nseq : M;
   const int64_t S = t->nsel;
   if (out->logits) {
     const dsp_tensor *l = out->logits;
@@ -201,34 +228,43 @@ dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_targ
       return dsp_fail(DSP_ERR_SHAPE, "target forward: taps output must be [%d, %lld, %lld] BF16", t->opt.ntaps,
                       (long long)t->ntok, (long long)in->hidden);
   }
+  /* decode and verify calls (every row selects) replay a graph of the smallest bucket that holds them */
+  t->bucket = -1;
+  t->mrows = M;
+  t->srows = S;
+  t->sampling = sampling;
+  for (int i = 0; !b->last_only && i < t->nbuckets; i++)
+    if (t->buckets[i] >= M) {
+      t->bucket = i;
+      t->mrows = t->srows = t->buckets[i];
+      break;
+    }
   t->batch = b;
   t->want_logits = out->logits != NULL;
+  stage(t, b);
   dsp_status s = dsp_backend_each(t->be, forward_dev, t);
   s = dsp_comm_agree(t->be->comm, s);
   if (s != DSP_OK) return s; /* the caches of this call's rows may hold partial writes; lengths unchanged */
-  /* the selection: the best of this process's devices, then of every process */
+  /* the selection: the best key of this process's devices, then of every process */
   for (int64_t k = 0; k < S; k++) {
-    dsp_pair best = {t->h_bv[k], 0, t->h_bi[k]};
-    for (int di = 1; di < t->nd; di++) {
-      const float v = t->h_bv[(size_t)di * t->opt.max_tokens + k];
-      const int64_t id = t->h_bi[(size_t)di * t->opt.max_tokens + k];
-      if (dsp_pair_better(v, id, best.value, best.id)) best = (dsp_pair){v, 0, id};
-    }
-    t->pairs[k] = best;
+    uint64_t best = t->d[0].h_keys[k];
+    for (int di = 1; di < t->nd; di++) best = t->d[di].h_keys[k] > best ? t->d[di].h_keys[k] : best;
+    t->keys[k] = best;
   }
   const int procs = dsp_comm_size(t->be->comm);
   if (procs > 1) {
-    DSP_TRY(dsp_comm_allgather(t->be->comm, t->pairs, t->pairs_all, (size_t)S * sizeof(dsp_pair)));
+    DSP_TRY(dsp_comm_allgather(t->be->comm, t->keys, t->keys_all, (size_t)S * 8));
     for (int64_t k = 0; k < S; k++)
       for (int p = 0; p < procs; p++) {
-        const dsp_pair c = t->pairs_all[(size_t)p * (size_t)S + (size_t)k];
-        if (p == 0 || dsp_pair_better(c.value, c.id, t->pairs[k].value, t->pairs[k].id)) t->pairs[k] = c;
+        const uint64_t c = t->keys_all[(size_t)p * (size_t)S + (size_t)k];
+        t->keys[k] = c > t->keys[k] ? c : t->keys[k];
       }
   }
   if (out->next)
     for (int64_t k = 0; k < S; k++) {
-      DSP_ASSERT(t->pairs[k].id >= 0 && t->pairs[k].id < in->vocab);
-      out->next[k] = t->pairs[k].id;
+      const int64_t id = dsp_select_key_id(t->keys[k]);
+      DSP_ASSERT(t->keys[k] != 0 && id >= 0 && id < in->vocab);
+      out->next[k] = id;
     }
   if (out->logits) {
     const int64_t vr = t->d[0].vr, chunk = (int64_t)t->opt.max_tokens * vr;

@@ -11,8 +11,21 @@
 typedef struct {
   dsp_weight *qkv, *o, *gate_up, *down; /* [Hq+2Hkv local x D, H], [H, Hq local x D], [2 I local, H], [H, I local] */
   dsp_tensor in_norm, post_norm, q_norm, k_norm; /* device [H], [H], [D], [D] */
-  dsp_bf16 *k_cache, *v_cache;          /* [slots][max_len][Hkv local][D] */
+  dsp_bf16 *k_cache, *v_cache;          /* [max_seqs + 1][max_len][Hkv local][D]: the last slot takes padding rows */
 } qw_layer;
+
+/* A call's per-row metadata, one block in backend memory and one in staging
+ * (host memory the device reads), laid out alike so one copy moves it. */
+typedef struct {
+  int32_t *ids, *pos, *rslot, *rkeys; /* [rows]: token, position, cache slot read, keys seen */
+  int64_t *rows;                      /* [rows] the cache row its K/V go to */
+  int64_t *selidx, *selpos;           /* [sel] the row a selection reads, the position it draws */
+  float *trow;                        /* [sel] temperature */
+  uint64_t *seedrow;                  /* [sel] noise key */
+} qw_meta;
+
+/* Decode and verify run as CUDA graphs per bucket of rows (greedy, sampling). */
+#define QW_BUCKETS 14
 
 typedef struct {
   int dev;                   /* index among the backend's devices */
@@ -26,9 +39,12 @@ typedef struct {
   dsp_tensor final_norm, rope_cos, rope_sin;
   /* activations, max_tokens rows */
   dsp_tensor x, h, qkv, attn, o, gu, act, part, logits, taps;
-  /* per-call metadata in backend memory */
-  int32_t *d_ids, *d_pos, *d_slot, *d_qstart, *d_qcount, *d_klen;
-  int64_t *d_rows;
+  /* per-call metadata and the selections' keys, in backend memory and in staging */
+  qw_meta dm, hm;
+  void *h_meta;
+  size_t meta_bytes;
+  uint64_t *d_keys, *h_keys;
+  dsp_op_graph *graph[QW_BUCKETS][2];
   void *mem[32];             /* what free releases */
   int nmem;
 } qw_dev;
@@ -43,17 +59,19 @@ struct dsp_target {
   qw_dev d[DSP_BACKEND_MAX_DEVICES];
   int nd;
   int64_t *len;              /* [max_seqs] cached positions per slot */
-  /* host staging of a forward, sized at load */
-  int32_t *h_pos, *h_qstart, *h_klen, *h_rowseq, *h_selrow;
-  int64_t *h_rows, *h_selpos;
-  float *h_bv;                 /* [nd][max_tokens] each device's local best values */
-  int64_t *h_bi;               /* [nd][max_tokens] and ids */
-  dsp_pair *pairs, *pairs_all; /* [max_tokens], [procs][max_tokens] */
+  /* host side of a forward, sized at load */
+  uint64_t *keys, *keys_all;   /* [max_tokens], [procs][max_tokens]: the best key of each selecting row */
   dsp_bf16 *h_logits;          /* [tp][max_tokens][vr] local logits gathered */
+  int32_t buckets[QW_BUCKETS], nbuckets; /* graph row counts (none on the CPU or with DSPARK_GRAPHS=0) */
   const dsp_target_batch *batch;
   int64_t ntok, nsel;          /* new tokens, selecting rows of this call */
+  int64_t mrows, srows;        /* rows and selecting rows run (padded up to a bucket in a graph) */
+  int bucket, sampling;        /* the graph of this call (-1: none), and its variant */
   int want_logits;
   char report[512];
 };
+
+/* Lays out a metadata block of T rows at base (NULL: sizes only); its bytes. */
+size_t qw_meta_layout(void *base, int64_t T, qw_meta *m);
 
 #endif

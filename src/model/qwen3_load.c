@@ -11,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/hf_dir.h"
@@ -139,7 +140,7 @@ static dsp_status load_layer(load_ctx *c, qw_dev *d, int64_t l, dsp_bf16 *host) 
   TENSOR("self_attn.k_norm.weight", D, 0, &nm);
   DSP_TRY(dev_vector(t, d, &nm, &L->k_norm, &m));
 #undef TENSOR
-  const size_t cache = (size_t)t->opt.max_seqs * (size_t)t->opt.max_len * (size_t)(d->hkv * D) * 2;
+  const size_t cache = (size_t)(t->opt.max_seqs + 1) * (size_t)t->opt.max_len * (size_t)(d->hkv * D) * 2;
   DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->k_cache));
   DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->v_cache));
   return DSP_OK;
@@ -215,14 +216,14 @@ static dsp_status load_dev(void *ctx, int di) {
     DSP_TRY(dev_alloc(t, d, (size_t)(t->opt.ntaps * T * H) * 2, &m));
     d->taps = dsp_tensor_2d(m, DSP_BF16, t->opt.ntaps * T, H);
   }
-  const int32_t S = t->opt.max_seqs;
-  DSP_TRY(dev_alloc(t, d, (size_t)T * 4, (void **)&d->d_ids));
-  DSP_TRY(dev_alloc(t, d, (size_t)T * 4, (void **)&d->d_pos));
-  DSP_TRY(dev_alloc(t, d, (size_t)T * 8, (void **)&d->d_rows));
-  DSP_TRY(dev_alloc(t, d, (size_t)S * 16, (void **)&d->d_slot));
-  d->d_qstart = d->d_slot + S;
-  d->d_qcount = d->d_slot + 2 * S;
-  d->d_klen = d->d_slot + 3 * S;
+  /* the call's metadata (one block each side) and the selections' keys */
+  d->meta_bytes = qw_meta_layout(NULL, T, &d->dm);
+  DSP_TRY(dev_alloc(t, d, d->meta_bytes, &m));
+  qw_meta_layout(m, T, &d->dm);
+  DSP_TRY(dsp_op_host_alloc(t->be, d->dev, d->meta_bytes, &d->h_meta));
+  qw_meta_layout(d->h_meta, T, &d->hm);
+  DSP_TRY(dev_alloc(t, d, (size_t)T * 8, (void **)&d->d_keys));
+  DSP_TRY(dsp_op_host_alloc(t->be, d->dev, (size_t)T * 8, (void **)&d->h_keys));
   return DSP_OK;
 }
 
@@ -245,15 +246,15 @@ void dsp_target_free(dsp_target *t) {
     }
     free(d->layer);
     dsp_op_weight_free(t->be, d->lm);
+    for (int b = 0; b < QW_BUCKETS; b++)
+      for (int v = 0; v < 2; v++) dsp_op_graph_free(t->be, d->graph[b][v]);
+    dsp_op_host_release(t->be, d->dev, d->h_meta);
+    dsp_op_host_release(t->be, d->dev, d->h_keys);
     for (int i = 0; i < d->nmem; i++) dsp_op_release(t->be, d->dev, d->mem[i]);
   }
   free(t->len);
-  free(t->h_pos);
-  free(t->h_rows);
-  free(t->h_bv);
-  free(t->h_bi);
-  free(t->pairs);
-  free(t->pairs_all);
+  free(t->keys);
+  free(t->keys_all);
   free(t->h_logits);
   free(t);
 }
@@ -301,21 +302,36 @@ static dsp_status tp_layout(dsp_target *t) {
 static dsp_status host_staging(dsp_target *t) {
   const size_t T = (size_t)t->opt.max_tokens, S = (size_t)t->opt.max_seqs, procs = (size_t)dsp_comm_size(t->be->comm);
   t->len = calloc(S, sizeof *t->len);
-  t->h_pos = calloc(T * 3 + S * 2, 4); /* pos, rowseq, selrow (T each), qstart, klen (S each) */
-  t->h_rows = calloc(T * 2, 8);        /* rows, selpos */
-  t->h_bv = calloc(T * (size_t)t->nd, 4);
-  t->h_bi = calloc(T * (size_t)t->nd, 8);
-  t->pairs = calloc(T, sizeof *t->pairs);
-  t->pairs_all = calloc(T * procs, sizeof *t->pairs_all);
+  t->keys = calloc(T, sizeof *t->keys);
+  t->keys_all = calloc(T * procs, sizeof *t->keys_all);
   t->h_logits = calloc(T * (size_t)t->tp * (size_t)t->d[0].vr, 2);
-  if (!t->len || !t->h_pos || !t->h_rows || !t->h_bv || !t->h_bi || !t->pairs || !t->pairs_all || !t->h_logits)
+  if (!t->len || !t->keys || !t->keys_all || !t->h_logits)
     return dsp_fail(DSP_ERR_NOMEM, "target: out of memory for host staging");
-  t->h_rowseq = t->h_pos + T;
-  t->h_selrow = t->h_pos + 2 * T;
-  t->h_qstart = t->h_pos + 3 * T;
-  t->h_klen = t->h_pos + 3 * T + S;
-  t->h_selpos = t->h_rows + T;
+  /* graph buckets: row counts a decode or verify call is padded up to */
+  static const int32_t sizes[QW_BUCKETS] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  t->nbuckets = 0;
+  if (dsp_op_has_graphs(t->be) && dsp_env_get()->graphs)
+    for (int i = 0; i < QW_BUCKETS && sizes[i] <= t->opt.max_tokens; i++) t->buckets[t->nbuckets++] = sizes[i];
   return DSP_OK;
+}
+
+size_t qw_meta_layout(void *base, int64_t T, qw_meta *m) {
+  char *p = base;
+  size_t off = 0;
+#define QW_TAKE(field, type)                               \
+  m->field = base ? (type *)(void *)(p + off) : NULL;      \
+  off += ((size_t)T * sizeof(type) + 63) / 64 * 64;
+  QW_TAKE(rows, int64_t)
+  QW_TAKE(selidx, int64_t)
+  QW_TAKE(selpos, int64_t)
+  QW_TAKE(seedrow, uint64_t)
+  QW_TAKE(ids, int32_t)
+  QW_TAKE(pos, int32_t)
+  QW_TAKE(rslot, int32_t)
+  QW_TAKE(rkeys, int32_t)
+  QW_TAKE(trow, float)
+#undef QW_TAKE
+  return off;
 }
 
 static void make_report(dsp_target *t) {

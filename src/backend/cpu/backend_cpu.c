@@ -37,6 +37,11 @@ static const dsp_backend_ops cpu_ops = {
     .attention = dsp_cpu_op_attention,
     .round_add = dsp_cpu_op_round_add,
     .select = dsp_cpu_op_select,
+    .gather_rows = dsp_cpu_op_gather_rows,
+    .host_alloc = dsp_cpu_op_alloc,
+    .host_release = dsp_cpu_op_release,
+    .upload_async = dsp_cpu_op_copy,
+    .download_async = dsp_cpu_op_copy,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {

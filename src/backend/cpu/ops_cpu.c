@@ -151,11 +151,6 @@ dsp_status dsp_cpu_backend_impl(dsp_backend *be) {
 
 dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
   (void)dev;
-  for (int32_t b = 0; b < a->nseq; b++)
-    if (a->k_len[b] > a->max_len || a->q_count[b] > a->k_len[b] || a->q_count[b] < 0 ||
-        a->q_start[b] + a->q_count[b] > a->q->shape[0])
-      return dsp_fail(DSP_ERR_RANGE, "op attention: sequence %d: %d queries over %d keys (cache %lld, rows %lld)", b,
-                      a->q_count[b], a->k_len[b], (long long)a->max_len, (long long)a->q->shape[0]);
   cpu_impl *m = be->impl;
   const size_t need = dsp_cpu_attention_scratch(a->max_len, omp_get_max_threads());
   if (need > m->att_floats) {
@@ -164,11 +159,20 @@ dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention
     m->att_floats = m->att ? need : 0;
     if (!m->att) return dsp_fail(DSP_ERR_NOMEM, "op attention: no scratch for %zu floats", need);
   }
-  dsp_cpu_attention_args c = {.q = a->q, .k = a->k, .v = a->v, .max_len = a->max_len, .kv_heads = a->kv_heads,
-                              .slot = a->slot, .q_start = a->q_start, .q_count = a->q_count, .k_len = a->k_len,
-                              .nseq = a->nseq, .causal = a->causal, .scale = a->scale, .out = a->out,
-                              .scratch = m->att};
+  dsp_cpu_attention_args c = {.q = a->q, .k = a->k, .v = a->v, .slots = a->slots, .max_len = a->max_len,
+                              .kv_heads = a->kv_heads, .row_slot = a->row_slot, .row_keys = a->row_keys,
+                              .scale = a->scale, .out = a->out, .scratch = m->att};
   dsp_cpu_attention(&c);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
+  (void)be, (void)dev;
+  for (int64_t t = 0; t < dst->shape[0]; t++)
+    if (idx[t] < 0 || idx[t] >= src->shape[0])
+      return dsp_fail(DSP_ERR_RANGE, "op gather_rows: index %lld outside [0, %lld)", (long long)idx[t],
+                      (long long)src->shape[0]);
+  dsp_cpu_gather_rows(src, idx, dst);
   return DSP_OK;
 }
 
@@ -189,30 +193,20 @@ dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args 
   (void)be, (void)dev;
   const dsp_tensor *l = a->logits;
   for (int64_t r = 0; r < l->shape[0]; r++) {
-    const float T = a->temperature ? a->temperature[a->row_seq[r]] : 0.0f;
-    const uint64_t seed = a->seed && a->row_seq ? a->seed[a->row_seq[r]] : 0;
-    dsp_tensor row = dsp_tensor_rows(l, r, r + 1);
-    row.ndim = 2;
-    row.shape[0] = 1;
-    if (a->n_valid == 0) {
-      a->best_val[r] = -INFINITY;
-      a->best_id[r] = DSP_PAIR_NONE_ID;
-      continue;
-    }
+    const float T = a->t_row ? a->t_row[r] : 0.0f;
+    const dsp_bf16 *p = (const dsp_bf16 *)l->data + r * l->stride[0];
     /* the noise is keyed by the global id, so a shard's draw is the full-vocabulary draw */
-    float bv = -INFINITY;
-    int64_t bi = DSP_PAIR_NONE_ID;
-    const dsp_bf16 *p = (const dsp_bf16 *)row.data;
+    uint64_t best = 0;
     for (int64_t v = 0; v < a->n_valid; v++) {
-      float x = dsp_bf16_to_f32(p[v * l->stride[1]]);
+      float x = dsp_bf16_to_f32(p[v]);
       if (T > 0.0f) {
         volatile float q = x / T; /* one rounding, never fused with the add */
-        x = q + dsp_gumbel(seed, a->pos[r], a->id0 + v);
+        x = q + dsp_gumbel(a->seed_row[r], a->pos[r], a->id0 + v);
       }
-      if (dsp_pair_better(x, a->id0 + v, bv, bi)) bv = x, bi = a->id0 + v;
+      const uint64_t k = dsp_select_key(x, (uint32_t)(a->id0 + v));
+      best = k > best ? k : best;
     }
-    a->best_val[r] = bv;
-    a->best_id[r] = bi;
+    a->keys[r] = best;
   }
   return DSP_OK;
 }

@@ -28,5 +28,6 @@ dsp_status dsp_cpu_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *s
 dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
 dsp_status dsp_cpu_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
 dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
+dsp_status dsp_cpu_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
 
 #endif

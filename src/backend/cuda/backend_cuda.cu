@@ -23,8 +23,6 @@ static void cuda_free(dsp_backend *be) {
   for (int i = 0; m && i < be->ndev; i++) {
     cudaSetDevice(be->device[i]);
     if (m->stream[i]) cudaStreamDestroy(m->stream[i]);
-    cudaFree(m->sel_dev[i]);
-    cudaFreeHost(m->sel_host[i]);
   }
   cudaGetLastError();
   free(m);
@@ -41,7 +39,10 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_gemm,          dsp_cuda_op_markov_step,  dsp_cuda_op_embed,
     dsp_cuda_op_rmsnorm,       dsp_cuda_op_rope,         dsp_cuda_op_add,
     dsp_cuda_op_silu_mul,      dsp_cuda_op_scatter_rows, dsp_cuda_op_attention,
-    dsp_cuda_op_round_add,     dsp_cuda_op_select,
+    dsp_cuda_op_round_add,     dsp_cuda_op_select,       dsp_cuda_op_gather_rows,
+    dsp_cuda_op_host_alloc,    dsp_cuda_op_host_release, dsp_cuda_op_upload_async,
+    dsp_cuda_op_download_async, dsp_cuda_op_capture_begin, dsp_cuda_op_capture_end,
+    dsp_cuda_op_replay,        dsp_cuda_op_graph_free,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

@@ -8,9 +8,6 @@
 typedef struct {
   int own_tp;                                /* the tp communicators are ours (NCCL) */
   cudaStream_t stream[DSP_BACKEND_MAX_DEVICES]; /* each device's stream for the operations */
-  /* the selection's per-row staging (device and pinned host), grown on demand */
-  void *sel_dev[DSP_BACKEND_MAX_DEVICES], *sel_host[DSP_BACKEND_MAX_DEVICES];
-  int64_t sel_rows[DSP_BACKEND_MAX_DEVICES];
   size_t att_smem[DSP_BACKEND_MAX_DEVICES];  /* the attention kernels' shared-memory limit set so far */
 } dsp_cuda_impl;
 

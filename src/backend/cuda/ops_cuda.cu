@@ -129,16 +129,6 @@ extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tenso
   return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], dsp_cuda_stream(be, dev));
 }
 
-/* The value of a selection key (devmath.cuh's order image, inverted; -0 was folded onto +0). */
-static float key_value(unsigned long long key) {
-  const uint32_t o = (uint32_t)(key >> 32);
-  if (o == 0xFFFFFFFFu) return NAN;
-  const uint32_t u = (o & 0x80000000u) ? (o ^ 0x80000000u) : ~o;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 /* One step as a one-step tail of the register kernel: E as W1 rows with the
  * identity as anchors, base and W2 laid out as the kernel reads them; logits
  * come from the sampling instance (every T = 0: greedy selection). Scratch is
@@ -221,7 +211,7 @@ extern "C" dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const ds
                          (size_t)a->n_valid * es, (size_t)B, cudaMemcpyDeviceToDevice, s), __LINE__);
   if (st == DSP_OK) ck(cudaStreamSynchronize(s), __LINE__);
   for (int64_t b = 0; st == DSP_OK && b < B; b++) {
-    a->best_val[b] = hk[b] ? key_value(hk[b]) : -INFINITY;
+    a->best_val[b] = hk[b] ? dsp_select_key_value(hk[b]) : -INFINITY;
     a->best_id[b] = hk[b] ? a->id0 + (int64_t)(~(uint32_t)hk[b]) : INT64_MAX;
   }
   cudaFree(buf);
@@ -321,11 +311,11 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   c.q = cu_view(a->q);
   c.k = (const uint16_t *)a->k;
   c.v = (const uint16_t *)a->v;
+  c.slots = a->slots;
   c.max_len = a->max_len;
   c.kv_heads = a->kv_heads;
-  c.slot = a->slot, c.q_start = a->q_start, c.q_count = a->q_count, c.k_len = a->k_len;
-  c.nseq = a->nseq;
-  c.causal = a->causal;
+  c.row_slot = a->row_slot;
+  c.row_keys = a->row_keys;
   c.scale = a->scale;
   c.out = cu_view(a->out);
   if (a->out->ndim == 2) { /* [T, Hq * D] as heads of D */
@@ -333,6 +323,14 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   }
   dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
   return LAUNCHED("attention");
+}
+
+extern "C" dsp_status dsp_cuda_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
+                                              dsp_tensor *dst) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view sv = cu_view(src), dv = cu_view(dst);
+  dsp_cu_gather_rows(&sv, idx, &dv, dsp_cuda_stream(be, dev));
+  return LAUNCHED("gather_rows");
 }
 
 extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p,
@@ -344,58 +342,100 @@ extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_
   return LAUNCHED("round_add");
 }
 
-/* Per row: temperature (4 bytes), seed (8), position (8), key (8). */
-#define SEL_ROW_BYTES 32
+extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
+  const int64_t R = a->logits->shape[0];
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  if (a->n_valid == 0) {
+    DSP_CUDA_TRY(cudaMemsetAsync(a->keys, 0, (size_t)R * 8, s));
+    return DSP_OK;
+  }
+  dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0, a->t_row,
+                a->seed_row, a->pos, (unsigned long long *)a->keys, s);
+  return LAUNCHED("select");
+}
 
-static dsp_status sel_staging(dsp_backend *be, int dev, int64_t rows) {
-  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
-  if (rows <= m->sel_rows[dev]) return DSP_OK;
-  const int64_t cap = rows < 256 ? 256 : rows;
-  DSP_CUDA_TRY(cudaStreamSynchronize(dsp_cuda_stream(be, dev)));
-  cudaFree(m->sel_dev[dev]);
-  cudaFreeHost(m->sel_host[dev]);
-  m->sel_dev[dev] = m->sel_host[dev] = NULL;
-  m->sel_rows[dev] = 0;
-  DSP_CUDA_TRY(cudaMalloc(&m->sel_dev[dev], (size_t)cap * SEL_ROW_BYTES));
-  DSP_CUDA_TRY(cudaMallocHost(&m->sel_host[dev], (size_t)cap * SEL_ROW_BYTES));
-  m->sel_rows[dev] = cap;
+/* ---- staging and graphs ---------------------------------------------------------- */
+extern "C" dsp_status dsp_cuda_op_host_alloc(dsp_backend *be, int dev, size_t bytes, void **out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const cudaError_t e = cudaMallocHost(out, bytes ? bytes : 64);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    cudaGetLastError();
+    return dsp_fail(DSP_ERR_NOMEM, "%s:%d: cudaMallocHost(%zu bytes): %s", __FILE__, __LINE__, bytes,
+                    cudaGetErrorString(e));
+  }
   return DSP_OK;
 }
 
-extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
-  const int64_t R = a->logits->shape[0];
-  if (a->logits->stride[1] != 1) return dsp_fail(DSP_ERR_UNSUPPORTED, "op select: logits with unit column stride only");
-  if (a->id0 + a->n_valid >= (1ll << 31)) return dsp_fail(DSP_ERR_UNSUPPORTED, "op select: ids beyond 2^31");
+extern "C" void dsp_cuda_op_host_release(dsp_backend *be, int dev, void *p) {
+  cudaSetDevice(be->device[dev]);
+  cudaFreeHost(p);
+  cudaGetLastError();
+}
+
+extern "C" dsp_status dsp_cuda_op_upload_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
-  DSP_TRY(sel_staging(be, dev, R));
-  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
-  cudaStream_t s = dsp_cuda_stream(be, dev);
-  const size_t cap = (size_t)m->sel_rows[dev];
-  char *hd = (char *)m->sel_host[dev], *dd = (char *)m->sel_dev[dev];
-  float *ht = (float *)hd;
-  uint64_t *hs = (uint64_t *)(hd + cap * 8);
-  int64_t *hp = (int64_t *)(hd + cap * 16);
-  unsigned long long *hk = (unsigned long long *)(hd + cap * 24);
-  int sampled = 0;
-  for (int64_t r = 0; a->temperature && r < R; r++) {
-    const int32_t q = a->row_seq[r];
-    ht[r] = a->temperature[q];
-    hs[r] = a->seed ? a->seed[q] : 0;
-    hp[r] = a->pos[r];
-    sampled |= ht[r] > 0.0f;
-  }
-  if (sampled) DSP_CUDA_TRY(cudaMemcpyAsync(dd, hd, cap * 24, cudaMemcpyHostToDevice, s));
-  if (a->n_valid > 0)
-    dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0,
-                  sampled ? (const float *)dd : NULL, sampled ? (const uint64_t *)(dd + cap * 8) : NULL,
-                  sampled ? (const int64_t *)(dd + cap * 16) : NULL, (unsigned long long *)(dd + cap * 24), s);
-  DSP_TRY(LAUNCHED("select"));
-  if (a->n_valid > 0) DSP_CUDA_TRY(cudaMemcpyAsync(hk, dd + cap * 24, (size_t)R * 8, cudaMemcpyDeviceToHost, s));
-  DSP_CUDA_TRY(cudaStreamSynchronize(s));
-  for (int64_t r = 0; r < R; r++) {
-    const unsigned long long k = a->n_valid > 0 ? hk[r] : 0;
-    a->best_val[r] = k ? key_value(k) : -INFINITY;
-    a->best_id[r] = k ? (int64_t)(~(uint32_t)k) : DSP_PAIR_NONE_ID; /* keys carry global ids */
-  }
+  DSP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dsp_cuda_stream(be, dev)));
   return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_download_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dsp_cuda_stream(be, dev)));
+  return DSP_OK;
+}
+
+struct dsp_op_graph {
+  int device;
+  cudaGraph_t g;
+  cudaGraphExec_t x;
+};
+
+extern "C" dsp_status dsp_cuda_op_capture_begin(dsp_backend *be, int dev) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaStreamBeginCapture(dsp_cuda_stream(be, dev), cudaStreamCaptureModeThreadLocal));
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_capture_end(dsp_backend *be, int dev, dsp_op_graph **out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  cudaGraph_t g = NULL;
+  const cudaError_t e = cudaStreamEndCapture(dsp_cuda_stream(be, dev), &g);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (g) cudaGraphDestroy(g);
+    return dsp_fail(DSP_ERR_DEVICE, "%s:%d: capture: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+  }
+  dsp_op_graph *r = (dsp_op_graph *)calloc(1, sizeof *r);
+  if (!r) {
+    cudaGraphDestroy(g);
+    return dsp_fail(DSP_ERR_NOMEM, "capture: out of memory");
+  }
+  r->device = be->device[dev];
+  r->g = g;
+  const cudaError_t ie = cudaGraphInstantiate(&r->x, g, 0);
+  if (ie != cudaSuccess) {
+    cudaGetLastError();
+    cudaGraphDestroy(g);
+    free(r);
+    return dsp_fail(DSP_ERR_DEVICE, "%s:%d: graph instantiate: %s", __FILE__, __LINE__, cudaGetErrorString(ie));
+  }
+  *out = r;
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_op_replay(dsp_backend *be, int dev, dsp_op_graph *g) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_CUDA_TRY(cudaGraphLaunch(g->x, dsp_cuda_stream(be, dev)));
+  return DSP_OK;
+}
+
+extern "C" void dsp_cuda_op_graph_free(dsp_backend *be, dsp_op_graph *g) {
+  (void)be;
+  cudaSetDevice(g->device);
+  cudaGraphExecDestroy(g->x);
+  cudaGraphDestroy(g->g);
+  cudaGetLastError();
+  free(g);
 }

@@ -31,6 +31,16 @@ dsp_status dsp_cuda_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *
 dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
 dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
 dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
+dsp_status dsp_cuda_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
+                                   dsp_tensor *dst);
+dsp_status dsp_cuda_op_host_alloc(dsp_backend *be, int dev, size_t bytes, void **out);
+void dsp_cuda_op_host_release(dsp_backend *be, int dev, void *p);
+dsp_status dsp_cuda_op_upload_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+dsp_status dsp_cuda_op_download_async(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
+dsp_status dsp_cuda_op_capture_begin(dsp_backend *be, int dev);
+dsp_status dsp_cuda_op_capture_end(dsp_backend *be, int dev, dsp_op_graph **out);
+dsp_status dsp_cuda_op_replay(dsp_backend *be, int dev, dsp_op_graph *g);
+void dsp_cuda_op_graph_free(dsp_backend *be, dsp_op_graph *g);
 
 #ifdef __cplusplus
 }

@@ -112,43 +112,50 @@ size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads) {
 
 void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
   const dsp_tensor *q = a->q;
-  const int64_t Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
+  const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
   const int64_t kstride_t = Hkv * D, kstride_s = a->max_len * Hkv * D;
-  for (int32_t b = 0; b < a->nseq; b++) {
-    const int64_t n = a->q_count[b], L = a->k_len[b], t0 = a->q_start[b];
-    const dsp_bf16 *kb = a->k + (int64_t)a->slot[b] * kstride_s, *vb = a->v + (int64_t)a->slot[b] * kstride_s;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t h = 0; h < Hq; h++) {
-        float *e = a->scratch + (size_t)omp_get_thread_num() * (size_t)(a->max_len + ATT_MAX_D);
-        float *acc = e + a->max_len;
-        const int64_t t = t0 + i, kvh = h / rep;
-        const int64_t last = a->causal ? L - n + i : L - 1; /* the last key the query sees */
-        const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + h * q->stride[1];
-        float m = -INFINITY;
-        for (int64_t j = 0; j <= last; j++) {
-          const dsp_bf16 *kr = kb + j * kstride_t + kvh * D;
-          float s = 0.0f;
-          for (int64_t d = 0; d < D; d++) s = fmaf(dsp_bf16_to_f32(qr[d * q->stride[2]]), dsp_bf16_to_f32(kr[d]), s);
-          s = dsp_round_bf16(dsp_round_bf16(s) * a->scale);
-          e[j] = s;
-          m = s > m ? s : m;
-        }
-        float z = 0.0f;
-        for (int64_t j = 0; j <= last; j++) {
-          e[j] = expf(e[j] - m);
-          z += e[j];
-        }
-        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-        for (int64_t j = 0; j <= last; j++) {
-          const float p = dsp_round_bf16(e[j] / z);
-          const dsp_bf16 *vr = vb + j * kstride_t + kvh * D;
-          for (int64_t d = 0; d < D; d++) acc[d] = fmaf(p, dsp_bf16_to_f32(vr[d]), acc[d]);
-        }
-        dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
-                                           : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
-        const int64_t oc = a->out->stride[a->out->ndim - 1];
-        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(acc[d]);
+#pragma omp parallel for collapse(2) schedule(static) if (T * Hq > 1)
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      float *e = a->scratch + (size_t)omp_get_thread_num() * (size_t)(a->max_len + ATT_MAX_D);
+      float *acc = e + a->max_len;
+      const int64_t slot = a->row_slot[t] < 0 ? 0 : a->row_slot[t] >= a->slots ? a->slots - 1 : a->row_slot[t];
+      const int64_t nk = a->row_keys[t] < 1 ? 1 : a->row_keys[t] > a->max_len ? a->max_len : a->row_keys[t];
+      const dsp_bf16 *kb = a->k + slot * kstride_s, *vb = a->v + slot * kstride_s;
+      const int64_t kvh = h / rep;
+      const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + h * q->stride[1];
+      float m = -INFINITY;
+      for (int64_t j = 0; j < nk; j++) {
+        const dsp_bf16 *kr = kb + j * kstride_t + kvh * D;
+        float s = 0.0f;
+        for (int64_t d = 0; d < D; d++) s = fmaf(dsp_bf16_to_f32(qr[d * q->stride[2]]), dsp_bf16_to_f32(kr[d]), s);
+        s = dsp_round_bf16(dsp_round_bf16(s) * a->scale);
+        e[j] = s;
+        m = s > m ? s : m;
       }
+      float z = 0.0f;
+      for (int64_t j = 0; j < nk; j++) {
+        e[j] = expf(e[j] - m);
+        z += e[j];
+      }
+      for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+      for (int64_t j = 0; j < nk; j++) {
+        const float p = dsp_round_bf16(e[j] / z);
+        const dsp_bf16 *vr = vb + j * kstride_t + kvh * D;
+        for (int64_t d = 0; d < D; d++) acc[d] = fmaf(p, dsp_bf16_to_f32(vr[d]), acc[d]);
+      }
+      dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
+                                         : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
+      const int64_t oc = a->out->stride[a->out->ndim - 1];
+      for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(acc[d]);
+    }
+}
+
+void dsp_cpu_gather_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
+  const int64_t T = dst->shape[0], W = dst->shape[1];
+  for (int64_t t = 0; t < T; t++) {
+    const dsp_bf16 *s = (const dsp_bf16 *)src->data + idx[t] * src->stride[0];
+    dsp_bf16 *d = (dsp_bf16 *)dst->data + t * dst->stride[0];
+    for (int64_t c = 0; c < W; c++) d[c * dst->stride[1]] = s[c * src->stride[1]];
   }
 }

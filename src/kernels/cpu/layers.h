@@ -25,19 +25,19 @@ void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out);
 void dsp_cpu_silu_mul(const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out);
 /* dst row idx[t] = src row t for t < T ([*, W] views of one dtype). */
 void dsp_cpu_scatter_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+/* dst row t = src row idx[t] for t < T (BF16 views). */
+void dsp_cpu_gather_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
 
-/* Causal GQA attention over a KV cache, eager numerics: s = bf16(q . k) (fp32
- * sum in order over d), s = bf16(s * scale), masked keys excluded, m = max,
- * e_j = expf(s_j - m), z = the fp32 sum of e in key order, p_j = bf16(e_j / z),
- * out = bf16(sum_j p_j v_j) (fp32, in key order). Query i of sequence b (its
- * rows q_start[b] .. + q_count[b]) sits at position k_len[b] - q_count[b] + i
- * and sees keys 0 .. that position; every key is visible when causal is 0. */
+/* GQA attention over a KV cache, eager numerics: s = bf16(q . k) (fp32 sum
+ * in order over d), s = bf16(s * scale), m = max, e_j = expf(s_j - m), z = the
+ * fp32 sum of e in key order, p_j = bf16(e_j / z), out = bf16(sum_j p_j v_j)
+ * (fp32, in key order). Row t reads slot row_slot[t] and sees its keys
+ * 0 .. row_keys[t] - 1 (both clamped to the cache). */
 typedef struct {
   const dsp_tensor *q;          /* [T, Hq, D] */
   const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] */
-  int64_t max_len, kv_heads;
-  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] */
-  int32_t nseq, causal;
+  int64_t slots, max_len, kv_heads;
+  const int32_t *row_slot, *row_keys; /* [T] */
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] (or [T, Hq, D]) */
   float *scratch;               /* dsp_cpu_attention_scratch floats */

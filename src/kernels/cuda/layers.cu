@@ -123,6 +123,16 @@ extern "C" void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, 
   if (src->rows > 0) k_scatter<<<(unsigned)src->rows, 128, 0, s>>>(*src, idx, *dst);
 }
 
+__global__ void k_gather(dsp_cu_view src, const int64_t *idx, dsp_cu_view dst) {
+  const int64_t t = blockIdx.x, r = idx[t];
+  for (int64_t c = threadIdx.x; c < dst.dim; c += blockDim.x) *at(dst, t, 0, c) = *at(src, r, 0, c);
+}
+
+extern "C" void dsp_cu_gather_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst,
+                                   cudaStream_t s) {
+  if (dst->rows > 0) k_gather<<<(unsigned)dst->rows, 128, 0, s>>>(*src, idx, *dst);
+}
+
 /* One block of 128 threads per (query row, query head); the row's scores in
  * shared memory. Keys are read from the slot's cache rows. */
 template <int DPL> /* dims per lane: D <= 32 * DPL */
@@ -131,14 +141,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args
   __shared__ float red[ATT_THREADS / 32];
   const int64_t t = blockIdx.x, h = blockIdx.y, D = a.q.dim;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  /* the query's sequence */
-  int32_t b = 0;
-  while (b + 1 < a.nseq && a.q_start[b + 1] <= t) b++;
-  const int64_t n = a.q_count[b], L = a.k_len[b], i = t - a.q_start[b];
-  const int64_t last = a.causal ? L - n + i : L - 1;
+  /* the row's slot and visible keys, clamped to the cache */
+  const int64_t rs = a.row_slot[t], rk = a.row_keys[t];
+  const int64_t slot = rs < 0 ? 0 : rs >= a.slots ? a.slots - 1 : rs;
+  const int64_t last = (rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk) - 1;
   const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_heads * D;
-  const uint16_t *kb = a.k + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
-  const uint16_t *vb = a.v + (int64_t)a.slot[b] * a.max_len * ts + kvh * D;
+  const uint16_t *kb = a.k + slot * a.max_len * ts + kvh * D;
+  const uint16_t *vb = a.v + slot * a.max_len * ts + kvh * D;
   float q[DPL]; /* lane l holds dims l, l + 32, ... */
   for (int j = 0; j < DPL; j++) q[j] = lane + 32 * j < D ? dsp_dev_bf16_val(*at(a.q, t, h, lane + 32 * j)) : 0.0f;
   /* scores, and this warp's max */

@@ -42,13 +42,14 @@ void dsp_cu_silu_mul(const dsp_cu_view *g, const dsp_cu_view *u, const dsp_cu_vi
 void dsp_cu_round_add(const dsp_cu_view *x, const float *p, int64_t ps, const dsp_cu_view *out, cudaStream_t s);
 /* dst row idx[t] = src row t (bf16 rows of width src->dim). */
 void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst, cudaStream_t s);
+/* dst row t = src row idx[t], t < dst->rows. */
+void dsp_cu_gather_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst, cudaStream_t s);
 
 typedef struct {
   dsp_cu_view q;             /* [T, Hq, D] */
   const uint16_t *k, *v;     /* [slots][max_len][Hkv][D] */
-  int64_t max_len, kv_heads;
-  const int32_t *slot, *q_start, *q_count, *k_len; /* [nseq] device */
-  int32_t nseq, causal;
+  int64_t slots, max_len, kv_heads;
+  const int32_t *row_slot, *row_keys; /* [T] device: the slot a row reads, the keys it sees */
   float scale;
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
 } dsp_cu_attention_args;
@@ -61,7 +62,7 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
 /* Per row r of logits [R, N] (bf16, row stride ls): the selection key
  * (devmath.cuh) of the best column < n_valid, ids id0 + column; rows whose
  * temperature t_row[r] > 0 score fp32(logit / T) + g(seed_row[r], pos[r], id).
- * t_row, seed_row, pos: [R] device or NULL (greedy). keys: [R] device. */
+ * t_row, seed_row, pos: [R] device, or t_row NULL (greedy). keys: [R] device. */
 void dsp_cu_select(const uint16_t *logits, int64_t R, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
                    const uint64_t *seed_row, const int64_t *pos, unsigned long long *keys, cudaStream_t s);
 

@@ -6,6 +6,8 @@
 #define DSP_CUDA_DEVMATH_CUH
 #include <stdint.h>
 
+#include "core/select.h"
+
 /* fp32 -> bf16 bits: NaN canonical, else round to nearest even; inf stays inf,
  * subnormals are kept (pure integer arithmetic, so no flush can happen). */
 __device__ __forceinline__ uint16_t dsp_dev_bf16_bits(float f) {
@@ -22,23 +24,10 @@ __device__ __forceinline__ float dsp_dev_round_bf16(float f) { return dsp_dev_bf
 /* fp32 output with the canonical NaN. */
 __device__ __forceinline__ float dsp_dev_canon_f32(float f) { return f != f ? __uint_as_float(0x7FC00000u) : f; }
 
-/* Selection key: a 64-bit integer that increases along the order of
- * src/core/select.h (dsp_pair_better), so the best pair is a plain max:
- *   high 32 bits: the value mapped to an order-preserving unsigned integer,
- *                 -0 folded onto +0 and every NaN onto the top (0xFFFFFFFF);
- *   low 32 bits:  ~id, so that among equal values the lower id is larger.
- * Every real pair (even -inf) has a key > 0, so 0 means "no candidate".
- * Ids must be < 2^31 (the head checks Vp). */
+/* Selection key of core/select.h (dsp_select_key): the best pair is a plain
+ * max of keys; 0 means "no candidate". Ids must be < 2^31 (the head checks Vp). */
 __device__ __forceinline__ unsigned long long dsp_dev_key(float v, uint32_t id) {
-  uint32_t o;
-  if (v != v) {
-    o = 0xFFFFFFFFu;
-  } else {
-    uint32_t u = __float_as_uint(v);
-    if (u == 0x80000000u) u = 0u;
-    o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  }
-  return ((unsigned long long)o << 32) | (unsigned long long)(~id);
+  return (unsigned long long)dsp_select_key(v, id);
 }
 
 __device__ __forceinline__ uint32_t dsp_dev_key_id(unsigned long long key) { return ~(uint32_t)key; }
