@@ -8,10 +8,11 @@
  * in the last fp32 bit.
  *   RMSNorm: lane l of a warp sums x_d^2 for d = l, l+32, ... (fmaf, in
  *     order), then an xor butterfly over 16, 8, 4, 2, 1.
- *   attention: q.k: lane l sums dims l, l+32, ... (fmaf, in order), then
- *     the butterfly; z: thread j of 128 sums keys j, j+128, ... in order,
- *     warps' butterflies, then warps 0+1+2+3 in order; p.v: per dim, in key
- *     order (as the CPU).
+ *   attention: q.k in order over d (fmaf, as the CPU); z: thread j of 256
+ *     sums keys j, j+256, ... in order, the warps' butterflies, then warps
+ *     0..7 in order; p.v per dim: the keys in 8 contiguous ranges
+ *     [w n / 8, (w+1) n / 8) of the row's n keys, each summed in key order,
+ *     the ranges added in order.
  * Every function enqueues on s (capturable) and takes device pointers;
  * strides are in elements. */
 #ifndef DSP_KERNELS_CUDA_LAYERS_H
