@@ -61,7 +61,7 @@ if [ "$MODE" = target ]; then
   stamp "bench_target (cuda)"
   timeout 150 build-gpu/bench/bench_target --model /tmp/bench_$SH --backend cuda --context 1024 --prefill 2048 \
     --batch 1,32 > "$OUT/bench_target.log" 2>&1; cat "$OUT/bench_target.log"
-  for mode in ${PEERS:-graph calls}; do
+  for mode in ${PEERS-graph calls}; do  # PEERS="" runs none
     stamp "peer: $mode"
     timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --mode $mode --attn sdpa --context 1024 \
       --batch 1,32 > "$OUT/peer_$mode.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_$mode.log" | tail -8

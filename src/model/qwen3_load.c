@@ -360,7 +360,7 @@ dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_op
   dsp_status s = dsp_hf_config_load(dir, &t->cfg);
   if (s == DSP_OK) s = check_options(&t->cfg, opt);
   if (s == DSP_OK) {
-    memcpy(t->taps, opt->taps, (size_t)opt->ntaps * sizeof *opt->taps);
+    if (opt->ntaps) memcpy(t->taps, opt->taps, (size_t)opt->ntaps * sizeof *opt->taps);
     t->opt.taps = t->taps;
     s = tp_layout(t);
   }
