@@ -127,6 +127,9 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
   DSP_TRY(get_int(c, label, "num_attention_heads", 1, 1, 4096, 0, &out->heads));
   DSP_TRY(get_int(c, label, "num_key_value_heads", 0, 1, 4096, out->heads, &out->kv_heads));
   DSP_TRY(get_int(c, label, "head_dim", 0, 2, 1024, out->hidden / out->heads, &out->head_dim));
+  if (out->head_dim < 2) /* the default, hidden_size / num_attention_heads, can be below the minimum */
+    return dsp_fail(DSP_ERR_FORMAT, "%s: head_dim %lld (hidden_size / num_attention_heads without a head_dim field) "
+                    "must be at least 2", label, (long long)out->head_dim);
   DSP_TRY(get_int(c, label, "max_position_embeddings", 0, 1, (int64_t)1 << 30, 32768, &out->max_positions));
   if (out->heads % out->kv_heads)
     return dsp_fail(DSP_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
