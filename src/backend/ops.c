@@ -171,6 +171,9 @@ dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_arg
   if (a->kv_heads < 1 || a->q->shape[1] % a->kv_heads || a->max_len < 1 || a->slots < 1 || a->q->stride[2] != 1)
     return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld query heads over %lld kv heads, %lld slots of %lld",
                     (long long)a->q->shape[1], (long long)a->kv_heads, (long long)a->slots, (long long)a->max_len);
+  if (a->kv_stride && a->kv_stride < a->kv_heads * a->q->shape[2])
+    return dsp_fail(DSP_ERR_SHAPE, "op attention: cache rows of %lld elements hold %lld", (long long)a->kv_stride,
+                    (long long)(a->kv_heads * a->q->shape[2]));
   if (a->out->shape[0] != a->q->shape[0])
     return dsp_fail(DSP_ERR_SHAPE, "op attention: %lld output rows for %lld queries", (long long)a->out->shape[0],
                     (long long)a->q->shape[0]);

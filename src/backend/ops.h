@@ -109,6 +109,7 @@ typedef struct {
   const dsp_tensor *q;          /* [T, Hq, D] BF16 */
   const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] BF16 */
   int64_t slots, max_len, kv_heads;
+  int64_t kv_stride;            /* elements from one cache row to the next (0: kv_heads * D) */
   const int32_t *row_slot, *row_keys;
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] or [T, Hq, D] BF16 */

@@ -105,6 +105,47 @@ static dsp_status add_eos(const json_t *v, const char *label, const char *file, 
   return DSP_OK;
 }
 
+static dsp_status get_bool(const json_t *o, const char *label, const char *key, int *out) {
+  const json_t *v = json_object_get(o, key);
+  if (v && !json_is_null(v) && !json_is_boolean(v))
+    return dsp_fail(DSP_ERR_FORMAT, "%s: config field '%s' is not a boolean", label, key);
+  *out = v && json_is_true(v);
+  return DSP_OK;
+}
+
+/* DeepSpec's draft fields (MODELS_NOTES.md in tests/oracle lists them). */
+static dsp_status parse_draft(const json_t *c, const char *label, dsp_hf_config *out) {
+  DSP_TRY(get_int(c, label, "block_size", 1, 1, 64, 0, &out->block_size));
+  DSP_TRY(get_int(c, label, "mask_token_id", 1, 0, out->vocab - 1, 0, &out->mask_token_id));
+  DSP_TRY(get_int(c, label, "markov_rank", 1, 0, 4096, 0, &out->markov_rank));
+  DSP_TRY(get_int(c, label, "num_target_layers", 0, 1, 4096, 0, &out->num_target_layers));
+  if (out->markov_rank == 0)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'markov_rank' is 0 (a draft without a Markov head)", label);
+  const json_t *ht = json_object_get(c, "markov_head_type");
+  if (!(json_is_string(ht) && !strcmp(json_string_value(ht), "vanilla")))
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'markov_head_type' is not \"vanilla\" (the gated and rnn "
+                    "heads are not supported)", label);
+  const json_t *taps = json_object_get(c, "target_layer_ids");
+  if (!json_is_array(taps) || json_array_size(taps) < 1 || json_array_size(taps) > 64)
+    return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'target_layer_ids' must be a list of 1 .. 64 layer ids", label);
+  out->ntaps = (int)json_array_size(taps);
+  for (int i = 0; i < out->ntaps; i++) {
+    const json_t *e = json_array_get(taps, (size_t)i);
+    if (!json_is_integer(e) || json_integer_value(e) < -1 || json_integer_value(e) > 4095)
+      return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'target_layer_ids[%d]' is not a layer id", label, i);
+    out->taps[i] = (int32_t)json_integer_value(e);
+    if (out->taps[i] == -1)
+      return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'target_layer_ids' names -1 (the embedding output), "
+                      "which dspark does not tap yet", label);
+    if (i && out->taps[i] <= out->taps[i - 1])
+      return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'target_layer_ids' must increase", label);
+  }
+  DSP_TRY(get_bool(c, label, "enable_confidence_head", &out->confidence));
+  DSP_TRY(get_bool(c, label, "confidence_head_with_markov", &out->confidence_markov));
+  out->confidence_markov &= out->confidence;
+  return DSP_OK;
+}
+
 static dsp_status parse(const json_t *c, const json_t *gen, const char *label, dsp_hf_config *out) {
   memset(out, 0, sizeof *out);
   if (!json_is_object(c)) return dsp_fail(DSP_ERR_FORMAT, "%s: config.json is not a JSON object", label);
@@ -113,13 +154,15 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
   const char *arch = json_is_array(archs) && json_array_size(archs) == 1 && json_is_string(json_array_get(archs, 0))
                          ? json_string_value(json_array_get(archs, 0))
                          : NULL;
-  if (arch && strcmp(arch, "Qwen3ForCausalLM"))
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'architectures' is [\"%s\"]; dspark runs Qwen3ForCausalLM",
-                    label, arch);
+  if (arch && strcmp(arch, "Qwen3ForCausalLM") && strcmp(arch, "Qwen3DSparkModel"))
+    return dsp_fail(DSP_ERR_UNSUPPORTED,
+                    "%s: config field 'architectures' is [\"%s\"]; dspark runs Qwen3ForCausalLM and its "
+                    "Qwen3DSparkModel drafts", label, arch);
   if (!arch && !(json_is_string(mt) && !strcmp(json_string_value(mt), "qwen3")))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "%s: config fields 'architectures' / 'model_type' name no architecture dspark runs (Qwen3)", label);
-  snprintf(out->arch, sizeof out->arch, "Qwen3ForCausalLM");
+  out->is_draft = arch && !strcmp(arch, "Qwen3DSparkModel");
+  snprintf(out->arch, sizeof out->arch, "%s", out->is_draft ? "Qwen3DSparkModel" : "Qwen3ForCausalLM");
   DSP_TRY(get_int(c, label, "vocab_size", 1, 1, (int64_t)1 << 31, 0, &out->vocab));
   DSP_TRY(get_int(c, label, "hidden_size", 1, 1, 1 << 20, 0, &out->hidden));
   DSP_TRY(get_int(c, label, "intermediate_size", 1, 1, 1 << 22, 0, &out->intermediate));
@@ -179,6 +222,7 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
   out->tied = tie && json_is_true(tie);
   DSP_TRY(get_int(c, label, "bos_token_id", 0, 0, out->vocab - 1, -1, &out->bos));
   DSP_TRY(add_eos(json_object_get(c, "eos_token_id"), label, "config.json", out->vocab, out));
+  if (out->is_draft) DSP_TRY(parse_draft(c, label, out));
   if (gen) {
     if (!json_is_object(gen)) return dsp_fail(DSP_ERR_FORMAT, "%s: generation_config.json is not a JSON object", label);
     DSP_TRY(add_eos(json_object_get(gen, "eos_token_id"), label, "generation_config.json", out->vocab, out));

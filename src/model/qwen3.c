@@ -18,78 +18,25 @@
 #include "core/tensor.h"
 #include "model/qwen3_impl.h"
 
-static dsp_tensor view2(dsp_tensor t, int64_t rows) {
-  t.shape[0] = rows;
-  return t;
-}
-
-/* Columns [c0, c0 + n) of a 2-D view. */
-static dsp_tensor cols(dsp_tensor t, int64_t c0, int64_t n) {
-  t.data = (char *)t.data + (size_t)(c0 * t.stride[1]) * dsp_dtype_size(t.dtype);
-  t.shape[1] = n;
-  return t;
-}
-
-/* rows x heads x D view at column c0 of a 2-D [rows, W] view. */
-static dsp_tensor heads_view(dsp_tensor t, int64_t rows, int64_t c0, int64_t heads, int64_t d) {
-  dsp_tensor v = {.data = (char *)t.data + (size_t)c0 * dsp_dtype_size(t.dtype), .dtype = t.dtype, .ndim = 3,
-                  .shape = {rows, heads, d}, .stride = {t.stride[0], d, 1}};
-  return v;
-}
-
-/* x += y where y is this rank's part of a row-parallel product (TP 1: y's bf16). */
-static dsp_status residual(dsp_target *t, qw_dev *d, const dsp_tensor *a, const dsp_weight *w, int64_t m) {
-  dsp_backend *be = t->be;
-  dsp_tensor x = view2(d->x, m);
-  if (t->tp == 1) {
-    dsp_tensor o = view2(d->o, m);
-    DSP_TRY(dsp_op_gemm(be, d->dev, a, w, &o));
-    return dsp_op_add(be, d->dev, &x, &o, &x);
-  }
-  dsp_tensor p = view2(d->part, m);
-  DSP_TRY(dsp_op_gemm(be, d->dev, a, w, &p));
-  DSP_TRY(dsp_comm_allreduce(d->comm, p.data, p.data, (size_t)(m * t->info.hidden), DSP_F32, DSP_REDUCE_SUM));
-  return dsp_op_round_add(be, d->dev, &x, &p, &x);
-}
-
 /* One device's part of a forward, as enqueued operations (run directly, or
  * captured into a graph): the metadata in, every layer, the selection's keys out. */
 static dsp_status step(dsp_target *t, int di) {
   qw_dev *d = &t->d[di];
   dsp_backend *be = t->be;
   const dsp_target_info *in = &t->info;
-  const int64_t M = t->mrows, S = t->srows, D = in->head_dim, Wq = d->hq * D, Wk = d->hkv * D;
+  const int64_t M = t->mrows, S = t->srows;
   const int dev = d->dev;
   DSP_TRY(dsp_op_upload_async(be, dev, d->dm.rows, d->hm.rows, d->meta_bytes));
-  dsp_tensor x = view2(d->x, M), h = view2(d->h, M), qkv = view2(d->qkv, M);
+  dsp_tensor x = dsp_dec_rows(d->a.x, M);
   DSP_TRY(dsp_op_embed(be, dev, &d->embed, d->dm.ids, M, &x));
-  const int64_t cache_rows = (int64_t)(t->opt.max_seqs + 1) * t->opt.max_len;
+  dsp_dec_io io = {.kv_stride = d->s.hkv * in->head_dim, .slots = t->opt.max_seqs + 1, .max_len = t->opt.max_len,
+                   .rows = d->dm.rows, .pos = d->dm.pos, .rslot = d->dm.rslot, .rkeys = d->dm.rkeys,
+                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm};
   for (int64_t l = 0; l < in->layers; l++) {
     qw_layer *L = &d->layer[l];
-    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->in_norm, (float)in->eps, &h));
-    DSP_TRY(dsp_op_gemm(be, dev, &h, L->qkv, &qkv));
-    dsp_tensor q = heads_view(qkv, M, 0, d->hq, D), k = heads_view(qkv, M, Wq, d->hkv, D);
-    DSP_TRY(dsp_op_rmsnorm(be, dev, &q, &L->q_norm, (float)in->eps, &q));
-    DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &L->k_norm, (float)in->eps, &k));
-    DSP_TRY(dsp_op_rope(be, dev, &q, d->dm.pos, &d->rope_cos, &d->rope_sin));
-    DSP_TRY(dsp_op_rope(be, dev, &k, d->dm.pos, &d->rope_cos, &d->rope_sin));
-    /* the new keys and values into the cache rows slot * max_len + position */
-    dsp_tensor kc = dsp_tensor_2d(L->k_cache, DSP_BF16, cache_rows, Wk), vc = dsp_tensor_2d(L->v_cache, DSP_BF16, cache_rows, Wk);
-    dsp_tensor ks = cols(qkv, Wq, Wk), vs = cols(qkv, Wq + Wk, Wk);
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.rows, &kc));
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->dm.rows, &vc));
-    dsp_tensor attn = view2(d->attn, M);
-    dsp_op_attention_args aa = {.q = &q, .k = L->k_cache, .v = L->v_cache, .slots = t->opt.max_seqs + 1,
-                                .max_len = t->opt.max_len, .kv_heads = d->hkv, .row_slot = d->dm.rslot,
-                                .row_keys = d->dm.rkeys, .scale = (float)(1.0 / sqrt((double)D)), .out = &attn};
-    DSP_TRY(dsp_op_attention(be, dev, &aa));
-    DSP_TRY(residual(t, d, &attn, L->o, M));
-    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->post_norm, (float)in->eps, &h));
-    dsp_tensor gu = view2(d->gu, M), act = view2(d->act, M);
-    DSP_TRY(dsp_op_gemm(be, dev, &h, L->gate_up, &gu));
-    dsp_tensor g = cols(gu, 0, d->inter), u = cols(gu, d->inter, d->inter);
-    DSP_TRY(dsp_op_silu_mul(be, dev, &g, &u, &act));
-    DSP_TRY(residual(t, d, &act, L->down, M));
+    io.k_cache = L->k_cache;
+    io.v_cache = L->v_cache;
+    DSP_TRY(dsp_dec_layer_forward(be, dev, &L->w, &d->s, &d->a, M, &io));
     for (int i = 0; i < t->opt.ntaps; i++)
       if (t->taps[i] == l && di == 0 && d->taps.data) { /* the residual stream is replicated: device 0's */
         char *dst = (char *)d->taps.data + (size_t)i * (size_t)t->opt.max_tokens * (size_t)in->hidden * 2;
@@ -97,14 +44,14 @@ static dsp_status step(dsp_target *t, int di) {
       }
   }
   /* the selecting rows, normed, through this rank's LM-head rows */
-  dsp_tensor hs = view2(d->h, S);
+  dsp_tensor hs = dsp_dec_rows(d->a.h, S);
   if (t->batch->last_only) {
     DSP_TRY(dsp_op_gather_rows(be, dev, &x, d->dm.selidx, &hs));
     DSP_TRY(dsp_op_rmsnorm(be, dev, &hs, &d->final_norm, (float)in->eps, &hs));
   } else {
     DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->final_norm, (float)in->eps, &hs));
   }
-  dsp_tensor lg = view2(d->logits, S);
+  dsp_tensor lg = dsp_dec_rows(d->logits, S);
   DSP_TRY(dsp_op_gemm(be, dev, &hs, d->lm, &lg));
   dsp_op_select_args sa = {.logits = &lg, .id0 = d->v0, .n_valid = d->vreal,
                            .t_row = t->sampling ? d->dm.trow : NULL, .seed_row = d->dm.seedrow,

@@ -7,10 +7,10 @@
 #include "backend/backend.h"
 #include "core/select.h"
 #include "io/hf_config.h"
+#include "model/decoder.h"
 
 typedef struct {
-  dsp_weight *qkv, *o, *gate_up, *down; /* [Hq+2Hkv local x D, H], [H, Hq local x D], [2 I local, H], [H, I local] */
-  dsp_tensor in_norm, post_norm, q_norm, k_norm; /* device [H], [H], [D], [D] */
+  dsp_dec_layer w;
   dsp_bf16 *k_cache, *v_cache;          /* [max_seqs + 1][max_len][Hkv local][D]: the last slot takes padding rows */
 } qw_layer;
 
@@ -31,14 +31,15 @@ typedef struct {
   int dev;                   /* index among the backend's devices */
   int32_t tp_rank;
   dsp_comm *comm;            /* the TP communicator of this device */
-  int64_t hq, hkv, inter;    /* local heads, kv heads, MLP columns */
+  dsp_dec_shape s;           /* this rank's share: heads, kv heads, MLP columns */
   int64_t vr, v0, vreal;     /* LM-head rows per rank, this rank's first, its real rows */
   qw_layer *layer;
   dsp_tensor embed;          /* device [V, H] (replicated) */
   dsp_weight *lm;            /* [vr rows, H] */
   dsp_tensor final_norm, rope_cos, rope_sin;
   /* activations, max_tokens rows */
-  dsp_tensor x, h, qkv, attn, o, gu, act, part, logits, taps;
+  dsp_dec_act a;
+  dsp_tensor logits, taps;
   /* per-call metadata and the selections' keys, in backend memory and in staging */
   qw_meta dm, hm;
   void *h_meta;
@@ -63,6 +64,7 @@ struct dsp_target {
   uint64_t *keys, *keys_all;   /* [max_tokens], [procs][max_tokens]: the best key of each selecting row */
   dsp_bf16 *h_logits;          /* [tp][max_tokens][vr] local logits gathered */
   int32_t buckets[QW_BUCKETS], nbuckets; /* graph row counts (none on the CPU or with DSPARK_GRAPHS=0) */
+  char dir[4096];              /* the checkpoint directory (the draft reads its LM head) */
   const dsp_target_batch *batch;
   int64_t ntok, nsel;          /* new tokens, selecting rows of this call */
   int64_t mrows, srows;        /* rows and selecting rows run (padded up to a bucket in a graph) */

@@ -20,25 +20,6 @@
 
 #define NAME_MAX_LEN 160
 
-/* A BF16 tensor of the checkpoint with the shape expected. */
-static dsp_status tensor(const dsp_hf_dir *dir, const char *name, int64_t rows, int64_t cols, dsp_tensor *t) {
-  dsp_st_file *f;
-  DSP_TRY(dsp_hf_dir_find(dir, name, &f));
-  dsp_dtype dt;
-  int32_t nd;
-  int64_t sh[DSP_MAX_DIMS];
-  DSP_TRY(dsp_st_info(f, name, &dt, &nd, sh));
-  if (dt != DSP_BF16)
-    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights", dsp_st_path(f), name,
-                    dsp_dtype_name(dt));
-  const int want_nd = cols ? 2 : 1;
-  if (nd != want_nd || sh[0] != rows || (cols && sh[1] != cols))
-    return dsp_fail(DSP_ERR_SHAPE, "%s: tensor '%s' has shape [%lld%s%lld], config.json says [%lld%s%lld]",
-                    dsp_st_path(f), name, (long long)sh[0], nd > 1 ? ", " : "", nd > 1 ? (long long)sh[1] : 0LL,
-                    (long long)rows, cols ? ", " : "", cols ? (long long)cols : 0LL);
-  return dsp_st_view(f, name, t);
-}
-
 /* The names a Qwen3 checkpoint holds; anything else is refused. */
 static int expected(const dsp_hf_config *c, const char *name) {
   static const char *const per_layer[] = {"input_layernorm.weight", "post_attention_layernorm.weight",
@@ -68,24 +49,10 @@ static dsp_status check_names(const dsp_hf_dir *dir, const dsp_hf_config *c) {
   return DSP_OK;
 }
 
-/* Rows [r0, r0 + n) of a [R, C] view into dst (contiguous). */
-static void copy_rows(dsp_bf16 *dst, const dsp_tensor *t, int64_t r0, int64_t n) {
-  for (int64_t r = 0; r < n; r++) memcpy(dst + r * t->shape[1], dsp_tensor_row(t, r0 + r), (size_t)t->shape[1] * 2);
-}
-
 static dsp_status dev_alloc(dsp_target *t, qw_dev *d, size_t bytes, void **p) {
   DSP_TRY(dsp_op_alloc(t->be, d->dev, bytes, p));
   DSP_ASSERT(d->nmem < (int)(sizeof d->mem / sizeof d->mem[0]));
   d->mem[d->nmem++] = *p;
-  return DSP_OK;
-}
-
-/* A device vector from a host view (norm weights). */
-static dsp_status dev_vector(dsp_target *t, qw_dev *d, const dsp_tensor *h, dsp_tensor *out, void **mem) {
-  const size_t bytes = (size_t)h->shape[0] * 2;
-  DSP_TRY(dsp_op_alloc(t->be, d->dev, bytes, mem));
-  DSP_TRY(dsp_op_upload(t->be, d->dev, *mem, h->data, bytes));
-  *out = dsp_tensor_view(*mem, DSP_BF16, 1, h->shape);
   return DSP_OK;
 }
 
@@ -94,53 +61,13 @@ typedef struct {
   const dsp_hf_dir *dir;
 } load_ctx;
 
-static dsp_status weight_rows(dsp_target *t, qw_dev *d, dsp_bf16 *host, int64_t n, int64_t k, dsp_weight **w) {
-  dsp_tensor v = dsp_tensor_2d(host, DSP_BF16, n, k);
-  return dsp_op_weight_create(t->be, d->dev, &v, -1, w);
-}
-
-/* host: scratch for the fused weights (the larger of qkv and gate_up rows x H). */
 static dsp_status load_layer(load_ctx *c, qw_dev *d, int64_t l, dsp_bf16 *host) {
   dsp_target *t = c->t;
-  const dsp_hf_config *cf = &t->cfg;
-  const int64_t H = cf->hidden, D = cf->head_dim, I = cf->intermediate;
   qw_layer *L = &d->layer[l];
-  char n[NAME_MAX_LEN];
-  dsp_tensor q, k, v, o, g, u, dn, nm;
-#define TENSOR(suffix, rows, cols, out)                                  \
-  snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix); \
-  DSP_TRY(tensor(c->dir, n, rows, cols, out))
-  TENSOR("self_attn.q_proj.weight", cf->heads * D, H, &q);
-  TENSOR("self_attn.k_proj.weight", cf->kv_heads * D, H, &k);
-  TENSOR("self_attn.v_proj.weight", cf->kv_heads * D, H, &v);
-  TENSOR("self_attn.o_proj.weight", H, cf->heads * D, &o);
-  TENSOR("mlp.gate_proj.weight", I, H, &g);
-  TENSOR("mlp.up_proj.weight", I, H, &u);
-  TENSOR("mlp.down_proj.weight", H, I, &dn);
-  /* q, k, v rows of this rank's heads, one product */
-  copy_rows(host, &q, d->tp_rank * d->hq * D, d->hq * D);
-  copy_rows(host + d->hq * D * H, &k, d->tp_rank * d->hkv * D, d->hkv * D);
-  copy_rows(host + (d->hq + d->hkv) * D * H, &v, d->tp_rank * d->hkv * D, d->hkv * D);
-  DSP_TRY(weight_rows(t, d, host, (d->hq + 2 * d->hkv) * D, H, &L->qkv));
-  copy_rows(host, &g, d->tp_rank * d->inter, d->inter);
-  copy_rows(host + d->inter * H, &u, d->tp_rank * d->inter, d->inter);
-  DSP_TRY(weight_rows(t, d, host, 2 * d->inter, H, &L->gate_up));
-  /* o and down: this rank's input columns (row-parallel) */
-  dsp_tensor oc = dsp_tensor_cols(&o, d->tp_rank * d->hq * D, (d->tp_rank + 1) * d->hq * D);
-  DSP_TRY(dsp_op_weight_create(t->be, d->dev, &oc, -1, &L->o));
-  dsp_tensor dc = dsp_tensor_cols(&dn, d->tp_rank * d->inter, (d->tp_rank + 1) * d->inter);
-  DSP_TRY(dsp_op_weight_create(t->be, d->dev, &dc, -1, &L->down));
-  void *m; /* the layer's vectors are freed through their views' data */
-  TENSOR("input_layernorm.weight", H, 0, &nm);
-  DSP_TRY(dev_vector(t, d, &nm, &L->in_norm, &m));
-  TENSOR("post_attention_layernorm.weight", H, 0, &nm);
-  DSP_TRY(dev_vector(t, d, &nm, &L->post_norm, &m));
-  TENSOR("self_attn.q_norm.weight", D, 0, &nm);
-  DSP_TRY(dev_vector(t, d, &nm, &L->q_norm, &m));
-  TENSOR("self_attn.k_norm.weight", D, 0, &nm);
-  DSP_TRY(dev_vector(t, d, &nm, &L->k_norm, &m));
-#undef TENSOR
-  const size_t cache = (size_t)(t->opt.max_seqs + 1) * (size_t)t->opt.max_len * (size_t)(d->hkv * D) * 2;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "model.layers.%lld.", (long long)l);
+  DSP_TRY(dsp_dec_layer_load(t->be, d->dev, c->dir, prefix, &d->s, host, &L->w));
+  const size_t cache = (size_t)(t->opt.max_seqs + 1) * (size_t)t->opt.max_len * (size_t)(d->s.hkv * t->cfg.head_dim) * 2;
   DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->k_cache));
   DSP_TRY(dsp_op_alloc(t->be, d->dev, cache, (void **)&L->v_cache));
   return DSP_OK;
@@ -167,7 +94,7 @@ static dsp_status load_dev(void *ctx, int di) {
   const dsp_hf_config *cf = &t->cfg;
   const int64_t H = cf->hidden, D = cf->head_dim, V = cf->vocab, T = t->opt.max_tokens;
   d->layer = calloc((size_t)cf->layers, sizeof *d->layer);
-  const int64_t fused = (d->hq + 2 * d->hkv) * D > 2 * d->inter ? (d->hq + 2 * d->hkv) * D : 2 * d->inter;
+  const int64_t fused = (d->s.hq + 2 * d->s.hkv) * D > 2 * d->s.inter ? (d->s.hq + 2 * d->s.hkv) * D : 2 * d->s.inter;
   dsp_bf16 *host = malloc((size_t)(fused * H) * 2);
   if (!d->layer || !host) {
     free(host);
@@ -178,16 +105,16 @@ static dsp_status load_dev(void *ctx, int di) {
   free(host);
   DSP_TRY(ls);
   dsp_tensor e, nm, lm;
-  DSP_TRY(tensor(c->dir, "model.embed_tokens.weight", V, H, &e));
+  DSP_TRY(dsp_dec_tensor(c->dir, "model.embed_tokens.weight", V, H, &e));
   void *m;
   DSP_TRY(dev_alloc(t, d, (size_t)(V * H) * 2, &m));
   DSP_TRY(dsp_op_upload(t->be, d->dev, m, e.data, (size_t)(V * H) * 2));
   d->embed = dsp_tensor_2d(m, DSP_BF16, V, H);
-  DSP_TRY(tensor(c->dir, "model.norm.weight", H, 0, &nm));
-  DSP_TRY(dev_vector(t, d, &nm, &d->final_norm, &m));
+  DSP_TRY(dsp_dec_tensor(c->dir, "model.norm.weight", H, 0, &nm));
+  DSP_TRY(dsp_dec_vector(t->be, d->dev, &nm, &d->final_norm, &m));
   d->mem[d->nmem++] = m;
   if (cf->tied) lm = e;
-  else DSP_TRY(tensor(c->dir, "lm_head.weight", V, H, &lm));
+  else DSP_TRY(dsp_dec_tensor(c->dir, "lm_head.weight", V, H, &lm));
   dsp_tensor mine = dsp_tensor_rows(&lm, d->v0, d->v0 + d->vreal);
   DSP_TRY(dsp_op_weight_create(t->be, d->dev, &mine, -1, &d->lm));
   /* RoPE tables for every position of the cache */
@@ -202,16 +129,9 @@ static dsp_status load_dev(void *ctx, int di) {
   d->rope_cos = dsp_tensor_2d(m, DSP_BF16, P, half);
   d->rope_sin = dsp_tensor_2d((dsp_bf16 *)m + P * half, DSP_BF16, P, half);
   /* activations and metadata for max_tokens rows */
-  const int64_t Wqkv = (d->hq + 2 * d->hkv) * D;
-  const struct { dsp_tensor *t; int64_t cols; dsp_dtype dt; } act[] = {
-      {&d->x, H, DSP_BF16},    {&d->h, H, DSP_BF16},    {&d->qkv, Wqkv, DSP_BF16}, {&d->attn, d->hq * D, DSP_BF16},
-      {&d->o, H, DSP_BF16},    {&d->gu, 2 * d->inter, DSP_BF16}, {&d->act, d->inter, DSP_BF16},
-      {&d->part, H, DSP_F32},  {&d->logits, d->vr, DSP_BF16}};
-  for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) {
-    DSP_TRY(dev_alloc(t, d, (size_t)(T * act[i].cols) * dsp_dtype_size(act[i].dt), &m));
-    *act[i].t = dsp_tensor_2d(m, act[i].dt, T, act[i].cols);
-  }
-  d->logits.shape[1] = d->vreal; /* the padding columns past this rank's real rows are never written */
+  DSP_TRY(dsp_dec_act_alloc(t->be, d->dev, &d->s, T, &d->a, d->mem, &d->nmem));
+  DSP_TRY(dev_alloc(t, d, (size_t)(T * d->vr) * 2, &m));
+  d->logits = dsp_tensor_2d(m, DSP_BF16, T, d->vreal); /* the padding columns past this rank's real rows are never written */
   if (t->opt.ntaps && di == 0) {
     DSP_TRY(dev_alloc(t, d, (size_t)(t->opt.ntaps * T * H) * 2, &m));
     d->taps = dsp_tensor_2d(m, DSP_BF16, t->opt.ntaps * T, H);
@@ -233,16 +153,9 @@ void dsp_target_free(dsp_target *t) {
     qw_dev *d = &t->d[di];
     for (int64_t l = 0; d->layer && l < t->cfg.layers; l++) {
       qw_layer *L = &d->layer[l];
-      dsp_op_weight_free(t->be, L->qkv);
-      dsp_op_weight_free(t->be, L->o);
-      dsp_op_weight_free(t->be, L->gate_up);
-      dsp_op_weight_free(t->be, L->down);
+      dsp_dec_layer_free(t->be, d->dev, &L->w);
       dsp_op_release(t->be, d->dev, L->k_cache);
       dsp_op_release(t->be, d->dev, L->v_cache);
-      dsp_op_release(t->be, d->dev, L->in_norm.data);
-      dsp_op_release(t->be, d->dev, L->post_norm.data);
-      dsp_op_release(t->be, d->dev, L->q_norm.data);
-      dsp_op_release(t->be, d->dev, L->k_norm.data);
     }
     free(d->layer);
     dsp_op_weight_free(t->be, d->lm);
@@ -291,9 +204,9 @@ static dsp_status tp_layout(dsp_target *t) {
     d->dev = di;
     d->tp_rank = t->be->tp_rank0 + di;
     d->comm = t->be->tp[di];
-    d->hq = c->heads / P;
-    d->hkv = c->kv_heads / P;
-    d->inter = c->intermediate / P;
+    d->s = (dsp_dec_shape){.hidden = c->hidden, .head_dim = c->head_dim, .heads = c->heads, .kv_heads = c->kv_heads,
+                           .intermediate = c->intermediate, .hq = c->heads / P, .hkv = c->kv_heads / P,
+                           .inter = c->intermediate / P, .tp = P, .tp_rank = d->tp_rank, .eps = c->eps};
     dsp_markov_rows(c->vocab, P, d->tp_rank, &d->v0, &d->vr, &d->vreal);
   }
   return DSP_OK;
@@ -351,6 +264,7 @@ dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_op
   DSP_TRY(dsp_settings_check());
   dsp_target *t = calloc(1, sizeof *t);
   if (!t) return dsp_fail(DSP_ERR_NOMEM, "target: out of memory");
+  snprintf(t->dir, sizeof t->dir, "%s", dir);
   t->be = be;
   t->nd = be->ndev;
   t->tp = be->tp_size;

@@ -160,7 +160,9 @@ dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention
     if (!m->att) return dsp_fail(DSP_ERR_NOMEM, "op attention: no scratch for %zu floats", need);
   }
   dsp_cpu_attention_args c = {.q = a->q, .k = a->k, .v = a->v, .slots = a->slots, .max_len = a->max_len,
-                              .kv_heads = a->kv_heads, .row_slot = a->row_slot, .row_keys = a->row_keys,
+                              .kv_heads = a->kv_heads,
+                              .kv_stride = a->kv_stride ? a->kv_stride : a->kv_heads * a->q->shape[2],
+                              .row_slot = a->row_slot, .row_keys = a->row_keys,
                               .scale = a->scale, .out = a->out, .scratch = m->att};
   dsp_cpu_attention(&c);
   return DSP_OK;

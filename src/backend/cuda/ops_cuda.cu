@@ -314,6 +314,7 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   c.slots = a->slots;
   c.max_len = a->max_len;
   c.kv_heads = a->kv_heads;
+  c.kv_stride = a->kv_stride ? a->kv_stride : a->kv_heads * D;
   c.row_slot = a->row_slot;
   c.row_keys = a->row_keys;
   c.scale = a->scale;

@@ -113,7 +113,7 @@ size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads) {
 void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
   const dsp_tensor *q = a->q;
   const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
-  const int64_t kstride_t = Hkv * D, kstride_s = a->max_len * Hkv * D;
+  const int64_t kstride_t = a->kv_stride, kstride_s = a->max_len * a->kv_stride;
 #pragma omp parallel for collapse(2) schedule(static) if (T * Hq > 1)
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < Hq; h++) {

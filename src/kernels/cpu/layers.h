@@ -36,7 +36,7 @@ void dsp_cpu_gather_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *
 typedef struct {
   const dsp_tensor *q;          /* [T, Hq, D] */
   const dsp_bf16 *k, *v;        /* caches [slots][max_len][Hkv][D] */
-  int64_t slots, max_len, kv_heads;
+  int64_t slots, max_len, kv_heads, kv_stride; /* kv_stride: elements per cache row */
   const int32_t *row_slot, *row_keys; /* [T] */
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] (or [T, Hq, D]) */

@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args
   const int64_t rs = a.row_slot[t], rk = a.row_keys[t];
   const int64_t slot = rs < 0 ? 0 : rs >= a.slots ? a.slots - 1 : rs;
   const int64_t nk = rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk;
-  const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_heads * D;
+  const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_stride;
   const uint16_t *kb = a.k + slot * a.max_len * ts + kvh * D;
   const uint16_t *vb = a.v + slot * a.max_len * ts + kvh * D;
   for (int64_t d = tid; d < D; d += ATT_THREADS) qs[d] = dsp_dev_bf16_val(*at(a.q, t, h, d));
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args
   for (int64_t j = tid; j < nk; j += ATT_THREADS) {
     const uint16_t *kr = kb + j * ts;
     float s = 0.0f;
-    if (D % 8 == 0) {
+    if (D % 8 == 0 && ts % 8 == 0) {
       for (int64_t d = 0; d < D; d += 8) {
         const uint4 w = *(const uint4 *)(kr + d);
         const uint32_t u[4] = {w.x, w.y, w.z, w.w};

@@ -49,7 +49,7 @@ void dsp_cu_gather_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu
 typedef struct {
   dsp_cu_view q;             /* [T, Hq, D] */
   const uint16_t *k, *v;     /* [slots][max_len][Hkv][D] */
-  int64_t slots, max_len, kv_heads;
+  int64_t slots, max_len, kv_heads, kv_stride; /* kv_stride: elements per cache row */
   const int32_t *row_slot, *row_keys; /* [T] device: the slot a row reads, the keys it sees */
   float scale;
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
