@@ -422,6 +422,65 @@ int64_t dsp_target_length(const dsp_target *t, int32_t slot);
 dsp_status dsp_target_truncate(dsp_target *t, int32_t slot, int64_t len);
 void dsp_target_free(dsp_target *t);
 
+/* ---- the DSpark draft (DeepSpec's Qwen3DSparkModel checkpoints) ------------
+ * One proposal per sequence: the target's taps of the positions the draft's
+ * context cache lacks are appended to it (ctx = hidden_norm(fc(taps)); every
+ * draft layer's K, V of ctx), then the block [anchor, mask x (gamma-1)] at
+ * positions start .. start+gamma-1 (start = the context's length) runs the
+ * draft's layers (non-causal over the context and the whole block), and the
+ * Markov head drafts gamma tokens from its final-normed states; slot k
+ * predicts position start+k+1. The block's K/V never stay in the cache. The
+ * draft embeds and projects with its target's embedding and LM head. */
+typedef struct dsp_draft dsp_draft;
+
+typedef struct {
+  int32_t max_seqs;    /* context-cache slots (>= 1) */
+  int32_t max_len;     /* positions per slot: the context plus a block of gamma */
+  int32_t max_ctx;     /* most new context rows of one call, all sequences together */
+  int32_t gamma;       /* drafted tokens, 1 .. block_size (0: block_size) */
+  dsp_path path;       /* the Markov head's greedy path */
+} dsp_draft_options;
+
+typedef struct {
+  int64_t layers, block_size, gamma, mask_token_id, markov_rank;
+  int32_t taps[64];    /* target_layer_ids: the target must be loaded with these taps */
+  int32_t ntaps;
+  int32_t confidence;  /* the checkpoint has a confidence head */
+  int32_t own_embeddings_differ; /* the draft's own embed_tokens / lm_head differ from the target's (unused) */
+} dsp_draft_info;
+
+typedef struct {
+  int32_t nseq;
+  const int32_t *slot;            /* [nseq] distinct */
+  const dsp_tensor *ctx;          /* [ntaps, rows, H] BF16 host: target taps (dsp_target_outputs.taps) */
+  const int32_t *ctx_row0;        /* [nseq] first row of ctx this sequence appends */
+  const int32_t *ctx_count;       /* [nseq] rows it appends (>= 0) */
+  const int32_t *anchor;          /* [nseq] the last committed token, at position start */
+  const float *temperature;       /* [nseq] or NULL (greedy) */
+  const uint64_t *seed;           /* [nseq] or NULL (0) */
+} dsp_draft_batch;
+
+typedef struct {
+  int64_t *tokens;                /* [nseq * gamma] */
+  dsp_tensor *logits;             /* [nseq, gamma, V] BF16 host view (the head's corrected logits) or NULL */
+  float *confidence;              /* [nseq * gamma] sigmoids (the checkpoint's confidence head) or NULL */
+} dsp_draft_outputs;
+
+/* dir: a DeepSpec draft directory for `target` (same hidden size, heads and
+ * vocabulary; target_layer_ids among its layers but not the last). Collective. */
+dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *target, const dsp_draft_options *o,
+                          dsp_draft **out);
+const dsp_draft_info *dsp_draft_info_of(const dsp_draft *d);
+/* A draft directory's config alone (its taps, to load the target with them). */
+dsp_status dsp_draft_read_info(const char *dir, dsp_draft_info *out);
+const char *dsp_draft_report(const dsp_draft *d);
+/* Collective. */
+dsp_status dsp_draft_propose(dsp_draft *d, const dsp_draft_batch *b, dsp_draft_outputs *out);
+int64_t dsp_draft_length(const dsp_draft *d, int32_t slot);
+/* Keeps the first len context positions of a slot. */
+dsp_status dsp_draft_truncate(dsp_draft *d, int32_t slot, int64_t len);
+void dsp_draft_free(dsp_draft *d);
+
 /* ---- generation: plain decoding with the target ----------------------------
  * Prompts in slots 0 .. nseq-1 (chunked prefill of at most max_tokens tokens
  * a call), then one token per unfinished sequence per call. Greedy at T == 0,

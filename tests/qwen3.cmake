@@ -15,3 +15,8 @@ dsp_cmd_test(oracle_qwen3_cuda
   LABELS gpu oracle TIMEOUT 600)
 dsp_cmd_test(oracle_generate_cuda COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_generate.py --backend cuda
   LABELS gpu oracle TIMEOUT 600)
+add_executable(draft_driver ${CMAKE_CURRENT_LIST_DIR}/draft_driver.c)
+target_link_libraries(draft_driver PRIVATE dspark)
+if(DSPARK_HAVE_CUDA)
+  set_target_properties(draft_driver PROPERTIES LINKER_LANGUAGE CUDA)
+endif()

@@ -1,0 +1,191 @@
+/* One DSpark proposal on the backend's operations: the context append
+ * (every layer's K and V of ctx = hidden_norm(fc(taps)) in one product, one
+ * RoPE call over all layers' heads), the block through the draft layers
+ * (its K/V written past the context, where attention reads them and the next
+ * append overwrites them), the final norm, then the Markov head and the
+ * confidence head. Each row's arithmetic depends on that row and its slot
+ * alone, as in the target. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/dspark_impl.h"
+#include "model/qwen3_impl.h"
+
+static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
+  const dsp_draft_options *o = &dr->opt;
+  const int64_t H = dr->cfg.hidden, G = dr->info.gamma;
+  if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || !b->anchor || !b->ctx_count || !b->ctx_row0)
+    return dsp_fail(DSP_ERR_ARG, "draft: a batch needs 1 .. %d sequences with slots, anchors and context rows",
+                    o->max_seqs);
+  int64_t total = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    const int32_t sl = b->slot[s];
+    if (sl < 0 || sl >= o->max_seqs) return dsp_fail(DSP_ERR_RANGE, "draft: slot %d outside [0, %d)", sl, o->max_seqs);
+    for (int32_t r = 0; r < s; r++)
+      if (b->slot[r] == sl) return dsp_fail(DSP_ERR_ARG, "draft: slot %d appears twice in one batch", sl);
+    if (b->ctx_count[s] < 0) return dsp_fail(DSP_ERR_ARG, "draft: sequence %d appends %d rows", s, b->ctx_count[s]);
+    if (b->anchor[s] < 0 || b->anchor[s] >= dr->cfg.vocab)
+      return dsp_fail(DSP_ERR_RANGE, "draft: anchor %d outside the vocabulary [0, %lld)", b->anchor[s],
+                      (long long)dr->cfg.vocab);
+    const int64_t start = dr->len[sl] + b->ctx_count[s];
+    if (start + G > o->max_len)
+      return dsp_fail(DSP_ERR_RANGE, "draft: slot %d: a block of %lld at position %lld passes the %d positions of the "
+                      "context cache", sl, (long long)G, (long long)start, o->max_len);
+    if (b->temperature && (!(b->temperature[s] >= 0.0f) || isinf(b->temperature[s])))
+      return dsp_fail(DSP_ERR_RANGE, "draft: temperature[%d] = %g: must be finite and >= 0", s,
+                      (double)b->temperature[s]);
+    if (b->ctx_count[s]) {
+      const dsp_tensor *c = b->ctx;
+      if (!c || !c->data || c->dtype != DSP_BF16 || c->ndim != 3 || c->shape[0] != dr->cfg.ntaps || c->shape[2] != H ||
+          c->stride[2] != 1)
+        return dsp_fail(DSP_ERR_SHAPE, "draft: context taps must be a [%d, rows, %lld] BF16 view", dr->cfg.ntaps,
+                        (long long)H);
+      if (b->ctx_row0[s] < 0 || b->ctx_row0[s] + b->ctx_count[s] > c->shape[1])
+        return dsp_fail(DSP_ERR_RANGE, "draft: sequence %d's context rows %d .. %d outside the %lld rows given", s,
+                        b->ctx_row0[s], b->ctx_row0[s] + b->ctx_count[s], (long long)c->shape[1]);
+    }
+    total += b->ctx_count[s];
+  }
+  if (total > o->max_ctx)
+    return dsp_fail(DSP_ERR_RANGE, "draft: %lld context rows in one call; at most %d", (long long)total, o->max_ctx);
+  return DSP_OK;
+}
+
+/* Device 0's staging: the context rows' features and positions, the block rows. */
+static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
+  dr_dev *d0 = &dr->d[0];
+  dr_meta *m = &d0->hm;
+  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->info.gamma, P = dr->opt.max_len;
+  int64_t n = 0, r = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    const int64_t sl = b->slot[s], p0 = dr->len[sl];
+    for (int32_t i = 0; i < b->ctx_count[s]; i++, n++) {
+      for (int64_t j = 0; j < T; j++)
+        memcpy(d0->h_feats + (n * T + j) * H,
+               (const dsp_bf16 *)b->ctx->data + j * b->ctx->stride[0] + (b->ctx_row0[s] + i) * b->ctx->stride[1],
+               (size_t)H * 2);
+      m->cpos[n] = (int32_t)(p0 + i);
+      m->crows[n] = sl * P + p0 + i;
+    }
+    const int64_t start = p0 + b->ctx_count[s];
+    for (int64_t k = 0; k < G; k++, r++) {
+      m->bids[r] = k == 0 ? b->anchor[s] : (int32_t)dr->cfg.mask_token_id;
+      m->bpos[r] = (int32_t)(start + k);
+      m->brows[r] = sl * P + start + k;
+      m->bslot[r] = (int32_t)sl;
+      m->bkeys[r] = (int32_t)(start + G);
+    }
+  }
+  dr->nctx = n;
+  dr->nrows = r;
+  for (int di = 1; di < dr->nd; di++) {
+    memcpy(dr->d[di].h_meta, d0->h_meta, d0->meta_bytes);
+    memcpy(dr->d[di].h_feats, d0->h_feats, (size_t)(n * T * H) * 2);
+  }
+}
+
+static dsp_status propose_dev(void *ctx, int di) {
+  dsp_draft *dr = ctx;
+  dr_dev *d = &dr->d[di];
+  dsp_backend *be = dr->be;
+  const int dev = d->dev;
+  const dsp_hf_config *c = &dr->cfg;
+  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, N = dr->nctx, M = dr->nrows;
+  const float eps = (float)c->eps;
+  DSP_TRY(dsp_op_upload_async(be, dev, d->dm.crows, d->hm.crows, d->meta_bytes));
+  if (N > 0) {
+    DSP_TRY(dsp_op_upload_async(be, dev, d->feats.data, d->h_feats, (size_t)(N * c->ntaps * H) * 2));
+    dsp_tensor f = dsp_dec_rows(d->feats, N), x = dsp_dec_rows(d->ctx, N), kv = dsp_dec_rows(d->ckv, N);
+    DSP_TRY(dsp_op_gemm(be, dev, &f, d->fc, &x));
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->hidden_norm, eps, &x));
+    DSP_TRY(dsp_op_gemm(be, dev, &x, d->ctx_kv, &kv));
+    for (int64_t l = 0; l < L; l++) { /* each layer's k_norm on its heads */
+      dsp_tensor k = dsp_dec_heads(kv, N, l * Wk, d->s.hkv, D);
+      DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &d->k_norms[l], eps, &k));
+    }
+    dsp_tensor kall = dsp_dec_heads(kv, N, 0, L * d->s.hkv, D); /* every layer's heads: one rotation */
+    DSP_TRY(dsp_op_rope(be, dev, &kall, d->dm.cpos, &d->rope_cos, &d->rope_sin));
+    const int64_t rows = (int64_t)(dr->opt.max_seqs + 1) * dr->opt.max_len;
+    dsp_tensor kc = dsp_tensor_2d(d->k_cache, DSP_BF16, rows, L * Wk), vc = dsp_tensor_2d(d->v_cache, DSP_BF16, rows, L * Wk);
+    dsp_tensor ks = dsp_dec_cols(kv, 0, L * Wk), vs = dsp_dec_cols(kv, L * Wk, L * Wk);
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.crows, &kc));
+    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->dm.crows, &vc));
+  }
+  const dsp_target *t = dr->target;
+  dsp_tensor x = dsp_dec_rows(d->a.x, M);
+  DSP_TRY(dsp_op_embed(be, dev, &t->d[di].embed, d->dm.bids, M, &x)); /* the target's table on this device */
+  dsp_dec_io io = {.kv_stride = L * Wk, .slots = dr->opt.max_seqs + 1, .max_len = dr->opt.max_len,
+                   .rows = d->dm.brows, .pos = d->dm.bpos, .rslot = d->dm.bslot, .rkeys = d->dm.bkeys,
+                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm};
+  for (int64_t l = 0; l < L; l++) {
+    io.k_cache = d->k_cache + l * Wk;
+    io.v_cache = d->v_cache + l * Wk;
+    DSP_TRY(dsp_dec_layer_forward(be, dev, &d->layer[l], &d->s, &d->a, M, &io));
+  }
+  dsp_tensor h = dsp_dec_rows(d->a.h, M);
+  DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->final_norm, eps, &h));
+  if (di == 0) DSP_TRY(dsp_op_download(be, dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
+  return dsp_op_sync(be, dev);
+}
+
+/* c_k = sigmoid(bf16(proj . [h_k ; W1[prev_k]] + b)): fp32 in order over the features. */
+static void confidence(const dsp_draft *dr, int32_t nseq, const int64_t *tokens, const int32_t *anchor, float *out) {
+  const int64_t H = dr->cfg.hidden, R = dr->cfg.markov_rank, G = dr->info.gamma;
+  for (int32_t s = 0; s < nseq; s++)
+    for (int64_t k = 0; k < G; k++) {
+      const dsp_bf16 *h = dr->h_hidden + (s * G + k) * H;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < H; i++) acc = fmaf(dsp_bf16_to_f32(h[i]), dsp_bf16_to_f32(dr->conf_w[i]), acc);
+      if (dr->cfg.confidence_markov) {
+        const int64_t prev = k == 0 ? anchor[s] : tokens[s * G + k - 1];
+        const dsp_bf16 *e = dsp_tensor_row(&dr->w1, prev);
+        for (int64_t i = 0; i < R; i++) acc = fmaf(dsp_bf16_to_f32(e[i]), dsp_bf16_to_f32(dr->conf_w[H + i]), acc);
+      }
+      const float logit = dsp_round_bf16(acc + dr->conf_b);
+      out[s * G + k] = (float)(1.0 / (1.0 + exp(-(double)logit)));
+    }
+}
+
+dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_outputs *out) {
+  if (!dr || !out || !out->tokens) return dsp_fail(DSP_ERR_ARG, "draft propose: NULL argument");
+  DSP_TRY(check_batch(dr, b));
+  if (out->confidence && !dr->conf_w)
+    return dsp_fail(DSP_ERR_ARG, "draft propose: confidence asked of a checkpoint without a confidence head");
+  stage(dr, b);
+  dsp_status s = dsp_backend_each(dr->be, propose_dev, dr);
+  s = dsp_comm_agree(dr->be->comm, s);
+  if (s != DSP_OK) return s; /* the context rows of this call may be written; lengths unchanged */
+  const int64_t G = dr->info.gamma, H = dr->cfg.hidden;
+  for (int32_t q = 0; q < b->nseq; q++) {
+    dr->anchor64[q] = b->anchor[q];
+    dr->pos64[q] = dr->len[b->slot[q]] + b->ctx_count[q];
+  }
+  int64_t sh[3] = {b->nseq, G, H};
+  dsp_tensor hv = dsp_tensor_view(dr->h_hidden, DSP_BF16, 3, sh);
+  dsp_markov_inputs in = {.batch = b->nseq, .hidden = &hv, .anchor = dr->anchor64, .temperature = b->temperature,
+                          .seed = b->seed, .position = dr->pos64};
+  dsp_markov_outputs mo = {.tokens = out->tokens, .logits = out->logits};
+  DSP_TRY(dsp_markov_head_propose(dr->head, &in, &mo));
+  if (out->confidence) confidence(dr, b->nseq, out->tokens, b->anchor, out->confidence);
+  for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
+  return DSP_OK;
+}
+
+int64_t dsp_draft_length(const dsp_draft *d, int32_t slot) {
+  return d && slot >= 0 && slot < d->opt.max_seqs ? d->len[slot] : -1;
+}
+
+dsp_status dsp_draft_truncate(dsp_draft *d, int32_t slot, int64_t len) {
+  if (!d || slot < 0 || slot >= d->opt.max_seqs)
+    return dsp_fail(DSP_ERR_RANGE, "draft truncate: slot %d outside [0, %d)", slot, d ? d->opt.max_seqs : 0);
+  if (len < 0 || len > d->len[slot])
+    return dsp_fail(DSP_ERR_RANGE, "draft truncate: slot %d holds %lld positions, cannot keep %lld", slot,
+                    (long long)d->len[slot], (long long)len);
+  d->len[slot] = len;
+  return DSP_OK;
+}

@@ -1,0 +1,64 @@
+/* The DSpark draft's insides, shared by its loader (dspark_load.c) and its
+ * proposal (dspark.c). Per device: the draft layers (decoder.h), the context
+ * projection, one stacked context cache for all layers, buffers sized at load. */
+#ifndef DSP_MODEL_DSPARK_IMPL_H
+#define DSP_MODEL_DSPARK_IMPL_H
+#include "backend/backend.h"
+#include "io/hf_config.h"
+#include "io/hf_dir.h"
+#include "model/decoder.h"
+
+/* A proposal's per-row metadata (device block and staging, laid out alike). */
+typedef struct {
+  int64_t *crows, *brows;           /* [max_ctx] context rows' cache rows; [max_rows] block rows' */
+  int32_t *cpos, *bpos, *bids;      /* [max_ctx] context positions; [max_rows] block positions, ids */
+  int32_t *bslot, *bkeys;           /* [max_rows] the slot a block row reads, the keys it sees */
+} dr_meta;
+
+typedef struct {
+  int dev;
+  int32_t tp_rank;
+  dsp_comm *comm;
+  dsp_dec_shape s;
+  dsp_dec_layer *layer;
+  dsp_weight *fc;                   /* [H, ntaps * H] (replicated) */
+  dsp_weight *ctx_kv;               /* [2 L Wk, H]: every layer's k rows, then every layer's v rows (this rank's heads) */
+  dsp_tensor hidden_norm, final_norm, rope_cos, rope_sin;
+  dsp_tensor *k_norms;              /* [L] the layers' k_norm vectors (views of layer[l].w.k_norm) */
+  dsp_bf16 *k_cache, *v_cache;      /* [(max_seqs + 1) * max_len][L * Wk]: layer l at column l * Wk */
+  dsp_tensor feats, ctx, ckv;       /* [max_ctx, ntaps H], [max_ctx, H], [max_ctx, 2 L Wk] */
+  dsp_dec_act a;                    /* [max_seqs * gamma] block rows */
+  dr_meta dm, hm;
+  void *h_meta;
+  size_t meta_bytes;
+  dsp_bf16 *h_feats;                /* staging of feats */
+  void *mem[40];
+  int nmem;
+} dr_dev;
+
+struct dsp_draft {
+  dsp_backend *be;
+  const dsp_target *target;
+  dsp_hf_config cfg;
+  dsp_draft_options opt;
+  dsp_draft_info info;
+  int32_t tp;
+  dr_dev d[DSP_BACKEND_MAX_DEVICES];
+  int nd;
+  dsp_hf_dir *dir;                  /* kept open: W1 rows and the confidence head are read on the host */
+  dsp_hf_dir *tdir;                 /* the target's, for its LM head (the Markov head's weights) */
+  dsp_markov_head *head;
+  dsp_tensor w1;                    /* [V, R] host view (confidence features) */
+  dsp_bf16 *conf_w;                 /* [H (+ R)] host, or NULL */
+  float conf_b;
+  int64_t *len;                     /* [max_seqs] context positions per slot */
+  dsp_bf16 *h_hidden;               /* [max_seqs * gamma, H] host: the block's final states for the head */
+  int64_t *anchor64, *pos64;        /* [max_seqs] */
+  const dsp_draft_batch *batch;
+  int64_t nctx, nrows;              /* this call's context rows and block rows */
+  char report[512];
+};
+
+size_t dr_meta_layout(void *base, int64_t max_ctx, int64_t max_rows, dr_meta *m);
+
+#endif
