@@ -20,3 +20,9 @@ target_link_libraries(draft_driver PRIVATE dspark)
 if(DSPARK_HAVE_CUDA)
   set_target_properties(draft_driver PROPERTIES LINKER_LANGUAGE CUDA)
 endif()
+dsp_cmd_test(oracle_dspark
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver>
+  LABELS oracle TIMEOUT 600)
+dsp_cmd_test(oracle_dspark_cuda
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver> --backend cuda
+  LABELS gpu oracle TIMEOUT 600)

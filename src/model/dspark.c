@@ -18,7 +18,7 @@
 
 static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
   const dsp_draft_options *o = &dr->opt;
-  const int64_t H = dr->cfg.hidden, G = dr->info.gamma;
+  const int64_t H = dr->cfg.hidden, G = dr->cfg.block_size;
   if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || !b->anchor || !b->ctx_count || !b->ctx_row0)
     return dsp_fail(DSP_ERR_ARG, "draft: a batch needs 1 .. %d sequences with slots, anchors and context rows",
                     o->max_seqs);
@@ -60,7 +60,7 @@ static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
 static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   dr_dev *d0 = &dr->d[0];
   dr_meta *m = &d0->hm;
-  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->info.gamma, P = dr->opt.max_len;
+  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->cfg.block_size, P = dr->opt.max_len;
   int64_t n = 0, r = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
     const int64_t sl = b->slot[s], p0 = dr->len[sl];
@@ -160,10 +160,12 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
   dsp_status s = dsp_backend_each(dr->be, propose_dev, dr);
   s = dsp_comm_agree(dr->be->comm, s);
   if (s != DSP_OK) return s; /* the context rows of this call may be written; lengths unchanged */
-  const int64_t G = dr->info.gamma, H = dr->cfg.hidden;
+  const int64_t G = dr->info.gamma, K = dr->cfg.block_size, H = dr->cfg.hidden;
   for (int32_t q = 0; q < b->nseq; q++) {
     dr->anchor64[q] = b->anchor[q];
     dr->pos64[q] = dr->len[b->slot[q]] + b->ctx_count[q];
+    /* the head drafts the first gamma slots of the block */
+    if (G < K) memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * K * H, (size_t)(G * H) * 2);
   }
   int64_t sh[3] = {b->nseq, G, H};
   dsp_tensor hv = dsp_tensor_view(dr->h_hidden, DSP_BF16, 3, sh);

@@ -81,8 +81,8 @@ static dsp_status check_pair(const dsp_draft *d, const char *dir) {
   if (c->mask_token_id >= c->vocab)
     return dsp_fail(DSP_ERR_RANGE, "%s: mask_token_id %lld outside the vocabulary", dir, (long long)c->mask_token_id);
   const dsp_draft_options *o = &d->opt;
-  if (o->max_seqs < 1 || o->max_len < gamma + 1 || o->max_ctx < 1)
-    return dsp_fail(DSP_ERR_ARG, "draft: options need max_seqs >= 1, max_ctx >= 1 and max_len above gamma");
+  if (o->max_seqs < 1 || o->max_len < c->block_size + 1 || o->max_ctx < 1)
+    return dsp_fail(DSP_ERR_ARG, "draft: options need max_seqs >= 1, max_ctx >= 1 and max_len above block_size");
   if (o->max_len > c->max_positions)
     return dsp_fail(DSP_ERR_RANGE, "draft: a context of %d positions exceeds max_position_embeddings %lld", o->max_len,
                     (long long)c->max_positions);
@@ -133,7 +133,7 @@ static dsp_status load_dev(void *ctx, int di) {
   dr_dev *d = &dr->d[di];
   dsp_backend *be = dr->be;
   const dsp_hf_config *c = &dr->cfg;
-  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, G = dr->info.gamma;
+  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, G = c->block_size;
   const int64_t M = (int64_t)dr->opt.max_seqs * G, C = dr->opt.max_ctx, P = dr->opt.max_len;
   d->layer = calloc((size_t)L, sizeof *d->layer);
   d->k_norms = calloc((size_t)L, sizeof *d->k_norms);
@@ -272,7 +272,7 @@ static dsp_status load_all(dsp_draft *dr, const char *dir) {
   if (c->kv_heads % P || c->intermediate % P)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "draft: TP size %d does not divide the %lld kv heads or intermediate_size "
                     "%lld", P, (long long)c->kv_heads, (long long)c->intermediate);
-  const size_t S = (size_t)dr->opt.max_seqs, G = (size_t)dr->info.gamma;
+  const size_t S = (size_t)dr->opt.max_seqs, G = (size_t)c->block_size;
   dr->len = calloc(S, sizeof *dr->len);
   dr->h_hidden = malloc(S * G * (size_t)H * 2);
   dr->anchor64 = malloc(S * 8);

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""The DSpark draft through the public API (tests/draft_driver.c) against the
+numpy reference written from the architecture (dspark_ref.py), on tiny random
+target + draft checkpoints in DeepSpec's layout (make_dspark.py).
+
+  test_dspark.py --driver PATH [--backend cpu|cuda]
+
+Checked:
+- each proposal against the reference run on the same context (the target's
+  taps of every position before the anchor), teacher-forced: while the
+  drafted tokens agree, every corrected-logit row is within TOL_REL of its
+  largest magnitude and the token is the reference's where its top two are
+  more than twice that apart; confidence sigmoids within CONF_TOL; at least
+  MIN_EXACT of the proposals bit-equal to the reference (both round at the
+  same points; only summation order may differ);
+- bit for bit: a context built by many small appends (as speculative decoding
+  does) equals one built at once; a sequence alone equals it in a batch and in
+  another slot; gamma below the block size gives the leading slots' values;
+- sampling: reproducible from its seed, and the reference's draws where the
+  logits are bit-equal;
+- TP 2 under mpirun within the tolerance;
+- refusals: gamma above the block size (both named), a draft whose sizes or
+  taps disagree with the target, missing and unexpected tensors, another head
+  type, an anchor outside the vocabulary."""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import dspark_ref  # noqa: E402
+import harness  # noqa: E402
+import make_dspark  # noqa: E402
+import make_qwen3  # noqa: E402
+import qwen3_ref  # noqa: E402
+import ref  # noqa: E402
+import st  # noqa: E402
+
+TOL_REL = 2.0 ** -6
+CONF_TOL = 2.0 ** -7
+MIN_EXACT = 0.9
+LENS = [20, 13, 17]
+L = 24  # tokens per row (the anchor of a proposal at a row's length still has a token)
+STARTS = [[6, 9, 10, 15], [3, 4, 8, 12], [5, 11, 12, 16]]
+
+
+class Ctx:
+    def __init__(self, driver, backend, wd):
+        self.driver, self.backend, self.wd = driver, backend, wd
+        self.tally = harness.Tally()
+        self.pairs = {}
+
+    def pair(self, name, target_kw=None, draft_kw=None):
+        if name not in self.pairs:
+            tdir, ddir = self.wd.file(name + "-t"), self.wd.file(name + "-d")
+            make_qwen3.make(tdir, **(target_kw or {}))
+            make_dspark.make(tdir, ddir, **(draft_kw or {}))
+            t = qwen3_ref.Qwen3.from_dir(tdir)
+            self.pairs[name] = (tdir, ddir, t, dspark_ref.DSparkDraft.from_dir(ddir, target=t))
+        return self.pairs[name]
+
+    def run(self, tdir, ddir, inputs, np_=1):
+        inp, out = self.wd.file("in.safetensors"), self.wd.file("out.safetensors")
+        for f in (inp, out):
+            if os.path.exists(f):
+                os.remove(f)
+        st.save(inp, inputs)
+        args = [self.driver, tdir, ddir, inp, out] + (["--backend", self.backend] if self.backend else [])
+        rc, _, se, _ = harness.run(args, np_=np_, timeout=180)
+        self.tally.runs += 1
+        return rc, (st.load(out)[0] if rc == 0 else None), se
+
+    def ok(self, label, tdir, ddir, inputs, np_=1):
+        rc, o, se = self.run(tdir, ddir, inputs, np_)
+        if rc != 0:
+            self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-600:]))
+        return o
+
+
+def inputs(toks, lens=LENS, starts=STARTS, **extra):
+    d = {"tokens": toks, "lengths": np.asarray(lens, np.int64), "starts": np.asarray(starts, np.int64)}
+    for k, v in extra.items():
+        d[k] = np.asarray(v, np.float32 if k == "temperature" else np.int64)
+    return d
+
+
+def token_batch(rng, V, n=len(LENS)):
+    return rng.integers(0, V, (n, L)).astype(np.int64)
+
+
+def reference(t, d, toks, lens, starts, temperature=None, seed=None):
+    """The reference's proposals [B][J] (dicts), each on the full context."""
+    out = []
+    for b in range(len(lens)):
+        _, taps = t.forward(t.new_cache(), toks[b, :lens[b]], taps=d.taps)
+        row = []
+        for s in starts[b]:
+            cache = d.new_context()
+            feats = d.features({k: v[:s] for k, v in taps.items()})
+            kw = {} if temperature is None else {"temperature": [temperature[b]], "seed": [seed[b]]}
+            row.append(d.propose([cache], [feats], [toks[b, s]], [s], **kw))
+        out.append(row)
+    return out
+
+
+def check(c, label, d, o, want, gamma):
+    exact = total = 0
+    for b, row in enumerate(want):
+        for j, w in enumerate(row):
+            total += 1
+            gl, wl = o["logits"][b, j], w["logits"][0][:gamma]
+            gt, wt = o["tokens"][b, j], w["tokens"][0][:gamma]
+            if harness.same_bits(gl, wl).all() and (gt == wt).all():
+                exact += 1
+            for k in range(gamma):
+                row_w = ref.f32(wl[k])
+                scale = max(float(np.abs(row_w).max()), 1e-30)
+                err = float(np.abs(ref.f32(gl[k]) - row_w).max()) / scale
+                c.tally.logits += row_w.size
+                if err > TOL_REL:
+                    c.tally.logit_bad += row_w.size
+                    c.tally.fail("%s seq %d proposal %d slot %d: logits %.3g of row scale off (tolerance %.3g)" %
+                                 (label, b, j, k, err, TOL_REL))
+                    break
+                top2 = np.sort(row_w)[-2:]
+                c.tally.tokens += 1
+                if gt[k] != wt[k]:
+                    if top2[1] - top2[0] > 2 * TOL_REL * scale:
+                        c.tally.token_bad += 1
+                        c.tally.fail("%s seq %d proposal %d slot %d: drafted %d, the reference %d" %
+                                     (label, b, j, k, gt[k], wt[k]))
+                    break  # later slots follow different previous tokens
+            if "confidence" in o and "conf" in w:
+                ce = float(np.abs(o["confidence"][b, j] - w["conf"][0][:gamma]).max())
+                if ce > CONF_TOL:
+                    c.tally.fail("%s seq %d proposal %d: confidence %.3g off (tolerance %.3g)" % (label, b, j, ce,
+                                                                                               CONF_TOL))
+    print("%s: %d of %d proposals bit-equal to the reference" % (label, exact, total))
+    if exact < MIN_EXACT * total:
+        c.tally.fail("%s: %d of %d proposals bit-equal (need %.0f%%)" % (label, exact, total, 100 * MIN_EXACT))
+
+
+def case_reference(c):
+    specs = [
+        ("conf-markov", {"layers": 3, "seed": 0}, {"layers": 2, "taps": [0, 1], "markov_rank": 16,
+                                                   "confidence": "markov", "block_size": 5, "seed": 1}),
+        ("no-conf-form4-sharded", {"layers": 4, "seed": 2, "form": 4, "tied": True},
+         {"layers": 3, "taps": [0, 2], "markov_rank": 8, "confidence": "none", "block_size": 7, "seed": 3,
+          "shards": 2, "form": 4}),
+        ("conf-plain-gqa", {"layers": 3, "seed": 4, "heads": 8, "kv_heads": 2, "vocab": 500, "hidden": 96,
+                            "head_dim": 8}, {"layers": 2, "taps": [1], "markov_rank": 24, "confidence": "plain",
+                                             "block_size": 4, "seed": 5}),
+    ]
+    for name, tk, dk in specs:
+        tdir, ddir, t, d = c.pair(name, tk, dk)
+        toks = token_batch(np.random.default_rng(20), t.V)
+        o = c.ok(name, tdir, ddir, inputs(toks))
+        if o is not None:
+            check(c, name, d, o, reference(t, d, toks, LENS, STARTS), d.gamma)
+
+
+def case_invariance(c):
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    toks = token_batch(np.random.default_rng(21), t.V)
+    base = c.ok("base", tdir, ddir, inputs(toks))
+    if base is None:
+        return
+    keys = ("tokens", "logits", "confidence")
+    for j in range(len(STARTS[0])):  # each proposal on a context built at once
+        o = c.ok("fresh %d" % j, tdir, ddir, inputs(toks, starts=[[s[j]] for s in STARTS]))
+        if o is not None:
+            for k in keys:
+                (c.tally.tokens_eq if k == "tokens" else c.tally.logits_eq)(
+                    "context at once vs appended, proposal %d: %s" % (j, k), o[k][:, 0], base[k][:, j])
+    for b in range(len(LENS)):
+        o = c.ok("alone %d" % b, tdir, ddir, inputs(toks[b:b + 1], lens=[LENS[b]], starts=[STARTS[b]], slots=[2]))
+        if o is not None:
+            for k in keys:
+                (c.tally.tokens_eq if k == "tokens" else c.tally.logits_eq)(
+                    "sequence %d alone in slot 2: %s" % (b, k), o[k][0], base[k][b])
+    o = c.ok("gamma 3", tdir, ddir, inputs(toks, gamma=[3]))
+    if o is not None:
+        for k in keys:
+            (c.tally.tokens_eq if k == "tokens" else c.tally.logits_eq)("gamma 3 vs the first 3 of 5: %s" % k,
+                                                                        o[k], base[k][:, :, :3])
+
+
+def case_sampling(c):
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    toks = token_batch(np.random.default_rng(22), t.V)
+    temp, seed = [0.8, 1.5, 0.0], [7, 2 ** 33 + 1, 9]
+    a = c.ok("sample", tdir, ddir, inputs(toks, temperature=temp, seed=seed))
+    b = c.ok("sample again", tdir, ddir, inputs(toks, temperature=temp, seed=seed))
+    if a is None or b is None:
+        return
+    c.tally.tokens_eq("sampling twice", b["tokens"], a["tokens"])
+    check(c, "sampling", d, a, reference(t, d, toks, LENS, STARTS, temp, seed), d.gamma)
+
+
+def case_tp(c):
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    if c.backend == "cuda":
+        print("TP: not run on CUDA (one GPU)")
+        return
+    toks = token_batch(np.random.default_rng(23), t.V)
+    o = c.ok("TP2", tdir, ddir, inputs(toks), np_=2)
+    if o is not None:
+        check(c, "TP2", d, o, reference(t, d, toks, LENS, STARTS), d.gamma)
+
+
+def expect_refusal(c, label, tdir, ddir, inp, needles):
+    rc, _, se = c.run(tdir, ddir, inp)
+    low = se.lower()
+    if rc is None:
+        c.tally.fail("%s: hung" % label)
+    elif rc == 0:
+        c.tally.fail("%s: accepted; it must be refused" % label)
+    elif rc < 0 or rc > 128 or "Sanitizer" in se or "runtime error" in se:
+        c.tally.fail("%s: crashed (exit %s): %s" % (label, rc, se.strip()[-300:]))
+    elif not all(n.lower() in low for n in needles):
+        c.tally.fail("%s: message does not name %s: %s" % (label, needles, se.strip()[-300:]))
+    else:
+        print("refused as it should (%s): %s" % (label, se.strip().splitlines()[-1][:200]))
+
+
+def case_bad(c):
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    toks = token_batch(np.random.default_rng(24), t.V)
+    inp = inputs(toks)
+    n = [0]
+
+    def variant(edit_config=None, edit_tensors=None):
+        n[0] += 1
+        out = c.wd.file("bad-d%d" % n[0])
+        shutil.copytree(ddir, out)
+        if edit_config:
+            cfg = json.load(open(os.path.join(out, "config.json")))
+            edit_config(cfg)
+            make_qwen3.write_json(os.path.join(out, "config.json"), cfg)
+        if edit_tensors:
+            w, meta = st.load(os.path.join(out, "model.safetensors"))
+            edit_tensors(w)
+            st.save(os.path.join(out, "model.safetensors"), w, meta)
+        return out
+
+    expect_refusal(c, "gamma above the block size", tdir, ddir, inputs(toks, gamma=[6]), ["gamma 6", "block_size 5"])
+    expect_refusal(c, "hidden size differs", tdir, variant(lambda g: g.__setitem__("hidden_size", 96)), inp,
+                   ["hidden_size"])
+    expect_refusal(c, "taps name the last layer", tdir, variant(lambda g: g.__setitem__("target_layer_ids", [0, 2])),
+                   inp, ["target_layer_ids", "last"])
+    expect_refusal(c, "trained for another target", tdir, variant(lambda g: g.__setitem__("num_target_layers", 5)),
+                   inp, ["num_target_layers"])
+    expect_refusal(c, "gated head", tdir, variant(lambda g: g.__setitem__("markov_head_type", "gated")), inp,
+                   ["markov_head_type"])
+    expect_refusal(c, "no block size", tdir, variant(lambda g: g.pop("block_size")), inp, ["block_size"])
+    expect_refusal(c, "missing W2", tdir, variant(edit_tensors=lambda w: w.pop("markov_head.markov_w2.weight")), inp,
+                   ["markov_w2"])
+    expect_refusal(c, "unexpected tensor", tdir, variant(edit_tensors=lambda w: w.__setitem__(
+        "markov_head.gate_proj.weight", np.zeros((4, 4), qwen3_ref.BF16))), inp, ["gate_proj"])
+    expect_refusal(c, "the target given as the draft", tdir, tdir, inp, ["Qwen3DSparkModel"])
+    bad = toks.copy()
+    bad[1, LENS[1]] = t.V  # the anchor of a proposal at the row's length (the target never runs it)
+    expect_refusal(c, "anchor outside the vocabulary", tdir, ddir,
+                   inputs(bad, starts=[[6], [LENS[1]], [5]]), ["anchor", "vocabulary"])
+
+
+CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling, "tp": case_tp,
+         "bad": case_bad}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default=None)
+    ap.add_argument("--only", choices=sorted(CASES), action="append")
+    a = ap.parse_args()
+    if a.backend == "cuda":
+        rc, so, _, _ = harness.run([harness.program()[0], "info"])
+        if rc != 0 or "cuda       not available" in so:
+            print("no CUDA device visible; skipped")
+            return harness.SKIP
+    with harness.Workdir() as wd:
+        c = Ctx(a.driver, a.backend, wd)
+        for name in a.only or CASES:
+            print("== %s" % name)
+            sys.stdout.flush()
+            CASES[name](c)
+        return c.tally.finish("test_dspark")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
