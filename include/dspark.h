@@ -459,6 +459,7 @@ typedef struct {
   const int32_t *anchor;          /* [nseq] the last committed token, at position start */
   const float *temperature;       /* [nseq] or NULL (greedy) */
   const uint64_t *seed;           /* [nseq] or NULL (0) */
+  int32_t append_only;            /* 1: append the context rows and propose nothing (a long prompt in pieces) */
 } dsp_draft_batch;
 
 typedef struct {
@@ -502,6 +503,9 @@ typedef struct {
   double prefill_ms;                   /* prompts through the first new token of each sequence */
   double decode_ms;                    /* the rest */
   int64_t drafted, accepted;           /* speculative decoding: draft tokens proposed and kept */
+  int64_t rounds;                      /* sequence-rounds (one proposal and its verification each) */
+  int64_t tried[64], kept[64];         /* per draft slot k: proposals reaching it, and accepted there */
+  double draft_ms, verify_ms;          /* time in the draft's proposals and the target's verifications */
 } dsp_generate_stats;
 
 /* Called with each sequence's newly fixed tokens, in order; the last of a
@@ -513,6 +517,35 @@ typedef void (*dsp_token_fn)(void *ctx, int32_t seq, const int32_t *ids, int32_t
 dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
                         const dsp_generate_options *o, dsp_token_fn fn, void *ctx, int32_t *finished,
                         dsp_generate_stats *st);
+
+/* ---- speculative decoding with a DSpark draft (DESIGN §2 item 6) -----------
+ * Per round and sequence: the draft proposes gamma tokens after the anchor
+ * (the last committed token), the target verifies [anchor, drafts] in one
+ * call, the accepted prefix and the target's bonus token are committed, the
+ * target's cache is cut back to them and the draft's context gets their taps.
+ * Greedy (T < 1e-5): the longest prefix equal to the target's argmax, then its
+ * argmax: exactly plain greedy decoding. Sampling: accept d with probability
+ * min(1, p(d) / q(d)) (p, q: softmax of the target's and the Markov head's
+ * corrected logits over T), on a rejection draw from normalize(max(p - q, 0))
+ * (p when that mass is 0), after a full accept the bonus from p; uniforms keyed
+ * by (seed, position, purpose): the target's distribution, reproducibly. The
+ * target must be loaded with the draft's taps. */
+typedef struct {
+  dsp_generate_options gen;
+  int32_t gamma;   /* drafted tokens per round, 1 .. the draft's gamma (0: the draft's) */
+  float p_min;     /* confidence threshold in [0, 1): a proposal is cut before its first slot below it (0: none) */
+} dsp_spec_options;
+
+/* One sequence's round, for traces. */
+typedef struct {
+  int32_t seq, anchor, ndraft, accepted, bonus;
+  const int64_t *draft; /* [ndraft] */
+} dsp_spec_round;
+typedef void (*dsp_round_fn)(void *ctx, const dsp_spec_round *r);
+
+dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_t *const *prompts,
+                         const int32_t *lens, const dsp_spec_options *o, dsp_token_fn fn, dsp_round_fn rf, void *ctx,
+                         int32_t *finished, dsp_generate_stats *st);
 
 /* ---- the tokenizer (tokenizer.json: byte-level BPE as Qwen ships it) ------- */
 typedef struct dsp_tokenizer dsp_tokenizer;

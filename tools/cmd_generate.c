@@ -14,10 +14,10 @@
 #include "tool_common.h"
 
 typedef struct {
-  const char *model, *prompt, *prompt_ids, *prompts;
-  int64_t max_new, max_tokens, seed;
-  float temperature;
-  int ignore_eos, ids, json, chat, no_think;
+  const char *model, *prompt, *prompt_ids, *prompts, *draft;
+  int64_t max_new, max_tokens, seed, gamma;
+  float temperature, p_min;
+  int ignore_eos, ids, json, chat, no_think, compare, trace;
   dsp_tool_backend backend;
 } gen_args;
 
@@ -26,17 +26,24 @@ static void gen_usage(FILE *f) {
           "usage: dspark generate --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompts FILE)\n"
           "                       [--max-new N] [--temperature T] [--seed S] [--ignore-eos]\n"
           "                       [--chat [--no-think]] [--max-tokens N] [--ids] [--json]\n"
+          "                       [--draft DIR [--gamma N] [--draft-p-min P] [--compare] [--trace]]\n"
           "                       [--backend cpu|cuda [--tp N]]\n"
           "  DIR: a Hugging Face Qwen3 directory (config.json, safetensors, tokenizer.json)\n"
           "  --prompts FILE: a JSON array of prompts, each a string or an array of token ids\n"
           "  --chat: wrap each prompt in Qwen3's chat turn (<|im_start|>user ... assistant);\n"
           "          --no-think adds the empty thinking block Qwen3 uses when thinking is off\n"
           "  --max-new N: new tokens per prompt (default 128); stops early at an end-of-sequence id\n"
-          "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id)\n"
+          "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id);\n"
+          "         prompt q of --prompts draws with seed + q\n"
           "  --max-tokens N: most prompt tokens in one prefill call (default 2048)\n"
           "  --ids: print token ids instead of text; --json: one JSON object on one line: tokens, text,\n"
           "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
           "         results (every prompt's tokens, text, finish) with --prompts\n"
+          "  --draft DIR: speculative decoding with a DSpark draft (DeepSpec's layout); --gamma N drafted\n"
+          "         tokens per round (default: the draft's block size); --draft-p-min P cuts a proposal\n"
+          "         before its first slot whose confidence is below P; --compare also decodes the prompts\n"
+          "         plainly and reports the speedup (and, greedy, whether the tokens are the same);\n"
+          "         --trace adds every round to the JSON\n"
           "  Run under `mpirun -np N` for tensor parallelism over N ranks.\n");
 }
 
@@ -62,6 +69,18 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
         return -1;
       }
     }
+    else if (!strcmp(o, "--draft") && v) a->draft = v;
+    else if (!strcmp(o, "--gamma") && v) { if (dsp_tool_parse_i64(o, v, 1, 64, &a->gamma)) return -1; }
+    else if (!strcmp(o, "--draft-p-min") && v) {
+      char *end;
+      a->p_min = strtof(v, &end);
+      if (end == v || *end || !(a->p_min >= 0.0f && a->p_min < 1.0f)) {
+        fprintf(stderr, "dspark generate: --draft-p-min wants a number in [0, 1), got '%s'\n", v);
+        return -1;
+      }
+    }
+    else if (!strcmp(o, "--compare")) { a->compare = 1; used = 0; }
+    else if (!strcmp(o, "--trace")) { a->trace = 1; used = 0; }
     else if (!strcmp(o, "--ignore-eos")) { a->ignore_eos = 1; used = 0; }
     else if (!strcmp(o, "--ids")) { a->ids = 1; used = 0; }
     else if (!strcmp(o, "--json")) { a->json = 1; used = 0; }
@@ -85,6 +104,10 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
   }
   if (a->chat && a->prompt_ids) {
     fprintf(stderr, "dspark generate: --chat wraps text prompts, not --prompt-ids\n");
+    return -1;
+  }
+  if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace)) {
+    fprintf(stderr, "dspark generate: --gamma, --draft-p-min, --compare and --trace go with --draft\n");
     return -1;
   }
   if (a->no_think && !a->chat) {
@@ -194,6 +217,7 @@ typedef struct {
   int32_t **out;
   int32_t *nout, *cap;
   int failed;
+  json_t *rounds; /* --trace (rank 0) */
 } sink;
 
 static void put_token(FILE *f, const sink *k, int32_t id, int first) {
@@ -226,6 +250,26 @@ static void on_tokens(void *ctx, int32_t seq, const int32_t *ids, int32_t n) {
   }
 }
 
+static void on_round(void *ctx, const dsp_spec_round *r) {
+  sink *k = ctx;
+  if (!k->rounds) return;
+  json_t *o = json_object(), *d = json_array();
+  for (int32_t i = 0; i < r->ndraft; i++) json_array_append_new(d, json_integer(r->draft[i]));
+  json_object_set_new(o, "sequence", json_integer(r->seq));
+  json_object_set_new(o, "anchor", json_integer(r->anchor));
+  json_object_set_new(o, "draft", d);
+  json_object_set_new(o, "accepted", json_integer(r->accepted));
+  json_object_set_new(o, "bonus", json_integer(r->bonus));
+  json_array_append_new(k->rounds, o);
+}
+
+/* What a plain run of the same prompts gave, for --compare. */
+typedef struct {
+  int done;
+  double ms, tok_per_s;
+  int same; /* greedy: every sequence's tokens equal the speculative run's */
+} plain_run;
+
 /* Decode rate: the tokens after each sequence's first, per second of decode. */
 static double decode_rate(const dsp_generate_stats *st, int32_t nseq) {
   return st->decode_ms > 0 ? (double)(st->new_tokens - nseq) / (st->decode_ms * 1e-3) : 0.0;
@@ -233,7 +277,32 @@ static double decode_rate(const dsp_generate_stats *st, int32_t nseq) {
 
 /* One JSON object on one line: the first (or only) sequence's fields at the
  * top, every sequence's in "results", and the timings. */
-static void print_json(const sink *k, const prompt_set *p, const int32_t *finished, const dsp_generate_stats *st) {
+static void spec_json(json_t *root, const sink *k, const dsp_generate_stats *st, const plain_run *pr) {
+  const double rounds = st->rounds ? (double)st->rounds : 1.0;
+  json_object_set_new(root, "acceptance_length", json_real((double)(st->accepted + st->rounds) / rounds));
+  json_t *pos = json_array(), *cum = json_array();
+  for (int i = 0; i < 64 && st->tried[i]; i++) {
+    json_array_append_new(pos, json_real((double)st->kept[i] / (double)st->tried[i]));
+    json_array_append_new(cum, json_real((double)st->kept[i] / rounds));
+  }
+  json_object_set_new(root, "per_position_acceptance", pos);
+  json_object_set_new(root, "cumulative_acceptance", cum);
+  json_object_set_new(root, "rounds_total", json_integer(st->rounds));
+  json_object_set_new(root, "drafted", json_integer(st->drafted));
+  json_object_set_new(root, "accepted", json_integer(st->accepted));
+  json_object_set_new(root, "draft_ms", json_real(st->draft_ms));
+  json_object_set_new(root, "verify_ms", json_real(st->verify_ms));
+  if (pr && pr->done) {
+    json_object_set_new(root, "plain_ms", json_real(pr->ms));
+    json_object_set_new(root, "plain_tok_per_s", json_real(pr->tok_per_s));
+    json_object_set_new(root, "speedup", json_real(pr->ms / (st->prefill_ms + st->decode_ms)));
+    json_object_set_new(root, "same_as_plain", pr->same >= 0 ? json_boolean(pr->same) : json_null());
+  }
+  if (k->rounds) json_object_set(root, "rounds", k->rounds);
+}
+
+static void print_json(const sink *k, const prompt_set *p, const int32_t *finished, const dsp_generate_stats *st,
+                       const plain_run *pr, int spec) {
   json_t *root = json_object(), *res = json_array();
   for (int32_t q = 0; q < k->n; q++) {
     json_t *r = json_object(), *ids = json_array();
@@ -259,17 +328,53 @@ static void print_json(const sink *k, const prompt_set *p, const int32_t *finish
   json_object_set_new(root, "prefill_calls", json_integer(st->prefill_calls));
   json_object_set_new(root, "decode_calls", json_integer(st->decode_calls));
   json_object_set_new(root, "all_prompt_tokens", json_integer(st->prompt_tokens));
+  if (spec) spec_json(root, k, st, pr);
   json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
   fputc('\n', stdout);
   json_decref(root);
 }
 
-static void print_stats(const dsp_generate_stats *st, int32_t nseq) {
+static void print_stats(const dsp_generate_stats *st, int32_t nseq, int spec, const plain_run *pr) {
   fprintf(stderr,
           "dspark: %lld prompt tokens, %lld generated; time to first token %.1f ms (%lld prefill calls); "
-          "%.1f tokens/s after it (%lld decode calls, %.1f ms)\n",
+          "%.1f tokens/s after it (%lld %s calls, %.1f ms)\n",
           (long long)st->prompt_tokens, (long long)st->new_tokens, st->prefill_ms, (long long)st->prefill_calls,
-          decode_rate(st, nseq), (long long)st->decode_calls, st->decode_ms);
+          decode_rate(st, nseq), (long long)st->decode_calls, spec ? "verify" : "decode", st->decode_ms);
+  if (!spec) return;
+  const double rounds = st->rounds ? (double)st->rounds : 1.0;
+  fprintf(stderr, "dspark: acceptance length %.2f (bonus included) over %lld rounds; %lld of %lld drafts accepted; "
+                  "drafting %.1f ms, verifying %.1f ms; per position:",
+          (double)(st->accepted + st->rounds) / rounds, (long long)st->rounds, (long long)st->accepted,
+          (long long)st->drafted, st->draft_ms, st->verify_ms);
+  for (int i = 0; i < 64 && st->tried[i]; i++) fprintf(stderr, " %.2f", (double)st->kept[i] / (double)st->tried[i]);
+  fputc('\n', stderr);
+  if (pr && pr->done)
+    fprintf(stderr, "dspark: plain decoding of the same prompts %.1f ms (%.1f tokens/s): speedup %.2fx%s\n", pr->ms,
+            pr->tok_per_s, pr->ms / (st->prefill_ms + st->decode_ms),
+            pr->same < 0 ? "" : pr->same ? "; the same tokens" : "; TOKENS DIFFER (greedy: a bug)");
+}
+
+/* --compare: the prompts decoded plainly on the same target. */
+static dsp_status plain_compare(dsp_target *t, const prompt_set *p, const dsp_generate_options *go, const sink *k,
+                                plain_run *pr) {
+  sink c = {.a = k->a, .n = p->n};
+  c.out = calloc((size_t)p->n, sizeof *c.out);
+  c.nout = calloc((size_t)p->n, sizeof *c.nout);
+  c.cap = calloc((size_t)p->n, sizeof *c.cap);
+  dsp_generate_stats st;
+  dsp_status s = c.out && c.nout && c.cap ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "out of memory");
+  if (s == DSP_OK) s = dsp_generate(t, p->n, (const int32_t *const *)p->ids, p->len, go, on_tokens, &c, NULL, &st);
+  if (s == DSP_OK) {
+    pr->done = 1;
+    pr->ms = st.prefill_ms + st.decode_ms;
+    pr->tok_per_s = decode_rate(&st, p->n);
+    pr->same = go->temperature > 0.0f ? -1 : 1;
+    for (int32_t q = 0; pr->same == 1 && q < p->n; q++)
+      pr->same = c.nout[q] == k->nout[q] && !memcmp(c.out[q], k->out[q], (size_t)c.nout[q] * 4);
+  }
+  for (int32_t q = 0; c.out && q < p->n; q++) free(c.out[q]);
+  free(c.out), free(c.nout), free(c.cap);
+  return s;
 }
 
 static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
@@ -278,6 +383,9 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
   prompt_set p = {0};
   dsp_backend *be = NULL;
   dsp_target *t = NULL;
+  dsp_draft *d = NULL;
+  dsp_draft_info di = {0};
+  plain_run pr = {0};
   sink k = {.a = a, .rank = rank};
   int32_t *finished = NULL;
   char path[4096];
@@ -288,7 +396,12 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
   if (s == DSP_OK && !tk && !a->ids && !a->json)
     s = dsp_fail(DSP_ERR_ARG, "%s has no tokenizer.json: print ids with --ids or --json", a->model);
   if (s == DSP_OK) s = load_prompts(a, tk, &p);
+  if (s == DSP_OK && a->draft) s = dsp_draft_read_info(a->draft, &di);
+  if (s == DSP_OK && a->draft && a->gamma > di.block_size)
+    s = dsp_fail(DSP_ERR_RANGE, "--gamma %lld is above the draft's block_size %lld", (long long)a->gamma,
+                 (long long)di.block_size);
   s = dsp_comm_agree(comm, s);
+  const int64_t G = a->gamma ? a->gamma : di.block_size;
   int64_t need = 0, total = 0;
   for (int32_t q = 0; s == DSP_OK && q < p.n; q++) {
     need = p.len[q] + a->max_new > need ? p.len[q] + a->max_new : need;
@@ -299,13 +412,27 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     dsp_target_options o = {.max_seqs = p.n, .max_len = (int32_t)(need - 1),
                             .max_tokens = (int32_t)(total < a->max_tokens ? (total > p.n ? total : p.n) : a->max_tokens)};
     if (o.max_tokens < p.n) o.max_tokens = p.n; /* one decode step of every sequence */
+    if (a->draft) { /* verifications: gamma + 1 new positions of every sequence; the draft's taps */
+      o.max_len = (int32_t)(need + G + 1);
+      if (o.max_tokens < p.n * (G + 1)) o.max_tokens = (int32_t)(p.n * (G + 1));
+      o.taps = di.taps;
+      o.ntaps = di.ntaps;
+    }
     s = dsp_target_load(be, a->model, &o, &t);
+    if (s == DSP_OK && a->draft) {
+      dsp_draft_options dop = {.max_seqs = p.n, .max_len = (int32_t)(need + di.block_size + 1),
+                               .max_ctx = dsp_target_info_of(t)->max_tokens, .gamma = (int32_t)a->gamma};
+      s = dsp_draft_load(be, a->draft, t, &dop, &d);
+    }
   }
   if (s == DSP_OK && tk && dsp_tokenizer_vocab_size(tk) > dsp_target_info_of(t)->vocab)
     s = dsp_fail(DSP_ERR_FORMAT, "tokenizer.json has %lld tokens, more than the model's vocabulary %lld",
                  (long long)dsp_tokenizer_vocab_size(tk), (long long)dsp_target_info_of(t)->vocab);
   s = dsp_comm_agree(comm, s);
-  if (s == DSP_OK && rank == 0 && !dsp_settings_quiet()) fprintf(stderr, "%s\n", dsp_target_report(t));
+  if (s == DSP_OK && rank == 0 && !dsp_settings_quiet()) {
+    fprintf(stderr, "%s\n", dsp_target_report(t));
+    if (d) fprintf(stderr, "%s\n", dsp_draft_report(d));
+  }
   if (s == DSP_OK) {
     k.tk = tk;
     k.n = p.n;
@@ -314,21 +441,36 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     k.nout = calloc((size_t)p.n, sizeof *k.nout);
     k.cap = calloc((size_t)p.n, sizeof *k.cap);
     finished = calloc((size_t)p.n, sizeof *finished);
+    if (a->trace && rank == 0) k.rounds = json_array();
     if (!k.out || !k.nout || !k.cap || !finished) s = dsp_fail(DSP_ERR_NOMEM, "out of memory");
   }
   dsp_generate_stats st = {0};
   if (s == DSP_OK) {
+    /* prompt q of a batch draws with seed + q: copies of one prompt sample independently */
+    uint64_t *seeds = malloc((size_t)p.n * 8);
+    for (int32_t q = 0; seeds && q < p.n; q++) seeds[q] = (uint64_t)a->seed + (uint64_t)q;
     dsp_generate_options go = {.max_new = (int32_t)a->max_new, .temperature = a->temperature,
-                               .seed = (uint64_t)a->seed, .ignore_eos = a->ignore_eos};
-    s = dsp_generate(t, p.n, (const int32_t *const *)p.ids, p.len, &go, on_tokens, &k, finished, &st);
+                               .seed = (uint64_t)a->seed, .seeds = seeds, .ignore_eos = a->ignore_eos};
+    if (d) {
+      dsp_spec_options so = {.gen = go, .gamma = (int32_t)a->gamma, .p_min = a->p_min};
+      s = dsp_speculate(t, d, p.n, (const int32_t *const *)p.ids, p.len, &so, on_tokens, on_round, &k, finished, &st);
+    } else {
+      s = dsp_generate(t, p.n, (const int32_t *const *)p.ids, p.len, &go, on_tokens, &k, finished, &st);
+    }
     if (s == DSP_OK && k.failed) s = dsp_fail(DSP_ERR_NOMEM, "out of memory for the output");
     s = dsp_comm_agree(comm, s);
+    if (s == DSP_OK && a->compare) {
+      k.stream = 0; /* the plain run streams nothing */
+      s = dsp_comm_agree(comm, plain_compare(t, &p, &go, &k, &pr));
+      k.stream = p.n == 1 && !a->json;
+    }
+    free(seeds);
   }
   if (s == DSP_OK && rank == 0) {
     if (k.stream) {
       fputc('\n', stdout);
     } else if (a->json) {
-      print_json(&k, &p, finished, &st);
+      print_json(&k, &p, finished, &st, &pr, d != NULL);
     } else {
       for (int32_t q = 0; q < p.n; q++) {
         printf("== %d (%s)\n", q, finished[q] ? "eos" : "length");
@@ -337,11 +479,13 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
       }
     }
     fflush(stdout);
-    if (!dsp_settings_quiet()) print_stats(&st, p.n);
+    if (!dsp_settings_quiet()) print_stats(&st, p.n, d != NULL, &pr);
   }
   for (int32_t q = 0; k.out && q < p.n; q++) free(k.out[q]);
   free(k.out), free(k.nout), free(k.cap), free(finished);
   prompts_free(&p);
+  json_decref(k.rounds);
+  dsp_draft_free(d);
   dsp_target_free(t);
   dsp_backend_free(be);
   dsp_tokenizer_free(tk);

@@ -19,7 +19,8 @@
 static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
   const dsp_draft_options *o = &dr->opt;
   const int64_t H = dr->cfg.hidden, G = dr->cfg.block_size;
-  if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || !b->anchor || !b->ctx_count || !b->ctx_row0)
+  if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || (!b->anchor && !b->append_only) || !b->ctx_count ||
+      !b->ctx_row0)
     return dsp_fail(DSP_ERR_ARG, "draft: a batch needs 1 .. %d sequences with slots, anchors and context rows",
                     o->max_seqs);
   int64_t total = 0;
@@ -29,11 +30,11 @@ static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
     for (int32_t r = 0; r < s; r++)
       if (b->slot[r] == sl) return dsp_fail(DSP_ERR_ARG, "draft: slot %d appears twice in one batch", sl);
     if (b->ctx_count[s] < 0) return dsp_fail(DSP_ERR_ARG, "draft: sequence %d appends %d rows", s, b->ctx_count[s]);
-    if (b->anchor[s] < 0 || b->anchor[s] >= dr->cfg.vocab)
+    if (!b->append_only && (b->anchor[s] < 0 || b->anchor[s] >= dr->cfg.vocab))
       return dsp_fail(DSP_ERR_RANGE, "draft: anchor %d outside the vocabulary [0, %lld)", b->anchor[s],
                       (long long)dr->cfg.vocab);
     const int64_t start = dr->len[sl] + b->ctx_count[s];
-    if (start + G > o->max_len)
+    if (start + (b->append_only ? 0 : G) > o->max_len)
       return dsp_fail(DSP_ERR_RANGE, "draft: slot %d: a block of %lld at position %lld passes the %d positions of the "
                       "context cache", sl, (long long)G, (long long)start, o->max_len);
     if (b->temperature && (!(b->temperature[s] >= 0.0f) || isinf(b->temperature[s])))
@@ -73,7 +74,7 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
       m->crows[n] = sl * P + p0 + i;
     }
     const int64_t start = p0 + b->ctx_count[s];
-    for (int64_t k = 0; k < G; k++, r++) {
+    for (int64_t k = 0; !b->append_only && k < G; k++, r++) {
       m->bids[r] = k == 0 ? b->anchor[s] : (int32_t)dr->cfg.mask_token_id;
       m->bpos[r] = (int32_t)(start + k);
       m->brows[r] = sl * P + start + k;
@@ -116,6 +117,7 @@ static dsp_status propose_dev(void *ctx, int di) {
     DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.crows, &kc));
     DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->dm.crows, &vc));
   }
+  if (M == 0) return dsp_op_sync(be, dev); /* append only */
   const dsp_target *t = dr->target;
   dsp_tensor x = dsp_dec_rows(d->a.x, M);
   DSP_TRY(dsp_op_embed(be, dev, &t->d[di].embed, d->dm.bids, M, &x)); /* the target's table on this device */
@@ -152,7 +154,8 @@ static void confidence(const dsp_draft *dr, int32_t nseq, const int64_t *tokens,
 }
 
 dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_outputs *out) {
-  if (!dr || !out || !out->tokens) return dsp_fail(DSP_ERR_ARG, "draft propose: NULL argument");
+  if (!dr || !out || (!out->tokens && !(b && b->append_only)))
+    return dsp_fail(DSP_ERR_ARG, "draft propose: NULL argument");
   DSP_TRY(check_batch(dr, b));
   if (out->confidence && !dr->conf_w)
     return dsp_fail(DSP_ERR_ARG, "draft propose: confidence asked of a checkpoint without a confidence head");
@@ -160,6 +163,10 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
   dsp_status s = dsp_backend_each(dr->be, propose_dev, dr);
   s = dsp_comm_agree(dr->be->comm, s);
   if (s != DSP_OK) return s; /* the context rows of this call may be written; lengths unchanged */
+  if (b->append_only) {
+    for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
+    return DSP_OK;
+  }
   const int64_t G = dr->info.gamma, K = dr->cfg.block_size, H = dr->cfg.hidden;
   for (int32_t q = 0; q < b->nseq; q++) {
     dr->anchor64[q] = b->anchor[q];

@@ -16,7 +16,7 @@ Checked:
 - a batch of prompts (--prompts), chunked prefill (--max-tokens) and TP 2
   under mpirun give each prompt the ids it gets alone;
 - sampling is reproducible from its seed, differs across seeds, and does not
-  depend on the batch;
+  depend on the batch (prompt q of a batch draws with seed + q);
 - bad requests exit non-zero with a message naming the problem."""
 import json
 import os
@@ -221,7 +221,8 @@ def main():
         if None not in s5 and s6 is not None and sb is not None:
             a, b, c = s5[0]["results"][0]["tokens"], s5[1]["results"][0]["tokens"], s6["results"][0]["tokens"]
             t.tally.tokens_eq("sampling: same seed twice", np.array(b), np.array(a))
-            t.tally.tokens_eq("sampling: in a batch", np.array(sb["results"][1]["tokens"]), np.array(a))
+            # prompt q of a batch draws with seed + q: index 1 at seed 5 is the prompt alone at seed 6
+            t.tally.tokens_eq("sampling: in a batch", np.array(sb["results"][1]["tokens"]), np.array(c))
             if a == c:
                 t.tally.fail("sampling: seeds 5 and 6 drew the same %d tokens" % N)
             if a == alone.get(0):

@@ -1,0 +1,315 @@
+/* Speculative decoding with a DSpark draft (dspark.h, dsp_speculate): a
+ * chunked prefill whose taps fill the draft's context, then rounds of
+ * propose, verify, accept, roll back. All buffers are made once per call. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bf16.h"
+#include "core/clock.h"
+#include "core/philox.h"
+#include "core/status.h"
+#include "decode/gen_common.h"
+#include "model/dspark_impl.h"
+#include "model/qwen3_impl.h"
+
+enum { PURPOSE_ACCEPT = 1, PURPOSE_RESIDUAL = 2 };
+
+/* A uniform in (0, 1) keyed by (seed, position, purpose): Philox with the
+ * counter's second word 1, which no token id's Gumbel noise uses. */
+static double uniform(uint64_t seed, int64_t pos, uint32_t purpose) {
+  dsp_philox4 c = {{purpose, 1u, (uint32_t)(uint64_t)pos, (uint32_t)((uint64_t)pos >> 32)}};
+  const dsp_philox4 r = dsp_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+  return ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
+}
+
+/* softmax(logits / T) in double over V bf16 logits (the division in fp32, as the draws score). */
+static void softmax(const dsp_bf16 *l, int64_t V, float T, double *p) {
+  double m = -INFINITY, z = 0.0;
+  for (int64_t v = 0; v < V; v++) {
+    volatile float x = dsp_bf16_to_f32(l[v]) / T;
+    p[v] = (double)x;
+    m = p[v] > m ? p[v] : m;
+  }
+  for (int64_t v = 0; v < V; v++) z += p[v] = exp(p[v] - m);
+  for (int64_t v = 0; v < V; v++) p[v] /= z;
+}
+
+/* The first id whose running sum of w passes u * sum(w). */
+static int64_t inverse_cdf(const double *w, int64_t V, double u) {
+  double s = 0.0, run = 0.0;
+  for (int64_t v = 0; v < V; v++) s += w[v];
+  const double target = u * s;
+  for (int64_t v = 0; v < V; v++) {
+    run += w[v];
+    if (run > target && w[v] > 0.0) return v;
+  }
+  for (int64_t v = V - 1; v >= 0; v--)
+    if (w[v] > 0.0) return v;
+  return 0;
+}
+
+typedef struct {
+  int64_t n;        /* positions in the target's cache */
+  int32_t x;        /* the anchor: committed, not yet run */
+  int32_t made, stop;
+  int32_t ctx_row0, ctx_count; /* taps rows the draft's context still lacks (from the last verification) */
+} seq_state;
+
+typedef struct {
+  dsp_target *t;
+  dsp_draft *d;
+  const dsp_spec_options *o;
+  int32_t G, ntaps;
+  int64_t V, H;
+  int sampling;
+  seq_state *s;
+  dsp_bf16 *taps;             /* [ntaps, rows, H] */
+  int64_t taps_rows;
+  int32_t *slot, *count, *tok, *which, *anchor, *row0, *ccount;
+  float *temp, *conf;
+  uint64_t *seed;
+  int64_t *next, *drafts;
+  dsp_bf16 *tlog, *qlog;      /* [rows, V] the target's, [nseq, G, V] the draft's corrected logits */
+  double *p, *q;              /* [V] */
+  int32_t *commit;            /* [G + 1] */
+} spec;
+
+static dsp_status prefill(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
+                          dsp_generate_stats *st) {
+  dsp_target *t = c->t;
+  const int32_t cap = dsp_target_info_of(t)->max_tokens;
+  int32_t *done = calloc((size_t)nseq, 4);
+  if (!done) return dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  dsp_status s = DSP_OK;
+  for (int32_t q = 0; s == DSP_OK && q < nseq; q++) {
+    s = dsp_target_truncate(t, q, 0);
+    if (s == DSP_OK) s = dsp_draft_truncate(c->d, q, 0);
+    st->prompt_tokens += lens[q];
+  }
+  for (int32_t cur = 0; s == DSP_OK && cur < nseq;) {
+    int32_t ns = 0, nt = 0;
+    for (int32_t q = cur; q < nseq && nt < cap; q++) {
+      const int32_t k = lens[q] - done[q] < cap - nt ? lens[q] - done[q] : cap - nt;
+      c->slot[ns] = q, c->count[ns] = k, c->which[ns] = q, c->row0[ns] = nt;
+      c->temp[ns] = c->o->gen.temperature;
+      c->seed[ns] = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
+      memcpy(c->tok + nt, prompts[q] + done[q], (size_t)k * 4);
+      nt += k;
+      done[q] += k;
+      ns++;
+    }
+    int64_t sh[3] = {c->ntaps, nt, c->H};
+    dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, sh);
+    tv.stride[0] = c->taps_rows * c->H;
+    dsp_target_batch b = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok, .last_only = 1,
+                          .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
+    dsp_target_outputs out = {.next = c->next, .taps = &tv};
+    s = dsp_target_forward(t, &b, &out);
+    st->prefill_calls++;
+    /* the same rows' taps into the draft's context */
+    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->count,
+                          .append_only = 1};
+    dsp_draft_outputs dout = {0};
+    if (s == DSP_OK) s = dsp_draft_propose(c->d, &db, &dout);
+    for (int32_t r = 0; s == DSP_OK && r < ns; r++) {
+      const int32_t q = c->which[r];
+      if (done[q] == lens[q]) {
+        c->s[q].x = (int32_t)c->next[r];
+        c->s[q].n = lens[q];
+      }
+    }
+    while (cur < nseq && done[cur] == lens[cur]) cur++;
+  }
+  free(done);
+  return s;
+}
+
+/* Greedy or sampled acceptance of one sequence's k drafts; *bonus the token after them. */
+static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
+  const int64_t *dr = c->drafts + (int64_t)r * c->G;
+  const seq_state *s = &c->s[q];
+  if (!c->sampling) {
+    int32_t a = 0;
+    while (a < k && dr[a] == c->next[vrow + a]) a++;
+    *bonus = (int32_t)c->next[vrow + a];
+    return a;
+  }
+  const float T = c->o->gen.temperature;
+  const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
+  for (int32_t i = 0; i < k; i++) {
+    const int64_t pos = s->n + 1 + i, d = dr[i];
+    softmax(c->tlog + (int64_t)(vrow + i) * c->V, c->V, T, c->p);
+    softmax(c->qlog + ((int64_t)r * c->G + i) * c->V, c->V, T, c->q);
+    const double u = uniform(seed, pos, PURPOSE_ACCEPT);
+    if (u * c->q[d] < c->p[d]) continue; /* accepted with probability min(1, p / q) */
+    double mass = 0.0;
+    for (int64_t v = 0; v < c->V; v++) mass += c->q[v] = c->p[v] > c->q[v] ? c->p[v] - c->q[v] : 0.0;
+    *bonus = (int32_t)inverse_cdf(mass > 1e-12 ? c->q : c->p, c->V, uniform(seed, pos, PURPOSE_RESIDUAL));
+    return i;
+  }
+  *bonus = (int32_t)c->next[vrow + k]; /* the target's own draw after a full accept */
+  return k;
+}
+
+static dsp_status rounds(spec *c, int32_t nseq, dsp_token_fn fn, dsp_round_fn rf, void *ctx, dsp_generate_stats *st) {
+  dsp_target *t = c->t;
+  const dsp_generate_options *g = &c->o->gen;
+  int32_t live = 0;
+  for (int32_t q = 0; q < nseq; q++) {
+    seq_state *s = &c->s[q];
+    s->made = 1;
+    s->stop = dsp_gen_is_eos(t, g, s->x) ? 2 : s->made >= g->max_new;
+    if (fn) fn(ctx, q, &s->x, 1);
+    live += !s->stop;
+  }
+  const int64_t K = c->G;
+  while (live > 0) {
+    /* propose */
+    int32_t ns = 0;
+    for (int32_t q = 0; q < nseq; q++)
+      if (!c->s[q].stop) {
+        c->slot[ns] = q, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
+        c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
+        c->temp[ns] = g->temperature;
+        c->seed[ns] = g->seeds ? g->seeds[q] : g->seed;
+        ns++;
+      }
+    int64_t tsh[3] = {c->ntaps, c->taps_rows, c->H};
+    dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, tsh);
+    int64_t qsh[3] = {ns, K, c->V};
+    dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
+    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+                          .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
+    dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling ? &qv : NULL,
+                              .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
+    double t0 = dsp_now_ms();
+    DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
+    st->draft_ms += dsp_now_ms() - t0;
+    /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
+    int32_t nt = 0;
+    for (int32_t r = 0; r < ns; r++) {
+      int32_t k = (int32_t)K;
+      for (int32_t i = 0; c->o->p_min > 0.0f && i < k; i++)
+        if (c->conf[r * K + i] < c->o->p_min) k = i;
+      c->count[r] = k + 1;
+      c->row0[r] = nt;
+      c->tok[nt] = c->anchor[r];
+      for (int32_t i = 0; i < k; i++) c->tok[nt + 1 + i] = (int32_t)c->drafts[r * K + i];
+      nt += k + 1;
+    }
+    int64_t vsh[3] = {c->ntaps, nt, c->H};
+    dsp_tensor vt = dsp_tensor_view(c->taps, DSP_BF16, 3, vsh);
+    vt.stride[0] = c->taps_rows * c->H;
+    dsp_tensor lv = dsp_tensor_2d(c->tlog, DSP_BF16, nt, c->V);
+    dsp_target_batch vb = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok,
+                           .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
+    dsp_target_outputs vo = {.next = c->next, .taps = &vt, .logits = c->sampling ? &lv : NULL};
+    t0 = dsp_now_ms();
+    DSP_TRY(dsp_target_forward(t, &vb, &vo));
+    st->verify_ms += dsp_now_ms() - t0;
+    st->decode_calls++;
+    /* accept, commit, roll back */
+    for (int32_t r = 0; r < ns; r++) {
+      const int32_t q = c->which[r], k = c->count[r] - 1;
+      seq_state *s = &c->s[q];
+      int32_t bonus;
+      const int32_t a = accept(c, q, r, c->row0[r], k, &bonus);
+      st->rounds++;
+      st->drafted += k;
+      st->accepted += a;
+      for (int32_t i = 0; i <= a && i < k && i < 64; i++) st->tried[i]++;
+      for (int32_t i = 0; i < a && i < 64; i++) st->kept[i]++;
+      if (rf) {
+        dsp_spec_round rd = {.seq = q, .anchor = s->x, .ndraft = k, .accepted = a, .bonus = bonus,
+                             .draft = c->drafts + (int64_t)r * K};
+        rf(ctx, &rd);
+      }
+      int32_t n = 0;
+      for (int32_t i = 0; i <= a && !s->stop; i++) {
+        const int32_t id = i < a ? (int32_t)c->drafts[r * K + i] : bonus;
+        c->commit[n++] = id;
+        s->made++;
+        if (dsp_gen_is_eos(t, g, id)) s->stop = 2;
+        else if (s->made >= g->max_new) s->stop = 1;
+      }
+      if (fn && n) fn(ctx, q, c->commit, n);
+      live -= s->stop != 0;
+      if (s->stop) continue;
+      DSP_TRY(dsp_target_truncate(t, q, s->n + 1 + a)); /* the anchor and the accepted drafts */
+      s->ctx_row0 = c->row0[r];
+      s->ctx_count = a + 1;
+      s->n += 1 + a;
+      s->x = bonus;
+    }
+  }
+  return DSP_OK;
+}
+
+dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_t *const *prompts,
+                         const int32_t *lens, const dsp_spec_options *o, dsp_token_fn fn, dsp_round_fn rf, void *ctx,
+                         int32_t *finished, dsp_generate_stats *st) {
+  if (!t || !d || !o) return dsp_fail(DSP_ERR_ARG, "speculate: NULL target, draft or options");
+  dsp_generate_stats local;
+  if (!st) st = &local;
+  *st = (dsp_generate_stats){0};
+  const dsp_draft_info *di = dsp_draft_info_of(d);
+  const dsp_target_info *ti = dsp_target_info_of(t);
+  if (d->target != t) return dsp_fail(DSP_ERR_ARG, "speculate: the draft was loaded for another target");
+  const int32_t G = o->gamma ? o->gamma : (int32_t)di->gamma;
+  if (G < 1 || G > di->gamma)
+    return dsp_fail(DSP_ERR_RANGE, "speculate: gamma %d outside 1 .. %lld (the draft's gamma; its block_size is %lld)",
+                    G, (long long)di->gamma, (long long)di->block_size);
+  if (!(o->p_min >= 0.0f && o->p_min < 1.0f))
+    return dsp_fail(DSP_ERR_RANGE, "speculate: the confidence threshold %g must be in [0, 1)", (double)o->p_min);
+  if (o->p_min > 0.0f && !di->confidence)
+    return dsp_fail(DSP_ERR_ARG, "speculate: a confidence threshold needs a draft with a confidence head");
+  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, &o->gen, G + 1));
+  if (nseq > d->opt.max_seqs)
+    return dsp_fail(DSP_ERR_RANGE, "speculate: %d prompts; the draft holds %d", nseq, d->opt.max_seqs);
+  if ((int64_t)nseq * (G + 1) > ti->max_tokens)
+    return dsp_fail(DSP_ERR_RANGE, "speculate: a verification of %d x %d tokens exceeds the target's call size %d",
+                    nseq, G + 1, ti->max_tokens);
+  if (ti->max_tokens > d->opt.max_ctx)
+    return dsp_fail(DSP_ERR_RANGE, "speculate: the draft's context calls (%d rows) must hold the target's (%d)",
+                    d->opt.max_ctx, ti->max_tokens);
+  for (int32_t q = 0; q < nseq; q++)
+    if ((int64_t)lens[q] + o->gen.max_new + di->block_size > d->opt.max_len)
+      return dsp_fail(DSP_ERR_RANGE, "speculate: prompt %d with %d new tokens needs %lld draft context positions; the "
+                      "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
+                      d->opt.max_len);
+  spec c = {.t = t, .d = d, .o = o, .G = G, .ntaps = di->ntaps, .V = ti->vocab, .H = ti->hidden,
+            .sampling = o->gen.temperature >= 1e-5f, .taps_rows = ti->max_tokens};
+  const size_t S = (size_t)nseq, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
+  c.s = calloc(S, sizeof *c.s);
+  c.taps = malloc((size_t)c.ntaps * R * (size_t)c.H * 2);
+  c.slot = malloc(S * 4), c.count = malloc(S * 4), c.which = malloc(S * 4), c.anchor = malloc(S * 4);
+  c.row0 = malloc(S * 4), c.ccount = malloc(S * 4), c.tok = malloc(R * 4);
+  c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
+  c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1) * 4);
+  if (c.sampling) {
+    c.tlog = malloc(S * (size_t)(G + 1) * V * 2);
+    c.qlog = malloc(S * (size_t)G * V * 2);
+    c.p = malloc(V * 8);
+    c.q = malloc(V * 8);
+  }
+  dsp_status s = c.s && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
+                         c.conf && c.seed && c.next && c.drafts && c.commit &&
+                         (!c.sampling || (c.tlog && c.qlog && c.p && c.q))
+                     ? DSP_OK
+                     : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  double t0 = dsp_now_ms();
+  if (s == DSP_OK) s = prefill(&c, nseq, prompts, lens, st);
+  st->prefill_ms = dsp_now_ms() - t0;
+  t0 = dsp_now_ms();
+  if (s == DSP_OK) s = rounds(&c, nseq, fn, rf, ctx, st);
+  st->decode_ms = dsp_now_ms() - t0;
+  for (int32_t q = 0; c.s && q < nseq; q++) {
+    st->new_tokens += c.s[q].made;
+    if (finished) finished[q] = c.s[q].stop == 2;
+  }
+  free(c.s), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
+  free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
+  free(c.tlog), free(c.qlog), free(c.p), free(c.q);
+  return s;
+}
