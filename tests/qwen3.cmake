@@ -26,3 +26,5 @@ dsp_cmd_test(oracle_dspark
 dsp_cmd_test(oracle_dspark_cuda
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver> --backend cuda
   LABELS gpu oracle TIMEOUT 600)
+dsp_cmd_test(oracle_speculative COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_speculative.py
+  LABELS oracle TIMEOUT 600)

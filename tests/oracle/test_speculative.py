@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Speculative decoding through `dspark generate --draft` on tiny random
+target + draft pairs (make_qwen3.py, make_dspark.py): a random pair (drafts
+mostly rejected) and a bigram pair (a target close to a bigram model and a
+draft whose Markov head holds that bigram table: long accepted runs).
+
+Checked:
+- greedy: the speculative tokens equal plain greedy decoding's token for
+  token (`--compare` runs both in one process) for a batch of prompts of
+  different lengths, with gamma below the block size, with the confidence
+  cut, with an end-of-sequence id inside accepted drafts, and under mpirun at
+  TP 2 and TP 3; the bigram pair accepts (acceptance length above 2);
+- the trace: every sequence's tokens are its rounds' accepted drafts and
+  bonus tokens, in order;
+- lossless sampling: the distribution of the first and second speculative
+  tokens over 4000 sequences (one prompt, seeds seed + q) equals the
+  target's own, computed exactly with the numpy reference (chi-square at
+  p = 1e-4), and the same test rejects a sampler that takes q from the
+  uncorrected base logits (its exact distribution, sampled);
+- refusals: gamma above the block size, a threshold outside [0, 1) or on a
+  draft without a confidence head, a target directory as the draft, a draft
+  made for another target, a negative temperature."""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import dspark_ref  # noqa: E402
+import harness  # noqa: E402
+import make_dspark  # noqa: E402
+import make_qwen3  # noqa: E402
+import qwen3_ref  # noqa: E402
+
+PROMPTS = [[5, 9, 3], [17, 2, 8, 8, 40, 11, 3, 90, 1], [7, 7, 7, 7, 7], [100, 3, 2, 1, 9, 4, 4, 8, 2, 60, 61, 62, 3, 5]]
+CHI_P = 1e-4
+
+
+class T:
+    def __init__(self, wd):
+        self.wd = wd
+        self.tally = harness.Tally()
+        self.dspark, _ = harness.program()
+
+    def gen(self, args, np_=1, timeout=300):
+        rc, so, se, _ = harness.run([self.dspark, "generate"] + list(args), np_=np_, timeout=timeout)
+        self.tally.runs += 1
+        return rc, so, se
+
+    def gen_json(self, label, args, np_=1):
+        rc, so, se = self.gen(list(args) + ["--json"], np_=np_)
+        if rc != 0:
+            self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-500:]))
+            return None
+        lines = so.strip().splitlines()
+        if len(lines) != 1:
+            self.tally.fail("%s: %d lines on stdout" % (label, len(lines)))
+            return None
+        return json.loads(lines[0])
+
+    def prompts_file(self, prompts, name="prompts.json"):
+        f = self.wd.file(name)
+        with open(f, "w") as fh:
+            json.dump(prompts, fh)
+        return f
+
+
+def pairs(wd):
+    rt, rd = wd.file("rand-t"), wd.file("rand-d")
+    make_qwen3.make(rt, layers=3, seed=0)
+    make_dspark.make(rt, rd, layers=2, taps=[0, 1], markov_rank=16, confidence="markov", block_size=7, seed=1)
+    bt, bd = wd.file("bigram-t"), wd.file("bigram-d")
+    make_qwen3.make(bt, layers=3, seed=2, residual_scale=0.05)
+    make_dspark.make(bt, bd, layers=2, taps=[0, 1], bigram_scale=4, seed=2, block_size=7)
+    t3, d3 = wd.file("tp3-t"), wd.file("tp3-d")  # 6 / 3 heads, MLP columns divisible by 3
+    make_qwen3.make(t3, layers=3, seed=3, heads=6, kv_heads=3, head_dim=16, hidden=96, intermediate=192,
+                    residual_scale=0.05)
+    make_dspark.make(t3, d3, layers=2, taps=[0, 1], bigram_scale=4, seed=3, block_size=5)
+    return {"random": (rt, rd), "bigram": (bt, bd), "tp3": (t3, d3)}
+
+
+def check_same(t, label, r, min_accept=None):
+    if r is None:
+        return
+    if r.get("same_as_plain") is not True:
+        t.tally.fail("%s: speculative tokens differ from plain greedy decoding's" % label)
+    t.tally.tokens += sum(len(x["tokens"]) for x in r["results"])
+    acc = r["acceptance_length"]
+    print("%s: acceptance length %.2f, per position %s, same as plain: %s" % (
+        label, acc, [round(x, 2) for x in r["per_position_acceptance"]], r["same_as_plain"]))
+    if min_accept is not None and acc < min_accept:
+        t.tally.fail("%s: acceptance length %.2f; this pair should reach %.1f" % (label, acc, min_accept))
+
+
+def case_greedy(t, P):
+    pf = t.prompts_file(PROMPTS)
+    base = ["--prompts", pf, "--max-new", "40", "--ignore-eos", "--compare"]
+    check_same(t, "random pair", t.gen_json("random", ["--model", P["random"][0], "--draft", P["random"][1]] + base))
+    bt, bd = P["bigram"]
+    r = t.gen_json("bigram", ["--model", bt, "--draft", bd, "--trace"] + base)
+    check_same(t, "bigram pair", r, min_accept=1.7)
+    if r is not None:  # the trace rebuilds every sequence
+        for q, res in enumerate(r["results"]):
+            toks = [res["tokens"][0]]
+            for rd in (x for x in r["rounds"] if x["sequence"] == q):
+                if rd["anchor"] != toks[-1]:
+                    t.tally.fail("trace: sequence %d round anchored at %d after %d" % (q, rd["anchor"], toks[-1]))
+                    break
+                toks += rd["draft"][:rd["accepted"]] + [rd["bonus"]]
+            if toks[:len(res["tokens"])] != res["tokens"]:
+                t.tally.fail("trace: sequence %d's rounds do not rebuild its tokens" % q)
+    check_same(t, "bigram pair, gamma 3", t.gen_json("gamma3", ["--model", bt, "--draft", bd, "--gamma", "3"] + base),
+               min_accept=1.5)
+    check_same(t, "random pair, confidence cut 0.5", t.gen_json(
+        "p-min", ["--model", P["random"][0], "--draft", P["random"][1], "--draft-p-min", "0.5"] + base))
+    check_same(t, "bigram pair, TP 2", t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2), 1.7)
+    check_same(t, "6-head pair, TP 3", t.gen_json("tp3", ["--model", P["tp3"][0], "--draft", P["tp3"][1]] + base,
+                                                 np_=3), 1.5)
+    # an end-of-sequence id the bigram pair drafts: it ends the sequence inside accepted drafts
+    if r is not None:
+        toks = r["results"][1]["tokens"]
+        k = next((i for i in range(6, len(toks)) if toks[i] not in toks[:i]), None)
+        if k is not None:
+            e = t.wd.file("bigram-eos-t")
+            os.makedirs(e)
+            for f in os.listdir(bt):
+                os.symlink(os.path.join(bt, f), os.path.join(e, f))
+            os.remove(os.path.join(e, "generation_config.json"))
+            make_qwen3.write_json(os.path.join(e, "generation_config.json"), {"eos_token_id": [toks[k]]})
+            r2 = t.gen_json("eos", ["--model", e, "--draft", bd, "--prompts", pf, "--max-new", "40", "--compare"])
+            check_same(t, "bigram pair, stopping at an end-of-sequence id", r2)
+            if r2 is not None and (r2["results"][1]["finish"] != "eos" or r2["results"][1]["tokens"] != toks[:k + 1]):
+                t.tally.fail("eos: sequence 1 gave %s (%s), want %s" % (
+                    r2["results"][1]["tokens"], r2["results"][1]["finish"], toks[:k + 1]))
+
+
+def chi2_sf(x, k):
+    """Survival function of the chi-square distribution (regularized upper gamma), k degrees of freedom."""
+    a, z = k / 2.0, x / 2.0
+    if z <= 0:
+        return 1.0
+    if z < a + 1:  # series for the lower incomplete gamma
+        s, term, n = 1.0 / a, 1.0 / a, 1
+        while abs(term) > 1e-15 * abs(s):
+            term *= z / (a + n)
+            s += term
+            n += 1
+        return 1.0 - s * math.exp(-z + a * math.log(z) - math.lgamma(a))
+    b, c, d = z + 1 - a, 1e300, 1.0 / (z + 1 - a)  # continued fraction for the upper one
+    h = d
+    for i in range(1, 10000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1e-300 if abs(d) < 1e-300 else d
+        c = b + an / c
+        c = 1e-300 if abs(c) < 1e-300 else c
+        d = 1.0 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return math.exp(-z + a * math.log(z) - math.lgamma(a)) * h
+
+
+def chi2(counts, probs):
+    """(statistic, dof, p-value), merging cells with expected counts below 5."""
+    n = counts.sum()
+    order = np.argsort(probs)
+    obs, exp, cur_o, cur_e = [], [], 0.0, 0.0
+    for i in order:
+        cur_o += counts[i]
+        cur_e += probs[i] * n
+        if cur_e >= 5:
+            obs.append(cur_o), exp.append(cur_e)
+            cur_o = cur_e = 0.0
+    if cur_e > 0 and exp:
+        obs[-1] += cur_o
+        exp[-1] += cur_e
+    obs, exp = np.array(obs), np.array(exp)
+    x = float(((obs - exp) ** 2 / exp).sum())
+    k = len(obs) - 1
+    return x, k, chi2_sf(x, k)
+
+
+def softmax(logits, T):
+    z = np.asarray(logits, np.float64) / T
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def case_sampling(t, wd):
+    tt, dd = wd.file("v16-t"), wd.file("v16-d")
+    make_qwen3.make(tt, layers=3, seed=5, vocab=16, residual_scale=0.05, bos=14, eos=15)
+    make_dspark.make(tt, dd, layers=2, taps=[0, 1], bigram_scale=4, seed=5, block_size=4, mask_token_id=13)
+    T_, N, prompt = 0.9, 4000, [3, 1, 4, 1, 5]
+    pf = t.prompts_file([prompt] * N, "same.json")
+    r = t.gen_json("sampling", ["--model", tt, "--draft", dd, "--prompts", pf, "--max-new", "3", "--ignore-eos",
+                                "--temperature", str(T_), "--seed", "1000"])
+    if r is None:
+        return
+    got = np.array([x["tokens"] for x in r["results"]])
+    print("sampling: acceptance length %.2f over %d rounds" % (r["acceptance_length"], r["rounds_total"]))
+    m = qwen3_ref.Qwen3.from_dir(tt)
+    d = dspark_ref.DSparkDraft.from_dir(dd, target=m)
+    V = m.V
+    p0 = softmax(m.logits(prompt)[0][-1], T_)
+    p1 = np.zeros(V)
+    p2 = np.zeros(V)
+    broken = np.zeros(V)  # the first speculative token when q is the uncorrected base logits' softmax
+    for x0 in range(V):
+        lg, taps = m.logits(prompt + [x0], taps=d.taps)
+        px = softmax(lg[-1], T_)
+        p1 += p0[x0] * px
+        for x1 in range(V):
+            p2 += p0[x0] * px[x1] * softmax(m.logits(prompt + [x0, x1])[0][-1], T_)
+        # the draft's first slot after anchor x0: its proposal distribution and the base one
+        cache = d.new_context()
+        out = d.propose([cache], [d.features({k: v[:len(prompt)] for k, v in taps.items()})], [x0], [len(prompt)])
+        qc = softmax(out["logits"][0][0].astype(np.float32), T_)
+        qb = softmax(qwen3_ref.f32(qwen3_ref.linear(out["hidden"][0][:1], d.lm_head))[0], T_)
+        acc = np.minimum(1.0, px / np.maximum(qb, 1e-300))
+        resid = np.maximum(px - qb, 0)
+        resid = resid / resid.sum() if resid.sum() > 1e-12 else px
+        broken += p0[x0] * (qc * acc + (1 - (qc * acc).sum()) * resid)
+    for label, counts, want in (("first speculative token", np.bincount(got[:, 1], minlength=V), p1),
+                                ("second speculative token", np.bincount(got[:, 2], minlength=V), p2)):
+        x, k, pv = chi2(counts, want)
+        print("sampling, %s: chi-square %.1f on %d dof, p = %.3g" % (label, x, k, pv))
+        if pv < CHI_P:
+            t.tally.fail("sampling, %s: not the target's distribution (p = %.3g < %g)" % (label, pv, CHI_P))
+    fake = np.bincount(np.random.default_rng(7).choice(V, size=N, p=broken / broken.sum()), minlength=V)
+    x, k, pv = chi2(fake, p1)
+    print("sampling, q from the base logits (the test's power): chi-square %.1f on %d dof, p = %.3g" % (x, k, pv))
+    if pv >= CHI_P:
+        t.tally.fail("the chi-square test does not reject a sampler with q from the base logits (p = %.3g)" % pv)
+
+
+def case_bad(t, P):
+    rt, rd = P["random"]
+    bt, bd = P["bigram"]
+    pid = ["--prompt-ids", "1,2,3", "--max-new", "5", "--ids"]
+    other_t, nocf = t.wd.file("other-t"), t.wd.file("bigram-d-noconf")
+    make_qwen3.make(other_t, layers=3, seed=9, hidden=96)
+    make_dspark.make(bt, nocf, layers=2, taps=[0, 1], bigram_scale=4, seed=2, block_size=7, confidence="none")
+    for label, args, needle in (
+            ("gamma above the block size", ["--model", rt, "--draft", rd, "--gamma", "9"] + pid, "block_size"),
+            ("threshold above 1", ["--model", rt, "--draft", rd, "--draft-p-min", "1.5"] + pid, "--draft-p-min"),
+            ("threshold on a draft without a confidence head", ["--model", bt, "--draft", nocf, "--draft-p-min", "0.3"]
+             + pid, "confidence head"),
+            ("a target as the draft", ["--model", rt, "--draft", rt] + pid, "Qwen3DSparkModel"),
+            ("a draft for another target", ["--model", other_t, "--draft", rd] + pid, "hidden_size"),
+            ("negative temperature", ["--model", rt, "--draft", rd, "--temperature", "-0.5"] + pid, "--temperature"),
+            ("--gamma without a draft", ["--model", rt, "--gamma", "3"] + pid, "--draft")):
+        rc, so, se = t.gen(args)
+        if rc in (0, None) or rc > 128 or rc < 0 or needle.lower() not in se.lower() or so.strip():
+            t.tally.fail("%s: exit %s, stdout %r, stderr %s" % (label, rc, so[:100], se.strip()[-300:]))
+        else:
+            print("refused as it should (%s): %s" % (label, se.strip().splitlines()[-1][:160]))
+
+
+def main():
+    with harness.Workdir() as wd:
+        t = T(wd)
+        P = pairs(wd)
+        for name, fn in (("greedy", lambda: case_greedy(t, P)), ("sampling", lambda: case_sampling(t, wd)),
+                         ("bad", lambda: case_bad(t, P))):
+            print("== %s" % name)
+            sys.stdout.flush()
+            fn()
+        return t.tally.finish("test_speculative")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
