@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Trains the small target + DSpark draft pair dspark ships (models/), from
+the King James Bible as Debian packages it (bible-kjv, bible-kjv-text: public
+domain), with PyTorch. Not a runtime or test dependency: run it in a private
+environment (python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch
+tokenizers safetensors numpy) on the GPU machine or, slowly, on a CPU.
+
+  train_pair.py OUTDIR [--target-steps N] [--draft-steps N] [--device cpu|cuda]
+
+Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
+one: config.json, generation_config.json, model.safetensors, tokenizer.json)
+and OUTDIR/kjv-draft (a Qwen3DSparkModel directory in DeepSpec's layout) and
+OUTDIR/heldout.txt (the Revelation of John, never trained on).
+
+What it does, from the public description of DSpark:
+- the tokenizer: a byte-level BPE in Qwen's format (its split pattern, NFC),
+  trained with Hugging Face tokenizers, special tokens <|endoftext|>,
+  <|im_start|>, <|im_end|> and <|mask|> (the draft's mask token);
+- the target: a Qwen3 decoder (q/k RMSNorm, rotate-half RoPE, GQA, SwiGLU,
+  tied embeddings) trained as a causal language model on random windows;
+- the draft: block-parallel drafting from anchors. Per window, random anchor
+  positions a; the block [x_a, mask x (B-1)] at positions a .. a+B-1 attends
+  to the context (keys and values of ctx = hidden_norm(fc(the frozen
+  target's taps)) at positions < a, in every draft layer) and to its whole
+  block; the final-normed states go through the target's (frozen) LM head
+  plus the Markov bias W2 W1[prev_k] with prev_k = x_{a+k} (teacher
+  forcing), cross-entropy against x_{a+k+1}; the confidence head
+  (proj([h_k ; W1[prev_k]])) learns, by binary cross-entropy, whether the
+  draft's choice at k equals the target's greedy choice there.
+Simplified against the paper's recipe: data tokens rather than the target's
+own generations as labels, uniform weights over block slots, one draft
+layer, small sizes for a CPU."""
+import argparse
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TARGET = dict(hidden=256, layers=8, heads=8, kv_heads=4, head_dim=32, intermediate=768, vocab=2048, theta=10000.0)
+DRAFT = dict(layers=1, taps=[2, 5], block=7, rank=64)
+
+
+# ------------------------------------------------------------------ data
+
+def verses():
+    """(book, text) per verse from the bible program (bible-kjv)."""
+    out = subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], capture_output=True, text=True,
+                         check=True).stdout
+    book, cur, res = None, None, []
+    for line in out.splitlines():
+        m = re.match(r"^(\S.*\S) \d+$", line)
+        if m and not line.startswith(" "):
+            book = m.group(1)
+            continue
+        v = re.match(r"^\s+\d+ (.*)$", line)
+        if v:
+            if cur:
+                res.append(cur)
+            cur = [book, v.group(1)]
+        elif line.strip() and cur:
+            cur[1] += " " + line.strip()
+    if cur:
+        res.append(cur)
+    return res
+
+
+def corpus():
+    vs = verses()
+    train = "\n".join(t for b, t in vs if b != "Revelation") + "\n"
+    held = "\n".join(t for b, t in vs if b == "Revelation") + "\n"
+    return train, held
+
+
+def train_tokenizer(text, vocab):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tr = trainers.BpeTrainer(vocab_size=vocab - len(SPECIALS), min_frequency=2, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(text.splitlines(keepends=True), tr)
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    return tok
+
+
+# ------------------------------------------------------------------ models
+
+def rms(x, w, eps=1e-6):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope(x, pos, theta, d):
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.float()[:, None] * inv[None]
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+    h = d // 2
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        H, d = c["hidden"], c["head_dim"]
+        self.c = c
+        lin = lambda i, o: torch.nn.Parameter(torch.randn(o, i) / math.sqrt(i))  # noqa: E731
+        self.q, self.k, self.v = lin(H, c["heads"] * d), lin(H, c["kv_heads"] * d), lin(H, c["kv_heads"] * d)
+        self.o = torch.nn.Parameter(torch.randn(H, c["heads"] * d) / math.sqrt(c["heads"] * d) / math.sqrt(2 * c["layers"]))
+        self.gate, self.up = lin(H, c["intermediate"]), lin(H, c["intermediate"])
+        self.down = torch.nn.Parameter(torch.randn(H, c["intermediate"]) / math.sqrt(c["intermediate"]) /
+                                       math.sqrt(2 * c["layers"]))
+        one = lambda n: torch.nn.Parameter(torch.ones(n))  # noqa: E731
+        self.ln1, self.ln2, self.qn, self.kn = one(H), one(H), one(d), one(d)
+
+    def kv(self, h, pos):
+        c, d = self.c, self.c["head_dim"]
+        k = rms((h @ self.k.T).view(*h.shape[:-1], c["kv_heads"], d), self.kn).transpose(-2, -3)
+        v = (h @ self.v.T).view(*h.shape[:-1], c["kv_heads"], d).transpose(-2, -3)
+        return rope(k, pos, c["theta"], d), v
+
+    def forward(self, x, pos, mask, ctx_kv=None):
+        """x [B, n, H]; mask [n, keys] bool; ctx_kv: (k, v) [B, hkv, m, d] placed before the rows' keys."""
+        c, d = self.c, self.c["head_dim"]
+        h = rms(x, self.ln1)
+        q = rope(rms((h @ self.q.T).view(*h.shape[:-1], c["heads"], d), self.qn).transpose(1, 2), pos, c["theta"], d)
+        k, v = self.kv(h, pos)
+        if ctx_kv is not None:
+            k, v = torch.cat([ctx_kv[0], k], 2), torch.cat([ctx_kv[1], v], 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        x = x + a.transpose(1, 2).reshape(*x.shape[:-1], -1) @ self.o.T
+        h = rms(x, self.ln2)
+        return x + (F.silu(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T
+
+
+class Target(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed = torch.nn.Parameter(torch.randn(c["vocab"], c["hidden"]) * 0.02)
+        self.layers = torch.nn.ModuleList(Layer(c) for _ in range(c["layers"]))
+        self.norm = torch.nn.Parameter(torch.ones(c["hidden"]))
+
+    def forward(self, ids, taps=()):
+        n = ids.shape[1]
+        pos = torch.arange(n, device=ids.device)
+        mask = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
+        x, out = self.embed[ids], []
+        for i, ly in enumerate(self.layers):
+            x = ly(x, pos, mask)
+            if i in taps:
+                out.append(x)
+        return rms(x, self.norm) @ self.embed.T, out
+
+
+class Draft(torch.nn.Module):
+    def __init__(self, c, dc):
+        super().__init__()
+        self.c, self.dc = c, dc
+        cl = dict(c, layers=dc["layers"])
+        self.layers = torch.nn.ModuleList(Layer(cl) for _ in range(dc["layers"]))
+        H = c["hidden"]
+        self.fc = torch.nn.Parameter(torch.randn(H, len(dc["taps"]) * H) / math.sqrt(len(dc["taps"]) * H))
+        self.hidden_norm = torch.nn.Parameter(torch.ones(H))
+        self.norm = torch.nn.Parameter(torch.ones(H))
+        self.w1 = torch.nn.Parameter(torch.randn(c["vocab"], dc["rank"]) * 0.02)
+        self.w2 = torch.nn.Parameter(torch.zeros(c["vocab"], dc["rank"]))
+        self.conf_w = torch.nn.Parameter(torch.zeros(1, H + dc["rank"]))
+        self.conf_b = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, target, ids, taps, anchors):
+        """ids [B, S]; taps: list of [B, S, H]; anchors [A] positions (shared by the batch).
+        Returns (markov logits, h, prev) over the A blocks' rows: [B, A*K, V], [B, A*K, H], [B, A*K]."""
+        B, S = ids.shape
+        K, dev = self.dc["block"], ids.device
+        ctx = rms(torch.cat(taps, -1) @ self.fc.T, self.hidden_norm)
+        A = anchors.shape[0]
+        bpos = (anchors[:, None] + torch.arange(K, device=dev)[None]).reshape(-1)  # [A*K]
+        mask_id = self.c["vocab"] - 1  # <|mask|> is the last id
+        bids = torch.full((B, A, K), mask_id, dtype=torch.long, device=dev)
+        bids[:, :, 0] = ids[:, anchors]
+        x = target.embed.detach()[bids.view(B, -1)]
+        cpos = torch.arange(S, device=dev)
+        # row of anchor a sees context positions < a and its own block
+        owner = torch.arange(A, device=dev).repeat_interleave(K)
+        mask = torch.cat([cpos[None, :] < anchors[owner][:, None], owner[:, None] == owner[None, :]], 1)
+        for ly in self.layers:
+            ckv = ly.kv(ctx, cpos)
+            x = ly(x, bpos, mask, ctx_kv=ckv)
+        h = rms(x, self.norm)
+        prev = ids[:, bpos.clamp(max=S - 1)]  # x_{a+k}
+        logits = h @ target.embed.detach().T + (self.w1[prev]) @ self.w2.T
+        return logits, h, prev, bpos
+
+
+def bf16(t):
+    return t.detach().to(torch.bfloat16).contiguous().cpu()
+
+
+def save_target(model, tok, out):
+    from safetensors.torch import save_file
+    c = model.c
+    os.makedirs(out, exist_ok=True)
+    w = {"model.embed_tokens.weight": bf16(model.embed), "model.norm.weight": bf16(model.norm)}
+    for i, ly in enumerate(model.layers):
+        p = "model.layers.%d." % i
+        for n, t in (("self_attn.q_proj", ly.q), ("self_attn.k_proj", ly.k), ("self_attn.v_proj", ly.v),
+                     ("self_attn.o_proj", ly.o), ("mlp.gate_proj", ly.gate), ("mlp.up_proj", ly.up),
+                     ("mlp.down_proj", ly.down), ("input_layernorm", ly.ln1), ("post_attention_layernorm", ly.ln2),
+                     ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn)):
+            w[p + n + ".weight"] = bf16(t)
+    save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    eos, bos = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|endoftext|>")
+    cfg = config(c, eos, bos)
+    json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=2)
+    json.dump({"bos_token_id": bos, "eos_token_id": [eos], "transformers_version": "5.0.0"},
+              open(os.path.join(out, "generation_config.json"), "w"), indent=2)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    return cfg
+
+
+def config(c, eos, bos):
+    return dict(sorted({
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": bos, "eos_token_id": eos, "head_dim": c["head_dim"], "hidden_act": "silu",
+        "hidden_size": c["hidden"], "initializer_range": 0.02, "intermediate_size": c["intermediate"],
+        "max_position_embeddings": 4096, "max_window_layers": c["layers"], "model_type": "qwen3",
+        "num_attention_heads": c["heads"], "num_hidden_layers": c["layers"], "num_key_value_heads": c["kv_heads"],
+        "rms_norm_eps": 1e-6, "sliding_window": None, "tie_word_embeddings": True, "use_cache": True,
+        "use_sliding_window": False, "vocab_size": c["vocab"], "dtype": "bfloat16",
+        "layer_types": ["full_attention"] * c["layers"], "pad_token_id": None,
+        "rope_parameters": {"rope_theta": c["theta"], "rope_type": "default"}, "transformers_version": "5.0.0"}.items()))
+
+
+def save_draft(draft, target, tcfg, tok, out):
+    from safetensors.torch import save_file
+    os.makedirs(out, exist_ok=True)
+    dc = draft.dc
+    w = {"embed_tokens.weight": bf16(target.embed), "lm_head.weight": bf16(target.embed),
+         "norm.weight": bf16(draft.norm), "hidden_norm.weight": bf16(draft.hidden_norm), "fc.weight": bf16(draft.fc),
+         "markov_head.markov_w1.weight": bf16(draft.w1), "markov_head.markov_w2.weight": bf16(draft.w2),
+         "confidence_head.proj.weight": bf16(draft.conf_w), "confidence_head.proj.bias": bf16(draft.conf_b)}
+    for i, ly in enumerate(draft.layers):
+        p = "layers.%d." % i
+        for n, t in (("self_attn.q_proj", ly.q), ("self_attn.k_proj", ly.k), ("self_attn.v_proj", ly.v),
+                     ("self_attn.o_proj", ly.o), ("mlp.gate_proj", ly.gate), ("mlp.up_proj", ly.up),
+                     ("mlp.down_proj", ly.down), ("input_layernorm", ly.ln1), ("post_attention_layernorm", ly.ln2),
+                     ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn)):
+            w[p + n + ".weight"] = bf16(t)
+    save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg = dict(tcfg)
+    cfg.update({"architectures": ["Qwen3DSparkModel"], "num_hidden_layers": dc["layers"],
+                "num_target_layers": tcfg["num_hidden_layers"], "block_size": dc["block"],
+                "layer_types": ["full_attention"] * dc["layers"], "max_window_layers": dc["layers"],
+                "mask_token_id": tok.token_to_id("<|mask|>"), "target_layer_ids": dc["taps"], "num_anchors": 16,
+                "enable_confidence_head": True, "confidence_head_with_markov": True, "markov_rank": dc["rank"],
+                "markov_head_type": "vanilla", "tie_word_embeddings": False})
+    json.dump(dict(sorted(cfg.items())), open(os.path.join(out, "config.json"), "w"), indent=2)
+    tok.save(os.path.join(out, "tokenizer.json"))
+
+
+def batches(stream, S, B, gen):
+    n = stream.shape[0]
+    while True:
+        starts = torch.randint(0, n - S - 1, (B,), generator=gen)
+        yield torch.stack([stream[s:s + S] for s in starts])
+
+
+def cosine(step, total, lr, warm=100):
+    if step < warm:
+        return lr * (step + 1) / warm
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm))))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir")
+    ap.add_argument("--target-steps", type=int, default=3000)
+    ap.add_argument("--draft-steps", type=int, default=2000)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    random.seed(a.seed)
+    dev = a.device
+    train, held = corpus()
+    os.makedirs(a.outdir, exist_ok=True)
+    open(os.path.join(a.outdir, "heldout.txt"), "w").write(held)
+    tok = train_tokenizer(train, TARGET["vocab"])
+    assert tok.get_vocab_size() == TARGET["vocab"] and tok.token_to_id("<|mask|>") == TARGET["vocab"] - 1
+    stream = torch.tensor(tok.encode(train).ids, dtype=torch.long)
+    print("corpus: %d training tokens, %d held-out characters" % (stream.shape[0], len(held)), flush=True)
+    gen = torch.Generator().manual_seed(a.seed)
+    target = Target(TARGET).to(dev)
+    opt = torch.optim.AdamW(target.parameters(), lr=2e-3, weight_decay=0.1, betas=(0.9, 0.95))
+    t0 = time.time()
+    for step, x in zip(range(a.target_steps), batches(stream, a.seq + 1, a.batch, gen)):
+        x = x.to(dev)
+        for g in opt.param_groups:
+            g["lr"] = cosine(step, a.target_steps, 2e-3)
+        logits, _ = target(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == a.target_steps - 1:
+            print("target step %d loss %.3f (%.0f s)" % (step, loss.item(), time.time() - t0), flush=True)
+    tcfg = save_target(target, tok, os.path.join(a.outdir, "kjv-target"))
+    target.requires_grad_(False)
+    draft = Draft(TARGET, DRAFT).to(dev)
+    opt = torch.optim.AdamW(draft.parameters(), lr=2e-3, weight_decay=0.0, betas=(0.9, 0.95))
+    K = DRAFT["block"]
+    t0 = time.time()
+    for step, x in zip(range(a.draft_steps), batches(stream, a.seq, a.batch, gen)):
+        x = x.to(dev)
+        for g in opt.param_groups:
+            g["lr"] = cosine(step, a.draft_steps, 2e-3)
+        with torch.no_grad():
+            tlog, taps = target(x, taps=set(DRAFT["taps"]))
+        anchors = torch.randperm(a.seq - K - 1, generator=gen)[:16].sort().values.to(dev) + 1
+        logits, h, prev, bpos = draft(target, x, taps, anchors)
+        labels = x[:, (bpos + 1).clamp(max=a.seq - 1)]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        # confidence: does the draft's choice at each slot match the target's greedy choice there
+        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float()
+        feat = torch.cat([h, draft.w1[prev]], -1).detach()
+        closs = F.binary_cross_entropy_with_logits((feat @ draft.conf_w.T).squeeze(-1) + draft.conf_b, agree)
+        opt.zero_grad()
+        (loss + 0.1 * closs).backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == a.draft_steps - 1:
+            print("draft step %d loss %.3f confidence %.3f agreement %.3f (%.0f s)" % (
+                step, loss.item(), closs.item(), agree.mean().item(), time.time() - t0), flush=True)
+    save_draft(draft, target, tcfg, tok, os.path.join(a.outdir, "kjv-draft"))
+    print("wrote %s" % a.outdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
