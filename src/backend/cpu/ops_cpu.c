@@ -152,7 +152,8 @@ dsp_status dsp_cpu_backend_impl(dsp_backend *be) {
 dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
   (void)dev;
   cpu_impl *m = be->impl;
-  const size_t need = dsp_cpu_attention_scratch(a->max_len, omp_get_max_threads());
+  const size_t need = dsp_cpu_attention_scratch(a->max_len, a->q->shape[1], a->kv_heads, a->q->shape[2],
+                                                omp_get_max_threads());
   if (need > m->att_floats) {
     free(m->att);
     m->att = aligned_alloc(64, (need * 4 + 63) / 64 * 64);

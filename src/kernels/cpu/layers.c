@@ -104,53 +104,6 @@ void dsp_cpu_scatter_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor 
   }
 }
 
-/* Per thread: the scores of one query row (max_len) and its output accumulators (up to 1024 dims). */
-#define ATT_MAX_D 1024
-size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads) {
-  return (size_t)(max_len + ATT_MAX_D) * (size_t)nthreads;
-}
-
-void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
-  const dsp_tensor *q = a->q;
-  const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
-  const int64_t kstride_t = a->kv_stride, kstride_s = a->max_len * a->kv_stride;
-#pragma omp parallel for collapse(2) schedule(static) if (T * Hq > 1)
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      float *e = a->scratch + (size_t)omp_get_thread_num() * (size_t)(a->max_len + ATT_MAX_D);
-      float *acc = e + a->max_len;
-      const int64_t slot = a->row_slot[t] < 0 ? 0 : a->row_slot[t] >= a->slots ? a->slots - 1 : a->row_slot[t];
-      const int64_t nk = a->row_keys[t] < 1 ? 1 : a->row_keys[t] > a->max_len ? a->max_len : a->row_keys[t];
-      const dsp_bf16 *kb = a->k + slot * kstride_s, *vb = a->v + slot * kstride_s;
-      const int64_t kvh = h / rep;
-      const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + h * q->stride[1];
-      float m = -INFINITY;
-      for (int64_t j = 0; j < nk; j++) {
-        const dsp_bf16 *kr = kb + j * kstride_t + kvh * D;
-        float s = 0.0f;
-        for (int64_t d = 0; d < D; d++) s = fmaf(dsp_bf16_to_f32(qr[d * q->stride[2]]), dsp_bf16_to_f32(kr[d]), s);
-        s = dsp_round_bf16(dsp_round_bf16(s) * a->scale);
-        e[j] = s;
-        m = s > m ? s : m;
-      }
-      float z = 0.0f;
-      for (int64_t j = 0; j < nk; j++) {
-        e[j] = expf(e[j] - m);
-        z += e[j];
-      }
-      for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-      for (int64_t j = 0; j < nk; j++) {
-        const float p = dsp_round_bf16(e[j] / z);
-        const dsp_bf16 *vr = vb + j * kstride_t + kvh * D;
-        for (int64_t d = 0; d < D; d++) acc[d] = fmaf(p, dsp_bf16_to_f32(vr[d]), acc[d]);
-      }
-      dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
-                                         : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
-      const int64_t oc = a->out->stride[a->out->ndim - 1];
-      for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(acc[d]);
-    }
-}
-
 void dsp_cpu_gather_rows(const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst) {
   const int64_t T = dst->shape[0], W = dst->shape[1];
   for (int64_t t = 0; t < T; t++) {

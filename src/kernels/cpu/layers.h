@@ -40,9 +40,10 @@ typedef struct {
   const int32_t *row_slot, *row_keys; /* [T] */
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] (or [T, Hq, D]) */
-  float *scratch;               /* dsp_cpu_attention_scratch floats */
+  float *scratch;               /* dsp_cpu_attention_scratch floats, 64-byte aligned */
 } dsp_cpu_attention_args;
-size_t dsp_cpu_attention_scratch(int64_t max_len, int nthreads);
+/* Floats of scratch for nthreads threads (up to this max_len, these heads). */
+size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int nthreads);
 void dsp_cpu_attention(const dsp_cpu_attention_args *a);
 
 #endif

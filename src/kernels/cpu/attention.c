@@ -1,0 +1,147 @@
+/* GQA attention over the KV cache on the CPU (layers.h gives the numerics).
+ * One work item is a (row, kv head) pair: the query heads sharing that kv head
+ * read each key once. The AVX-512 path puts 16 keys in the lanes of a vector,
+ * so each key's q.k is still one fp32 chain in order over d, and p.v puts 16
+ * dims in the lanes, each a chain in key order: bit-identical to the scalar
+ * path, which stays for CPUs without AVX-512 and for odd head dims. */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/bf16.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/layers.h"
+
+#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+/* Per thread: q of the item's heads in fp32 (rep x D), their scores (rep x
+ * max_len), one row of output accumulators (D). */
+size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int nthreads) {
+  const int64_t rep = kv_heads > 0 ? (q_heads + kv_heads - 1) / kv_heads : q_heads;
+  const size_t per = (size_t)(rep * head_dim + rep * max_len + head_dim + 16);
+  return (per + 15) / 16 * 16 * (size_t)nthreads;
+}
+
+typedef struct {
+  const dsp_bf16 *kb, *vb; /* this row's slot, at kv head kvh */
+  int64_t nk, D, rep, kst; /* keys, head dim, heads per kv head, elements per cache row */
+  float *qf, *e, *acc;     /* scratch */
+} item;
+
+static void scores_scalar(const item *it) {
+  for (int64_t j = 0; j < it->nk; j++) {
+    const dsp_bf16 *kr = it->kb + j * it->kst;
+    for (int64_t r = 0; r < it->rep; r++) {
+      const float *q = it->qf + r * it->D;
+      float s = 0.0f;
+      for (int64_t d = 0; d < it->D; d++) s = fmaf(q[d], dsp_bf16_to_f32(kr[d]), s);
+      it->e[r * it->nk + j] = s;
+    }
+  }
+}
+
+static void pv_scalar(const item *it, int64_t r) {
+  const float *p = it->e + r * it->nk;
+  for (int64_t d = 0; d < it->D; d++) it->acc[d] = 0.0f;
+  for (int64_t j = 0; j < it->nk; j++) {
+    const dsp_bf16 *vr = it->vb + j * it->kst;
+    for (int64_t d = 0; d < it->D; d++) it->acc[d] = fmaf(p[j], dsp_bf16_to_f32(vr[d]), it->acc[d]);
+  }
+}
+
+/* 16 keys per vector; a 32-bit gather at an even d brings (d, d + 1) of every
+ * key (D is even, so it never reads past a key's row). Up to 8 heads at once. */
+DSP_AVX512 static void scores_avx512(const item *it) {
+  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t j0 = 0; j0 < it->nk; j0 += 16) {
+    const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
+    const __mmask16 live = (__mmask16)((1u << nb) - 1u);
+    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
+    const dsp_bf16 *base = it->kb + j0 * it->kst;
+    for (int64_t r0 = 0; r0 < it->rep; r0 += 8) {
+      const int rc = (int)(it->rep - r0 < 8 ? it->rep - r0 : 8);
+      __m512 acc[8];
+      for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < it->D; d += 2) {
+        const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+        for (int i = 0; i < rc; i++) {
+          const float *q = it->qf + (r0 + i) * it->D + d;
+          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[0]), lo, acc[i]);
+          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[1]), hv, acc[i]);
+        }
+      }
+      for (int i = 0; i < rc; i++) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->nk + j0, live, acc[i]);
+    }
+  }
+}
+
+DSP_AVX512 static void pv_avx512(const item *it, int64_t r) {
+  const float *p = it->e + r * it->nk;
+  for (int64_t d0 = 0; d0 < it->D; d0 += 64) {
+    const int64_t n = it->D - d0 < 64 ? it->D - d0 : 64;
+    __mmask16 m[4];
+    __m512 acc[4];
+    for (int c = 0; c < 4; c++) {
+      const int64_t w = n - 16 * c;
+      m[c] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1u);
+      acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < it->nk; j++) {
+      const dsp_bf16 *vr = it->vb + j * it->kst + d0;
+      const __m512 pj = _mm512_set1_ps(p[j]);
+      for (int c = 0; c < 4; c++) {
+        if (!m[c]) break;
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[c], vr + 16 * c));
+        acc[c] = _mm512_fmadd_ps(pj, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), acc[c]);
+      }
+    }
+    for (int c = 0; c < 4; c++)
+      if (m[c]) _mm512_mask_storeu_ps(it->acc + d0 + 16 * c, m[c], acc[c]);
+  }
+}
+
+void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
+  const dsp_tensor *q = a->q;
+  const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
+  const int64_t kstride_s = a->max_len * a->kv_stride;
+  const int vec = D % 2 == 0 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512;
+  const size_t per = dsp_cpu_attention_scratch(a->max_len, Hq, Hkv, D, 1);
+#pragma omp parallel for collapse(2) schedule(static) if (T * Hkv > 1)
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t g = 0; g < Hkv; g++) {
+      float *sc = a->scratch + (size_t)omp_get_thread_num() * per;
+      const int64_t slot = a->row_slot[t] < 0 ? 0 : a->row_slot[t] >= a->slots ? a->slots - 1 : a->row_slot[t];
+      const int64_t nk = a->row_keys[t] < 1 ? 1 : a->row_keys[t] > a->max_len ? a->max_len : a->row_keys[t];
+      item it = {.kb = a->k + slot * kstride_s + g * D, .vb = a->v + slot * kstride_s + g * D, .nk = nk, .D = D,
+                 .rep = rep, .kst = a->kv_stride, .qf = sc, .e = sc + rep * D, .acc = sc + rep * D + rep * nk};
+      for (int64_t r = 0; r < rep; r++) {
+        const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + (g * rep + r) * q->stride[1];
+        for (int64_t d = 0; d < D; d++) it.qf[r * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
+      }
+      if (vec) scores_avx512(&it);
+      else scores_scalar(&it);
+      for (int64_t r = 0; r < rep; r++) {
+        float *e = it.e + r * nk, m = -INFINITY, z = 0.0f;
+        for (int64_t j = 0; j < nk; j++) {
+          e[j] = dsp_round_bf16(dsp_round_bf16(e[j]) * a->scale);
+          m = e[j] > m ? e[j] : m;
+        }
+        for (int64_t j = 0; j < nk; j++) {
+          e[j] = expf(e[j] - m);
+          z += e[j];
+        }
+        for (int64_t j = 0; j < nk; j++) e[j] = dsp_round_bf16(e[j] / z);
+        if (vec) pv_avx512(&it, r);
+        else pv_scalar(&it, r);
+        const int64_t h = g * rep + r;
+        dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
+                                           : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
+        const int64_t oc = a->out->stride[a->out->ndim - 1];
+        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(it.acc[d]);
+      }
+    }
+}
