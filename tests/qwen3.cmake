@@ -28,3 +28,11 @@ dsp_cmd_test(oracle_dspark_cuda
   LABELS gpu oracle TIMEOUT 600)
 dsp_cmd_test(oracle_speculative COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_speculative.py
   LABELS oracle TIMEOUT 600)
+add_executable(rollback_driver ${CMAKE_CURRENT_LIST_DIR}/rollback_driver.c)
+target_link_libraries(rollback_driver PRIVATE dspark)
+if(DSPARK_HAVE_CUDA)
+  set_target_properties(rollback_driver PROPERTIES LINKER_LANGUAGE CUDA)
+endif()
+dsp_cmd_test(oracle_rollback
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_rollback.py --driver $<TARGET_FILE:rollback_driver>
+  LABELS oracle TIMEOUT 900)
