@@ -27,9 +27,11 @@ What it does, from the public description of DSpark:
   forcing), cross-entropy against x_{a+k+1}; the confidence head
   (proj([h_k ; W1[prev_k]])) learns, by binary cross-entropy, whether the
   draft's choice at k equals the target's greedy choice there.
-Simplified against the paper's recipe: data tokens rather than the target's
-own generations as labels, uniform weights over block slots, one draft
-layer, small sizes for a CPU."""
+The draft trains on windows half from the corpus and half from the target's
+own continuations of corpus prompts (greedy and sampled), its loss the
+cross-entropy against the target's distribution at each slot (distillation).
+Simplified against the paper's recipe: uniform weights over block slots, two
+draft layers, small sizes."""
 import argparse
 import json
 import math
@@ -47,15 +49,19 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 TARGET = dict(hidden=256, layers=8, heads=8, kv_heads=4, head_dim=32, intermediate=768, vocab=2048, theta=10000.0)
-DRAFT = dict(layers=1, taps=[2, 5], block=7, rank=64)
+DRAFT = dict(layers=2, taps=[2, 5], block=7, rank=64)
 
 
 # ------------------------------------------------------------------ data
 
-def verses():
-    """(book, text) per verse from the bible program (bible-kjv)."""
-    out = subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], capture_output=True, text=True,
-                         check=True).stdout
+def verses(path=None):
+    """(book, text) per verse from the bible program (bible-kjv), or from a file
+    holding that program's output (for a machine without the package)."""
+    if path:
+        out = open(path, encoding="utf-8").read()
+    else:
+        out = subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], capture_output=True, text=True,
+                             check=True).stdout
     book, cur, res = None, None, []
     for line in out.splitlines():
         m = re.match(r"^(\S.*\S) \d+$", line)
@@ -74,8 +80,8 @@ def verses():
     return res
 
 
-def corpus():
-    vs = verses()
+def corpus(path=None):
+    vs = verses(path)
     train = "\n".join(t for b, t in vs if b != "Revelation") + "\n"
     held = "\n".join(t for b, t in vs if b == "Revelation") + "\n"
     return train, held
@@ -278,6 +284,41 @@ def batches(stream, S, B, gen):
         yield torch.stack([stream[s:s + S] for s in starts])
 
 
+def generate(target, stream, n, prompt, seq, gen, dev, budget):
+    """The target's own continuations of random corpus windows (prompt tokens, then
+    seq - prompt new ones), half greedy and half sampled at T = 1: the text the
+    draft will see at run time. Stops early at its time budget."""
+    out, t0 = [], time.time()
+    for b in range(0, n, 512):
+        starts = torch.randint(0, stream.shape[0] - prompt - 1, (512,), generator=gen)
+        x = torch.stack([stream[s:s + prompt] for s in starts]).to(dev)
+        with torch.no_grad():
+            for _ in range(seq - prompt):
+                lg = target(x)[0][:, -1].float()
+                greedy = lg.argmax(-1)
+                drawn = torch.multinomial(F.softmax(lg, -1), 1).squeeze(-1)
+                x = torch.cat([x, torch.where(torch.arange(512, device=dev) % 2 == 0, greedy, drawn)[:, None]], 1)
+        out.append(x.cpu())
+        if time.time() - t0 > budget:
+            break
+    print("generated %d target continuations (%.0f s)" % (len(out) * 512, time.time() - t0), flush=True)
+    return torch.cat(out)
+
+
+def mixed(stream, pool, S, B, gen):
+    """Half corpus windows, half the target's continuations."""
+    for x in batches(stream, S, B - B // 2, gen):
+        yield torch.cat([x, pool[torch.randint(0, pool.shape[0], (B // 2,), generator=gen)][:, :S]])
+
+
+def fit(steps, done, spent, budget):
+    """The step count that fits a phase's budget, from the time of its first steps."""
+    fits = int(budget / (spent / done))
+    if fits < steps:
+        print("budget: %d steps instead of %d" % (fits, steps), flush=True)
+    return min(steps, fits)
+
+
 def cosine(step, total, lr, warm=100):
     if step < warm:
         return lr * (step + 1) / warm
@@ -293,11 +334,14 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds for both phases (0: no limit); step counts shrink to fit, decided at step 20")
+    ap.add_argument("--verses", help="a file with the output of `bible -m 8192 Gen1:1-Rev22:21`")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     dev = a.device
-    train, held = corpus()
+    train, held = corpus(a.verses)
     os.makedirs(a.outdir, exist_ok=True)
     open(os.path.join(a.outdir, "heldout.txt"), "w").write(held)
     tok = train_tokenizer(train, TARGET["vocab"])
@@ -308,34 +352,52 @@ def main():
     target = Target(TARGET).to(dev)
     opt = torch.optim.AdamW(target.parameters(), lr=2e-3, weight_decay=0.1, betas=(0.9, 0.95))
     t0 = time.time()
-    for step, x in zip(range(a.target_steps), batches(stream, a.seq + 1, a.batch, gen)):
+    steps = a.target_steps
+    for step, x in zip(range(10 ** 9), batches(stream, a.seq + 1, a.batch, gen)):
+        if step >= steps:
+            break
+        if step == 20 and a.budget:
+            steps = fit(steps, step, time.time() - t0, 0.35 * a.budget)
         x = x.to(dev)
         for g in opt.param_groups:
-            g["lr"] = cosine(step, a.target_steps, 2e-3)
+            g["lr"] = cosine(step, steps, 2e-3)
         logits, _ = target(x[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0 or step == a.target_steps - 1:
+        if step % 100 == 0 or step == steps - 1:
             print("target step %d loss %.3f (%.0f s)" % (step, loss.item(), time.time() - t0), flush=True)
+    hstream = torch.tensor(tok.encode(held).ids, dtype=torch.long)
+    with torch.no_grad():
+        hx = torch.stack([hstream[i:i + a.seq + 1] for i in range(0, hstream.shape[0] - a.seq - 1, a.seq)][:64]).to(dev)
+        hl, _ = target(hx[:, :-1])
+        print("target held-out loss %.3f" % F.cross_entropy(hl.reshape(-1, hl.shape[-1]), hx[:, 1:].reshape(-1)).item(),
+              flush=True)
     tcfg = save_target(target, tok, os.path.join(a.outdir, "kjv-target"))
     target.requires_grad_(False)
+    pool = generate(target, stream, 16384, 32, a.seq, gen, dev, 0.15 * a.budget if a.budget else 1e9)
     draft = Draft(TARGET, DRAFT).to(dev)
     opt = torch.optim.AdamW(draft.parameters(), lr=2e-3, weight_decay=0.0, betas=(0.9, 0.95))
     K = DRAFT["block"]
     t0 = time.time()
-    for step, x in zip(range(a.draft_steps), batches(stream, a.seq, a.batch, gen)):
+    steps = a.draft_steps
+    for step, x in zip(range(10 ** 9), mixed(stream, pool, a.seq, a.batch, gen)):
+        if step >= steps:
+            break
+        if step == 20 and a.budget:
+            steps = fit(steps, step, time.time() - t0, 0.4 * a.budget)
         x = x.to(dev)
         for g in opt.param_groups:
-            g["lr"] = cosine(step, a.draft_steps, 2e-3)
+            g["lr"] = cosine(step, steps, 2e-3)
         with torch.no_grad():
             tlog, taps = target(x, taps=set(DRAFT["taps"]))
         anchors = torch.randperm(a.seq - K - 1, generator=gen)[:16].sort().values.to(dev) + 1
         logits, h, prev, bpos = draft(target, x, taps, anchors)
-        labels = x[:, (bpos + 1).clamp(max=a.seq - 1)]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        # distilled: the target's distribution at each slot (what verification accepts against)
+        soft = F.softmax(tlog[:, bpos].float(), -1)
+        loss = -(soft * F.log_softmax(logits, -1)).sum(-1).mean()
         # confidence: does the draft's choice at each slot match the target's greedy choice there
         agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float()
         feat = torch.cat([h, draft.w1[prev]], -1).detach()
@@ -344,9 +406,16 @@ def main():
         (loss + 0.1 * closs).backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0 or step == a.draft_steps - 1:
+        if step % 100 == 0 or step == steps - 1:
             print("draft step %d loss %.3f confidence %.3f agreement %.3f (%.0f s)" % (
                 step, loss.item(), closs.item(), agree.mean().item(), time.time() - t0), flush=True)
+    with torch.no_grad():
+        hx = hx[:, :-1]
+        tlog, taps = target(hx, taps=set(DRAFT["taps"]))
+        anchors = torch.arange(1, a.seq - K - 1, K + 1, device=dev)
+        logits, _, _, bpos = draft(target, hx, taps, anchors)
+        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float().view(hx.shape[0], -1, K).mean((0, 1))
+        print("draft held-out agreement per slot " + " ".join("%.3f" % v for v in agree.tolist()), flush=True)
     save_draft(draft, target, tcfg, tok, os.path.join(a.outdir, "kjv-draft"))
     print("wrote %s" % a.outdir)
     return 0

@@ -19,13 +19,14 @@ import make_qwen3  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--driver", required=True)
+    ap.add_argument("--rounds", type=int, nargs=2, default=[2500, 400], help="rounds at TP 1 and TP 2")
     a = ap.parse_args()
     bad = 0
     with harness.Workdir() as wd:
         t, d = wd.file("t"), wd.file("d")
         make_qwen3.make(t, layers=3, seed=11, max_pos=8192)
         make_dspark.make(t, d, layers=2, taps=[0, 1], markov_rank=16, block_size=7, seed=12)
-        for np_, rounds, seed in ((1, 2500, 1), (2, 400, 2)):
+        for np_, rounds, seed in ((1, a.rounds[0], 1), (2, a.rounds[1], 2)):
             rc, so, se, dt = harness.run([a.driver, t, d, str(rounds), str(seed)], np_=np_, timeout=900)
             print("TP%d: exit %s in %.0f s: %s" % (np_, rc, dt, (so.strip() or se.strip()[-400:])))
             bad += rc != 0 or "0 differ" not in so
