@@ -100,6 +100,65 @@ def make(outdir, shape, seed=0):
     print("wrote %s: %s, %.2f GB" % (outdir, shape, total / 1e9))
 
 
+def make_draft(target, outdir, layers=5, block=7, rank=256, seed=1):
+    """A random DSpark draft for a target directory, in DeepSpec's layout and
+    the public checkpoints' shape (5 layers, block 7, Markov rank 256, taps
+    spread over the target, a confidence head with Markov features); its
+    embed_tokens and lm_head are copies of the target's, as those ship."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    t = json.load(open(os.path.join(target, "config.json")))
+    L, H, V = t["num_hidden_layers"], t["hidden_size"], t["vocab_size"]
+    hq, hkv, d, I = t["num_attention_heads"], t["num_key_value_heads"], t.get("head_dim", 128), t["intermediate_size"]
+    taps = [1 + i * (L - 3) // 4 for i in range(5)]  # [1, 9, 17, 25, 33] for 36 layers
+    cfg = dict(t, architectures=["Qwen3DSparkModel"], num_hidden_layers=layers, num_target_layers=L,
+               block_size=block, mask_token_id=V - 1, target_layer_ids=taps, num_anchors=512,
+               enable_confidence_head=True, confidence_head_with_markov=True, markov_rank=rank,
+               markov_head_type="vanilla", tie_word_embeddings=False, max_window_layers=layers)
+    os.makedirs(outdir, exist_ok=True)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def normal(shape_, std):
+        return (torch.randn(shape_, generator=g, device="cuda") * std).to(torch.bfloat16).cpu()
+
+    def norm(n):
+        return (0.8 + 0.4 * torch.rand(n, generator=g, device="cuda")).to(torch.bfloat16).cpu()
+
+    w = {}
+    for i in range(layers):
+        p = "layers.%d." % i
+        w[p + "input_layernorm.weight"] = norm(H)
+        w[p + "self_attn.q_proj.weight"] = normal((hq * d, H), 1 / math.sqrt(H))
+        w[p + "self_attn.k_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
+        w[p + "self_attn.v_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
+        w[p + "self_attn.o_proj.weight"] = normal((H, hq * d), 1 / math.sqrt(hq * d))
+        w[p + "self_attn.q_norm.weight"] = norm(d)
+        w[p + "self_attn.k_norm.weight"] = norm(d)
+        w[p + "post_attention_layernorm.weight"] = norm(H)
+        w[p + "mlp.gate_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
+        w[p + "mlp.up_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
+        w[p + "mlp.down_proj.weight"] = normal((H, I), 1 / math.sqrt(I))
+    w["norm.weight"], w["hidden_norm.weight"] = norm(H), norm(H)
+    w["fc.weight"] = normal((H, len(taps) * H), 1 / math.sqrt(len(taps) * H))
+    w["markov_head.markov_w1.weight"] = normal((V, rank), 1.0)
+    w["markov_head.markov_w2.weight"] = normal((V, rank), 1 / math.sqrt(rank))
+    w["confidence_head.proj.weight"] = normal((1, H + rank), 1 / math.sqrt(H + rank))
+    w["confidence_head.proj.bias"] = normal((1,), 0.5)
+    idx = os.path.join(target, "model.safetensors.index.json")
+    where = json.load(open(idx))["weight_map"] if os.path.exists(idx) else None
+    for mine, theirs in (("embed_tokens.weight", "model.embed_tokens.weight"),
+                         ("lm_head.weight", "model.embed_tokens.weight" if t.get("tie_word_embeddings") else
+                          "lm_head.weight")):
+        f = os.path.join(target, where[theirs] if where else "model.safetensors")
+        with safe_open(f, "pt") as fh:
+            w[mine] = fh.get_tensor(theirs)
+    save_file(w, os.path.join(outdir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(outdir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    print("wrote %s: draft of %d layers for %s, %.2f GB" % (outdir, layers, target,
+                                                            sum(x.numel() * 2 for x in w.values()) / 1e9))
+
+
 def prompts(B, P, V):
     return torch.tensor([[(i * 7919 + b * 104729 + 13) % V for i in range(P)] for b in range(B)], device="cuda")
 
@@ -234,6 +293,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
     ap.add_argument("--make")
+    ap.add_argument("--make-draft", nargs=2, metavar=("TARGET", "OUTDIR"),
+                    help="write a random DSpark draft of the public checkpoints' shape for TARGET")
     ap.add_argument("--shape", default="qwen3-1.7b", choices=sorted(SHAPES))
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
@@ -247,6 +308,9 @@ def main():
     a = ap.parse_args()
     if a.make:
         make(a.make, a.shape)
+        return 0
+    if a.make_draft:
+        make_draft(*a.make_draft)
         return 0
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, attn_implementation=a.attn).cuda().eval()

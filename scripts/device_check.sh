@@ -31,7 +31,7 @@ if [ "$MODE" = build ]; then
   stamp "configure + build (this tree)"
   if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
          cmake --build build-gpu -j16 --target dspark dspark_tool test_cuda_head test_cuda_nccl test_ops_cpu \
-           bench_cuda_head bench_head synth target_driver tok_driver bench_target draft_driver rollback_driver; } > "$OUT/build.log" 2>&1; then
+           bench_cuda_head bench_head synth target_driver tok_driver bench_target bench_spec draft_driver rollback_driver; } > "$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
   fi
   if [ -d .old ]; then

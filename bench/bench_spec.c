@@ -1,0 +1,154 @@
+/* bench_spec: a speculative round against plain decoding, through the public
+ * API, in one process: for each batch, prompts of C synthetic ids, then
+ *   plain    dsp_generate, N new tokens: ms per decode step;
+ *   rounds   dsp_speculate, N new tokens: ms per round (propose + verify +
+ *            accept + roll back + context append), split into the draft's
+ *            proposal and the target's verification of gamma + 1 tokens;
+ * each against its floor (weight, Markov W2 and KV bytes over the measured
+ * copy bandwidth, or flops over the measured bf16 GEMM rate where larger),
+ * and the speedups they project at the DSpark paper's Qwen3-8B acceptance
+ * lengths (a round's cost does not depend on how much of it is accepted):
+ * speedup(A) = A * decode step / round. With random weights nearly every
+ * draft is rejected, so every round is a full one.
+ *
+ * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C]
+ *                   [--new N] [--batch 1,32] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dspark.h"
+#include "support/rates.h"
+#include "tool_common.h"
+
+#define TRY(x)                                                                           \
+  do {                                                                                   \
+    if ((x) != DSP_OK) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, dsp_error_message());   \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static int32_t tok(int64_t i, int64_t b, int64_t V) { return (int32_t)((i * 7919 + b * 104729 + 13) % V); }
+
+static double floor_ms(double bytes, double flops, double bw, double rate) {
+  const double a = bytes / bw * 1e3, b = flops / rate * 1e3;
+  return a > b ? a : b;
+}
+
+int main(int argc, char **argv) {
+  const char *model = NULL, *draft = NULL, *batches = "1,32";
+  int64_t C = 1024, N = 64;
+  dsp_tool_backend bk;
+  dsp_tool_backend_init(&bk);
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int used = 1, br;
+    if (!strcmp(o, "--model") && v) model = v;
+    else if (!strcmp(o, "--draft") && v) draft = v;
+    else if (!strcmp(o, "--context") && v) { if (dsp_tool_parse_i64(o, v, 1, 1 << 20, &C)) return 2; }
+    else if (!strcmp(o, "--new") && v) { if (dsp_tool_parse_i64(o, v, 2, 1 << 16, &N)) return 2; }
+    else if (!strcmp(o, "--batch") && v) batches = v;
+    else if ((used = 0, br = dsp_tool_backend_option(&bk, o, v, &used)) != 1) { if (br < 0) return 2; }
+    else {
+      fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C] [--new N] "
+                      "[--batch 1,32]\n");
+      return 2;
+    }
+    i += used;
+  }
+  if (!model || !draft) {
+    fprintf(stderr, "bench_spec: --model and --draft are required\n");
+    return 2;
+  }
+  int32_t bs[16], nb = 0, bmax = 1;
+  for (const char *p = batches; *p && nb < 16;) {
+    bs[nb] = (int32_t)strtol(p, (char **)&p, 10);
+    if (bs[nb] < 1) {
+      fprintf(stderr, "bench_spec: bad --batch '%s'\n", batches);
+      return 2;
+    }
+    bmax = bs[nb] > bmax ? bs[nb] : bmax;
+    nb++;
+    if (*p == ',') p++;
+  }
+  dsp_comm *comm;
+  TRY(dsp_comm_auto_create(&comm));
+  dsp_backend *be;
+  TRY(dsp_tool_backend_create(&bk, comm, &be));
+  dsp_draft_info di;
+  TRY(dsp_draft_read_info(draft, &di));
+  const int32_t G = (int32_t)di.block_size, chunk = 2048;
+  dsp_target_options o = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2),
+                          .max_tokens = chunk > bmax * (G + 1) ? chunk : bmax * (G + 1), .taps = di.taps,
+                          .ntaps = di.ntaps};
+  dsp_target *t;
+  TRY(dsp_target_load(be, model, &o, &t));
+  dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2), .max_ctx = o.max_tokens};
+  dsp_draft *d;
+  TRY(dsp_draft_load(be, draft, t, &dop, &d));
+  fprintf(stderr, "%s\n%s\n", dsp_target_report(t), dsp_draft_report(d));
+  const dsp_target_info *in = dsp_target_info_of(t);
+  const double H = (double)in->hidden, D = (double)in->head_dim, I = (double)in->intermediate, V = (double)in->vocab;
+  const double per_layer = H * (in->heads + 2.0 * in->kv_heads) * D + in->heads * D * H + 3.0 * H * I;
+  const double tparams = (double)in->layers * per_layer + V * H;
+  const double R = (double)di.markov_rank, L = (double)di.layers;
+  /* a proposal reads the draft's layers, its fc (new context rows only: small), the LM head once for the
+   * block's base logits and W2 once per drafted token */
+  const double dbytes = 2.0 * (L * per_layer + V * H + G * V * R);
+  const double bw = dsp_bench_copy_rate(be);
+  const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
+  printf("# bench_spec: %s + %s (%s): target %.2f G parameters in products, draft %lld layers, block %d, Markov rank "
+         "%lld; context %lld, %lld new tokens; copy %.0f GB/s, bf16 products %.1f TFLOP/s\n",
+         model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tparams / 1e9, (long long)di.layers, G,
+         (long long)di.markov_rank, (long long)C, (long long)N, bw / 1e9, rate / 1e12);
+  printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
+  int32_t **pr = malloc((size_t)bmax * sizeof *pr), *len = malloc((size_t)bmax * 4);
+  for (int32_t b = 0; b < bmax; b++) {
+    pr[b] = malloc((size_t)C * 4);
+    len[b] = (int32_t)C;
+    for (int64_t i = 0; i < C; i++) pr[b][i] = tok(i, b, in->vocab);
+  }
+  const double kv_pos = 2.0 * 2.0 * (double)in->layers * in->kv_heads * D;
+  const double dkv_pos = 2.0 * 2.0 * L * in->kv_heads * D;
+  char proj[1024];
+  int pn = 0;
+  for (int bi = 0; bi < nb; bi++) {
+    const int32_t B = bs[bi];
+    dsp_generate_options go = {.max_new = (int32_t)N, .ignore_eos = 1};
+    dsp_spec_options so = {.gen = go};
+    dsp_generate_stats ps, ss;
+    for (int rep = 0; rep < 2; rep++) /* the first run captures the graphs */
+      TRY(dsp_generate(t, B, (const int32_t *const *)pr, len, &go, NULL, NULL, NULL, &ps));
+    for (int rep = 0; rep < 2; rep++)
+      TRY(dsp_speculate(t, d, B, (const int32_t *const *)pr, len, &so, NULL, NULL, NULL, NULL, &ss));
+    const double step = ps.decode_ms / (double)ps.decode_calls;
+    const double calls = (double)ss.decode_calls;
+    const double round = ss.decode_ms / calls, dr = ss.draft_ms / calls, vr = ss.verify_ms / calls;
+    const double ctx = (double)B * (double)(C + N / 2);
+    const double f_dec = floor_ms(2.0 * tparams + kv_pos * ctx, 2.0 * tparams * B, bw, rate);
+    const double f_ver = floor_ms(2.0 * tparams + kv_pos * ctx, 2.0 * tparams * B * (G + 1), bw, rate);
+    const double f_dr = floor_ms(dbytes + dkv_pos * ctx, 2.0 * (L * per_layer + V * H) * B * G, bw, rate);
+    printf("| %d | plain decode step | %.3f | %.3f | %.2fx |\n", B, step, f_dec, step / f_dec);
+    printf("| %d | draft proposal (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G, dr, f_dr, dr / f_dr);
+    printf("| %d | verify (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G + 1, vr, f_ver, vr / f_ver);
+    printf("| %d | round (+ %.3f ms accept, roll back, append) | %.3f | %.3f | %.2fx |\n", B, round - dr - vr, round,
+           f_dr + f_ver, round / (f_dr + f_ver));
+    fflush(stdout);
+    pn += snprintf(proj + pn, sizeof proj - (size_t)pn,
+                   "| %d | %.2f (%.2f) | %.2fx | %.2fx | %.2fx | %.2fx |\n", B,
+                   (double)(ss.accepted + ss.rounds) / (double)ss.rounds, round / step, 6.17 * step / round,
+                   3.21 * step / round, 5.5 * step / round, 5.5 * f_dec / (f_dr + f_ver));
+  }
+  printf("\nprojected speedups (acceptance lengths: the DSpark paper's Qwen3-8B, gamma 7: GSM8K 6.17, Arena-Hard "
+         "3.21; and 5.5)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
+         "|\n|---|---|---|---|---|---|\n%s",
+         proj);
+  for (int32_t b = 0; b < bmax; b++) free(pr[b]);
+  free(pr), free(len);
+  dsp_draft_free(d);
+  dsp_target_free(t);
+  dsp_backend_free(be);
+  dsp_comm_free(comm);
+  return 0;
+}
