@@ -30,7 +30,22 @@ extern "C" void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64
   if (t > 0) k_embed<<<(unsigned)t, 256, 0, s>>>(*table, ids, *out);
 }
 
-/* One warp per row (of rows x heads). */
+/* Rows of D < RMS_WIDE: one warp per row (of rows x heads). Wider rows (the
+ * hidden states): one block of RMS_THREADS per row, else a decode step's one
+ * row runs on one warp for tens of microseconds. The choice depends on D
+ * alone, so a row's bits do not depend on how many rows the call has. */
+#define RMS_WIDE 1024
+#define RMS_THREADS 256
+__device__ __forceinline__ void rms_row(const dsp_cu_view &x, const uint16_t *w, float eps, const dsp_cu_view &out,
+                                        int64_t r, int64_t h, float ss, int first, int step) {
+  const int64_t D = x.dim;
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps)));
+  for (int64_t d = first; d < D; d += step) {
+    const float xn = dsp_dev_round_bf16(__fmul_rn(dsp_dev_bf16_val(*at(x, r, h, d)), inv));
+    *at(out, r, h, d) = dsp_dev_bf16_bits(__fmul_rn(dsp_dev_bf16_val(w[d]), xn));
+  }
+}
+
 __global__ void k_rmsnorm(dsp_cu_view x, const uint16_t *w, float eps, dsp_cu_view out) {
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= x.rows * x.heads) return;
@@ -41,18 +56,34 @@ __global__ void k_rmsnorm(dsp_cu_view x, const uint16_t *w, float eps, dsp_cu_vi
     const float v = dsp_dev_bf16_val(*at(x, r, h, d));
     ss = __fmaf_rn(v, v, ss);
   }
-  ss = warp_sum_butterfly(ss);
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps)));
-  for (int64_t d = lane; d < D; d += 32) {
-    const float xn = dsp_dev_round_bf16(__fmul_rn(dsp_dev_bf16_val(*at(x, r, h, d)), inv));
-    *at(out, r, h, d) = dsp_dev_bf16_bits(__fmul_rn(dsp_dev_bf16_val(w[d]), xn));
+  rms_row(x, w, eps, out, r, h, warp_sum_butterfly(ss), lane, 32);
+}
+
+/* Thread i sums d = i, i + 256, ... in order; the warps' butterflies; the 8 warps in order. */
+__global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, const uint16_t *w, float eps,
+                                                             dsp_cu_view out) {
+  __shared__ float red[RMS_THREADS / 32];
+  const int64_t row = blockIdx.x, r = row / x.heads, h = row % x.heads, D = x.dim;
+  const int tid = threadIdx.x;
+  float ss = 0.0f;
+  for (int64_t d = tid; d < D; d += RMS_THREADS) {
+    const float v = dsp_dev_bf16_val(*at(x, r, h, d));
+    ss = __fmaf_rn(v, v, ss);
   }
+  ss = warp_sum_butterfly(ss);
+  if (tid % 32 == 0) red[tid / 32] = ss;
+  __syncthreads();
+  ss = red[0];
+  for (int i = 1; i < RMS_THREADS / 32; i++) ss = __fadd_rn(ss, red[i]);
+  rms_row(x, w, eps, out, r, h, ss, tid, RMS_THREADS);
 }
 
 extern "C" void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out,
                                cudaStream_t s) {
   const int64_t rows = x->rows * x->heads;
-  if (rows > 0) k_rmsnorm<<<blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
+  if (rows <= 0) return;
+  if (x->dim >= RMS_WIDE) k_rmsnorm_wide<<<(unsigned)rows, RMS_THREADS, 0, s>>>(*x, w, eps, *out);
+  else k_rmsnorm<<<blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
 }
 
 __global__ void k_rope(dsp_cu_view x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin) {
