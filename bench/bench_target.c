@@ -20,15 +20,9 @@
 #include "support/rates.h"
 #include "tool_common.h"
 
-#define TRY(x)                                                                           \
-  do {                                                                                   \
-    if ((x) != DSP_OK) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, dsp_error_message());   \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#define TRY(x) DSP_BENCH_TRY(x)
 
-static int32_t tok(int64_t i, int64_t b, int64_t V) { return (int32_t)((i * 7919 + b * 104729 + 13) % V); }
+#define tok dsp_bench_token
 
 int main(int argc, char **argv) {
   const char *model = NULL, *batches = "1,32";
@@ -55,12 +49,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_target: --model is required\n");
     return 2;
   }
-  int32_t bs[16], nb = 0, bmax = 1;
-  for (const char *p = batches; *p && nb < 16;) {
-    bs[nb] = (int32_t)strtol(p, (char **)&p, 10);
-    bmax = bs[nb] > bmax ? bs[nb] : bmax;
-    nb++;
-    if (*p == ',') p++;
+  int32_t bs[16], bmax;
+  int nb;
+  if (dsp_bench_batches(batches, bs, 16, &nb, &bmax)) {
+    fprintf(stderr, "bench_target: bad --batch '%s'\n", batches);
+    return 2;
   }
   dsp_comm *comm;
   TRY(dsp_comm_auto_create(&comm));

@@ -39,6 +39,20 @@ SHAPES = {  # the published configs' sizes
 }
 
 
+def layer(p, H, I, hq, hkv, d, normal, norm):
+    """One Qwen3 decoder layer's random tensors under prefix p."""
+    return {p + "input_layernorm.weight": norm(H),
+            p + "self_attn.q_proj.weight": normal((hq * d, H), 1 / math.sqrt(H)),
+            p + "self_attn.k_proj.weight": normal((hkv * d, H), 1 / math.sqrt(H)),
+            p + "self_attn.v_proj.weight": normal((hkv * d, H), 1 / math.sqrt(H)),
+            p + "self_attn.o_proj.weight": normal((H, hq * d), 1 / math.sqrt(hq * d)),
+            p + "self_attn.q_norm.weight": norm(d), p + "self_attn.k_norm.weight": norm(d),
+            p + "post_attention_layernorm.weight": norm(H),
+            p + "mlp.gate_proj.weight": normal((I, H), 1 / math.sqrt(H)),
+            p + "mlp.up_proj.weight": normal((I, H), 1 / math.sqrt(H)),
+            p + "mlp.down_proj.weight": normal((H, I), 1 / math.sqrt(I))}
+
+
 def make(outdir, shape, seed=0):
     from safetensors.torch import save_file
     s = SHAPES[shape]
@@ -66,18 +80,7 @@ def make(outdir, shape, seed=0):
     shards, cur, weight_map = [], {}, {}
     cur["model.embed_tokens.weight"] = normal((V, H), 2 / math.sqrt(H))
     for i in range(L):
-        p = "model.layers.%d." % i
-        cur[p + "input_layernorm.weight"] = norm(H)
-        cur[p + "self_attn.q_proj.weight"] = normal((hq * d, H), 1 / math.sqrt(H))
-        cur[p + "self_attn.k_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
-        cur[p + "self_attn.v_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
-        cur[p + "self_attn.o_proj.weight"] = normal((H, hq * d), 1 / math.sqrt(hq * d))
-        cur[p + "self_attn.q_norm.weight"] = norm(d)
-        cur[p + "self_attn.k_norm.weight"] = norm(d)
-        cur[p + "post_attention_layernorm.weight"] = norm(H)
-        cur[p + "mlp.gate_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
-        cur[p + "mlp.up_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
-        cur[p + "mlp.down_proj.weight"] = normal((H, I), 1 / math.sqrt(I))
+        cur.update(layer("model.layers.%d." % i, H, I, hq, hkv, d, normal, norm))
         if i % 8 == 7:
             shards.append(cur)
             cur = {}
@@ -126,18 +129,7 @@ def make_draft(target, outdir, layers=5, block=7, rank=256, seed=1):
 
     w = {}
     for i in range(layers):
-        p = "layers.%d." % i
-        w[p + "input_layernorm.weight"] = norm(H)
-        w[p + "self_attn.q_proj.weight"] = normal((hq * d, H), 1 / math.sqrt(H))
-        w[p + "self_attn.k_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
-        w[p + "self_attn.v_proj.weight"] = normal((hkv * d, H), 1 / math.sqrt(H))
-        w[p + "self_attn.o_proj.weight"] = normal((H, hq * d), 1 / math.sqrt(hq * d))
-        w[p + "self_attn.q_norm.weight"] = norm(d)
-        w[p + "self_attn.k_norm.weight"] = norm(d)
-        w[p + "post_attention_layernorm.weight"] = norm(H)
-        w[p + "mlp.gate_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
-        w[p + "mlp.up_proj.weight"] = normal((I, H), 1 / math.sqrt(H))
-        w[p + "mlp.down_proj.weight"] = normal((H, I), 1 / math.sqrt(I))
+        w.update(layer("layers.%d." % i, H, I, hq, hkv, d, normal, norm))
     w["norm.weight"], w["hidden_norm.weight"] = norm(H), norm(H)
     w["fc.weight"] = normal((H, len(taps) * H), 1 / math.sqrt(len(taps) * H))
     w["markov_head.markov_w1.weight"] = normal((V, rank), 1.0)

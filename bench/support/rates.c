@@ -7,13 +7,7 @@
 
 #include "backend/ops.h"
 
-#define TRY(x)                                                                           \
-  do {                                                                                   \
-    if ((x) != DSP_OK) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, dsp_error_message());   \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#define TRY(x) DSP_BENCH_TRY(x)
 
 double dsp_bench_now_ms(void) {
   struct timespec ts;
@@ -81,3 +75,16 @@ double dsp_bench_product_rate(dsp_backend *be, int64_t m, int64_t n, int64_t k) 
   return 2.0 * (double)m * (double)n * (double)k / (best * 1e-3);
 }
 
+
+int dsp_bench_batches(const char *list, int32_t *bs, int cap, int *n, int32_t *max) {
+  *n = 0, *max = 1;
+  for (const char *p = list; *p;) {
+    char *end;
+    const long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1 << 20 || *n == cap || (*end && *end != ',')) return -1;
+    bs[(*n)++] = (int32_t)v;
+    *max = v > *max ? (int32_t)v : *max;
+    p = *end ? end + 1 : end;
+  }
+  return *n ? 0 : -1;
+}

@@ -4,7 +4,26 @@
 #define DSP_BENCH_RATES_H
 #include <stdint.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "dspark.h"
+
+/* A failed call in a benchmark: file, line, the call and the library's message, then exit 1. */
+#define DSP_BENCH_TRY(x)                                                                 \
+  do {                                                                                   \
+    if ((x) != DSP_OK) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, dsp_error_message());   \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+/* The synthetic prompt id of sequence b at position i (the one the peers use too). */
+static inline int32_t dsp_bench_token(int64_t i, int64_t b, int64_t V) {
+  return (int32_t)((i * 7919 + b * 104729 + 13) % V);
+}
+/* "1,32" into bs[0 .. *n - 1] (at most cap, each >= 1); *max the largest. 0, or -1 for a bad list. */
+int dsp_bench_batches(const char *list, int32_t *bs, int cap, int *n, int32_t *max);
 
 double dsp_bench_now_ms(void);
 /* The median of v[0 .. n-1] (sorts v). */
