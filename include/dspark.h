@@ -529,7 +529,11 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
  * corrected logits over T), on a rejection draw from normalize(max(p - q, 0))
  * (p when that mass is 0), after a full accept the bonus from p; uniforms keyed
  * by (seed, position, purpose): the target's distribution, reproducibly. The
- * target must be loaded with the draft's taps. */
+ * target must be loaded with the draft's taps. Any number of prompts: the
+ * running batch holds as many as both models have slots; a finished sequence
+ * leaves it and the next prompt is prefilled into its slot (the tokens are the
+ * same as in one batch). prefill_ms covers the first admission; later prefill
+ * calls count in prefill_calls and their time in decode_ms. */
 typedef struct {
   dsp_generate_options gen;
   int32_t gamma;   /* drafted tokens per round, 1 .. the draft's gamma (0: the draft's) */

@@ -36,8 +36,9 @@ static void gen_usage(FILE *f) {
           "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id);\n"
           "         prompt q of --prompts draws with seed + q\n"
           "  --max-tokens N: most prompt tokens in one prefill call (default 2048)\n"
-          "  --max-batch N: most sequences decoded at once; more prompts run in waves of N (default:\n"
-          "         all of them on the CPU, 128 on CUDA, the CUDA Markov head's largest batch)\n"
+          "  --max-batch N: most sequences decoded at once (default: all of them on the CPU, 128 on CUDA,\n"
+          "         the CUDA Markov head's largest batch); with --draft a finished sequence's slot\n"
+          "         takes the next prompt, plainly the prompts run in waves of N\n"
           "  --ids: print token ids instead of text; --json: one JSON object on one line: tokens, text,\n"
           "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
           "         results (every prompt's tokens, text, finish) with --prompts\n"
@@ -367,28 +368,29 @@ static void stats_add(dsp_generate_stats *a, const dsp_generate_stats *b) {
   for (int i = 0; i < 64; i++) a->tried[i] += b->tried[i], a->kept[i] += b->kept[i];
 }
 
-/* The prompts in waves of at most w sequences (slots 0 .. w-1 reused). Each
- * prompt keeps its own seed, so its tokens are those of one whole batch. */
+/* Plain decoding runs the prompts in waves of at most w sequences (slots 0 ..
+ * w-1 reused); speculative decoding admits a waiting prompt into each slot a
+ * finished sequence frees (dsp_speculate). Each prompt keeps its own seed, so
+ * its tokens are those of one whole batch either way. */
 static dsp_status run_waves(dsp_target *t, dsp_draft *d, const prompt_set *p, int32_t w,
                             const dsp_generate_options *go, const dsp_spec_options *so, sink *k, int32_t *finished,
                             dsp_generate_stats *st) {
   *st = (dsp_generate_stats){0};
   dsp_status s = DSP_OK;
+  if (d) {
+    dsp_spec_options o = *so;
+    o.gen = *go;
+    return dsp_speculate(t, d, p->n, (const int32_t *const *)p->ids, p->len, &o, on_tokens, on_round, k, finished,
+                         st);
+  }
   for (int32_t q0 = 0; s == DSP_OK && q0 < p->n; q0 += w) {
     const int32_t n = p->n - q0 < w ? p->n - q0 : w;
     dsp_generate_options g = *go;
     g.seeds = go->seeds ? go->seeds + q0 : NULL;
     dsp_generate_stats ws;
     k->base = q0;
-    if (d) {
-      dsp_spec_options o = *so;
-      o.gen = g;
-      s = dsp_speculate(t, d, n, (const int32_t *const *)p->ids + q0, p->len + q0, &o, on_tokens, on_round, k,
-                        finished ? finished + q0 : NULL, &ws);
-    } else {
-      s = dsp_generate(t, n, (const int32_t *const *)p->ids + q0, p->len + q0, &g, on_tokens, k,
-                       finished ? finished + q0 : NULL, &ws);
-    }
+    s = dsp_generate(t, n, (const int32_t *const *)p->ids + q0, p->len + q0, &g, on_tokens, k,
+                     finished ? finished + q0 : NULL, &ws);
     if (s == DSP_OK) stats_add(st, &ws);
   }
   k->base = 0;

@@ -9,10 +9,10 @@
 #include "decode/gen_common.h"
 
 dsp_status dsp_gen_check(const dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
-                         const dsp_generate_options *o, int32_t extra) {
+                         const dsp_generate_options *o, int32_t extra, int any_count) {
   const dsp_target_info *in = dsp_target_info_of(t);
   const int32_t max_seqs = in->max_seqs, max_len = in->max_len;
-  if (!o || !prompts || !lens || nseq < 1 || nseq > max_seqs)
+  if (!o || !prompts || !lens || nseq < 1 || (!any_count && nseq > max_seqs))
     return dsp_fail(DSP_ERR_ARG, "generate: 1 .. %d prompts with their lengths and options", max_seqs);
   if (o->max_new < 1) return dsp_fail(DSP_ERR_ARG, "generate: max_new is %d; at least 1", o->max_new);
   if (!(o->temperature >= 0.0f) || o->temperature > 1e30f)
@@ -89,7 +89,7 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
   dsp_generate_stats local = {0};
   if (!st) st = &local;
   *st = (dsp_generate_stats){0};
-  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, o, 0));
+  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, o, 0, 0));
   int64_t *last = malloc((size_t)nseq * 8), *next = malloc((size_t)nseq * 8);
   int32_t *made = calloc((size_t)nseq, 4), *stop = calloc((size_t)nseq, 4), *slot = malloc((size_t)nseq * 4);
   int32_t *count = malloc((size_t)nseq * 4), *tok = malloc((size_t)nseq * 4), *which = malloc((size_t)nseq * 4);

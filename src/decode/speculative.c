@@ -1,6 +1,8 @@
 /* Speculative decoding with a DSpark draft (dspark.h, dsp_speculate): a
  * chunked prefill whose taps fill the draft's context, then rounds of
- * propose, verify, accept, roll back. All buffers are made once per call. */
+ * propose, verify, accept, roll back. Sequences take the models' slots as
+ * they free: a finished one leaves the batch and the next prompt is prefilled
+ * into its slot. All buffers are made once per call. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,7 @@ typedef struct {
   int32_t x;        /* the anchor: committed, not yet run */
   int32_t made, stop;
   int32_t ctx_row0, ctx_count; /* taps rows the draft's context still lacks (from the last verification) */
+  int32_t slot;                /* the models' cache slot while admitted */
 } seq_state;
 
 typedef struct {
@@ -73,30 +76,35 @@ typedef struct {
   dsp_bf16 *tlog, *qlog;      /* [rows, V] the target's, [nseq, G, V] the draft's corrected logits */
   double *p, *q;              /* [V] */
   int32_t *commit;            /* [G + 1] */
+  int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
+  int32_t next_q;             /* the first prompt not yet admitted */
 } spec;
 
-static dsp_status prefill(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
-                          dsp_generate_stats *st) {
+/* Prefills the sequences adm[0 .. na-1] (each holding its slot) in calls of
+ * at most the target's call size; done[] counts each one's prompt tokens run. */
+static dsp_status prefill(spec *c, const int32_t *adm, int32_t na, int32_t *done, const int32_t *const *prompts,
+                          const int32_t *lens, dsp_generate_stats *st) {
   dsp_target *t = c->t;
   const int32_t cap = dsp_target_info_of(t)->max_tokens;
-  int32_t *done = calloc((size_t)nseq, 4);
-  if (!done) return dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   dsp_status s = DSP_OK;
-  for (int32_t q = 0; s == DSP_OK && q < nseq; q++) {
-    s = dsp_target_truncate(t, q, 0);
-    if (s == DSP_OK) s = dsp_draft_truncate(c->d, q, 0);
+  for (int32_t i = 0; s == DSP_OK && i < na; i++) {
+    const int32_t q = adm[i];
+    done[i] = 0;
+    s = dsp_target_truncate(t, c->s[q].slot, 0);
+    if (s == DSP_OK) s = dsp_draft_truncate(c->d, c->s[q].slot, 0);
     st->prompt_tokens += lens[q];
   }
-  for (int32_t cur = 0; s == DSP_OK && cur < nseq;) {
+  for (int32_t cur = 0; s == DSP_OK && cur < na;) {
     int32_t ns = 0, nt = 0;
-    for (int32_t q = cur; q < nseq && nt < cap; q++) {
-      const int32_t k = lens[q] - done[q] < cap - nt ? lens[q] - done[q] : cap - nt;
-      c->slot[ns] = q, c->count[ns] = k, c->which[ns] = q, c->row0[ns] = nt;
+    for (int32_t i = cur; i < na && nt < cap; i++) {
+      const int32_t q = adm[i];
+      const int32_t k = lens[q] - done[i] < cap - nt ? lens[q] - done[i] : cap - nt;
+      c->slot[ns] = c->s[q].slot, c->count[ns] = k, c->which[ns] = i, c->row0[ns] = nt;
       c->temp[ns] = c->o->gen.temperature;
       c->seed[ns] = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-      memcpy(c->tok + nt, prompts[q] + done[q], (size_t)k * 4);
+      memcpy(c->tok + nt, prompts[q] + done[i], (size_t)k * 4);
       nt += k;
-      done[q] += k;
+      done[i] += k;
       ns++;
     }
     int64_t sh[3] = {c->ntaps, nt, c->H};
@@ -113,16 +121,63 @@ static dsp_status prefill(spec *c, int32_t nseq, const int32_t *const *prompts, 
     dsp_draft_outputs dout = {0};
     if (s == DSP_OK) s = dsp_draft_propose(c->d, &db, &dout);
     for (int32_t r = 0; s == DSP_OK && r < ns; r++) {
-      const int32_t q = c->which[r];
-      if (done[q] == lens[q]) {
+      const int32_t i = c->which[r], q = adm[i];
+      if (done[i] == lens[q]) {
         c->s[q].x = (int32_t)c->next[r];
         c->s[q].n = lens[q];
       }
     }
-    while (cur < nseq && done[cur] == lens[cur]) cur++;
+    while (cur < na && done[cur] == lens[adm[cur]]) cur++;
   }
-  free(done);
   return s;
+}
+
+/* Admits waiting prompts into free slots (prefill, then each one's first token);
+ * one that ends at its first token frees its slot for the next at once.
+ * *live counts the running sequences. */
+static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens, dsp_token_fn fn,
+                        void *ctx, int32_t *live, dsp_generate_stats *st) {
+  const dsp_generate_options *g = &c->o->gen;
+  if (c->nfree > 0 && c->next_q < nseq) {
+    /* the prefill reuses the taps buffer: first the running sequences' pending
+     * context rows (from the last verification) go into the draft */
+    int32_t ns = 0;
+    for (int32_t q = 0; q < c->next_q; q++)
+      if (!c->s[q].stop && c->s[q].ctx_count > 0) {
+        c->slot[ns] = c->s[q].slot, c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
+        c->s[q].ctx_count = 0;
+        ns++;
+      }
+    if (ns > 0) {
+      int64_t tsh[3] = {c->ntaps, c->taps_rows, c->H};
+      dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, tsh);
+      dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+                            .append_only = 1};
+      dsp_draft_outputs dout = {0};
+      const double t0 = dsp_now_ms();
+      DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
+      st->draft_ms += dsp_now_ms() - t0;
+    }
+  }
+  while (c->nfree > 0 && c->next_q < nseq) {
+    int32_t na = 0;
+    int32_t *adm = c->commit + c->G + 1, *done = adm + c->nslots; /* scratch after commit[] */
+    while (c->nfree > 0 && c->next_q < nseq) {
+      const int32_t q = c->next_q++;
+      c->s[q].slot = c->free_slot[--c->nfree];
+      adm[na++] = q;
+    }
+    DSP_TRY(prefill(c, adm, na, done, prompts, lens, st));
+    for (int32_t i = 0; i < na; i++) {
+      seq_state *s = &c->s[adm[i]];
+      s->made = 1;
+      s->stop = dsp_gen_is_eos(c->t, g, s->x) ? 2 : s->made >= g->max_new;
+      if (fn) fn(ctx, adm[i], &s->x, 1);
+      if (s->stop) c->free_slot[c->nfree++] = s->slot;
+      else ++*live;
+    }
+  }
+  return DSP_OK;
 }
 
 /* Greedy or sampled acceptance of one sequence's k drafts; *bonus the token after them. */
@@ -152,24 +207,17 @@ static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, in
   return k;
 }
 
-static dsp_status rounds(spec *c, int32_t nseq, dsp_token_fn fn, dsp_round_fn rf, void *ctx, dsp_generate_stats *st) {
+static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens, dsp_token_fn fn,
+                         dsp_round_fn rf, void *ctx, int32_t live, dsp_generate_stats *st) {
   dsp_target *t = c->t;
   const dsp_generate_options *g = &c->o->gen;
-  int32_t live = 0;
-  for (int32_t q = 0; q < nseq; q++) {
-    seq_state *s = &c->s[q];
-    s->made = 1;
-    s->stop = dsp_gen_is_eos(t, g, s->x) ? 2 : s->made >= g->max_new;
-    if (fn) fn(ctx, q, &s->x, 1);
-    live += !s->stop;
-  }
   const int64_t K = c->G;
   while (live > 0) {
     /* propose */
     int32_t ns = 0;
-    for (int32_t q = 0; q < nseq; q++)
+    for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop) {
-        c->slot[ns] = q, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
+        c->slot[ns] = c->s[q].slot, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
         c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
         c->temp[ns] = g->temperature;
         c->seed[ns] = g->seeds ? g->seeds[q] : g->seed;
@@ -234,14 +282,18 @@ static dsp_status rounds(spec *c, int32_t nseq, dsp_token_fn fn, dsp_round_fn rf
         else if (s->made >= g->max_new) s->stop = 1;
       }
       if (fn && n) fn(ctx, q, c->commit, n);
-      live -= s->stop != 0;
-      if (s->stop) continue;
-      DSP_TRY(dsp_target_truncate(t, q, s->n + 1 + a)); /* the anchor and the accepted drafts */
+      if (s->stop) { /* it leaves the batch; its slot takes the next prompt */
+        live--;
+        c->free_slot[c->nfree++] = s->slot;
+        continue;
+      }
+      DSP_TRY(dsp_target_truncate(t, s->slot, s->n + 1 + a)); /* the anchor and the accepted drafts */
       s->ctx_row0 = c->row0[r];
       s->ctx_count = a + 1;
       s->n += 1 + a;
       s->x = bonus;
     }
+    DSP_TRY(admit(c, nseq, prompts, lens, fn, ctx, &live, st));
   }
   return DSP_OK;
 }
@@ -264,12 +316,13 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     return dsp_fail(DSP_ERR_RANGE, "speculate: the confidence threshold %g must be in [0, 1)", (double)o->p_min);
   if (o->p_min > 0.0f && !di->confidence)
     return dsp_fail(DSP_ERR_ARG, "speculate: a confidence threshold needs a draft with a confidence head");
-  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, &o->gen, G + 1));
-  if (nseq > d->opt.max_seqs)
-    return dsp_fail(DSP_ERR_RANGE, "speculate: %d prompts; the draft holds %d", nseq, d->opt.max_seqs);
-  if ((int64_t)nseq * (G + 1) > ti->max_tokens)
+  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, &o->gen, G + 1, 1));
+  /* the running batch: as many sequences as both models have slots */
+  const int32_t W = nseq < ti->max_seqs ? (nseq < d->opt.max_seqs ? nseq : d->opt.max_seqs)
+                                        : (ti->max_seqs < d->opt.max_seqs ? ti->max_seqs : d->opt.max_seqs);
+  if ((int64_t)W * (G + 1) > ti->max_tokens)
     return dsp_fail(DSP_ERR_RANGE, "speculate: a verification of %d x %d tokens exceeds the target's call size %d",
-                    nseq, G + 1, ti->max_tokens);
+                    W, G + 1, ti->max_tokens);
   if (ti->max_tokens > d->opt.max_ctx)
     return dsp_fail(DSP_ERR_RANGE, "speculate: the draft's context calls (%d rows) must hold the target's (%d)",
                     d->opt.max_ctx, ti->max_tokens);
@@ -279,36 +332,40 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
   spec c = {.t = t, .d = d, .o = o, .G = G, .ntaps = di->ntaps, .V = ti->vocab, .H = ti->hidden,
-            .sampling = o->gen.temperature >= 1e-5f, .taps_rows = ti->max_tokens};
-  const size_t S = (size_t)nseq, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
-  c.s = calloc(S, sizeof *c.s);
+            .sampling = o->gen.temperature >= 1e-5f, .taps_rows = ti->max_tokens, .nslots = W};
+  const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
+  c.s = calloc((size_t)nseq, sizeof *c.s);
+  c.free_slot = malloc(S * 4);
   c.taps = malloc((size_t)c.ntaps * R * (size_t)c.H * 2);
   c.slot = malloc(S * 4), c.count = malloc(S * 4), c.which = malloc(S * 4), c.anchor = malloc(S * 4);
   c.row0 = malloc(S * 4), c.ccount = malloc(S * 4), c.tok = malloc(R * 4);
   c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
-  c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1) * 4);
+  c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1 + 2 * W) * 4);
   if (c.sampling) {
     c.tlog = malloc(S * (size_t)(G + 1) * V * 2);
     c.qlog = malloc(S * (size_t)G * V * 2);
     c.p = malloc(V * 8);
     c.q = malloc(V * 8);
   }
-  dsp_status s = c.s && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
+  dsp_status s = c.s && c.free_slot && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
                          c.conf && c.seed && c.next && c.drafts && c.commit &&
                          (!c.sampling || (c.tlog && c.qlog && c.p && c.q))
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
+  c.nfree = W;
+  int32_t live = 0;
   double t0 = dsp_now_ms();
-  if (s == DSP_OK) s = prefill(&c, nseq, prompts, lens, st);
+  if (s == DSP_OK) s = admit(&c, nseq, prompts, lens, fn, ctx, &live, st);
   st->prefill_ms = dsp_now_ms() - t0;
   t0 = dsp_now_ms();
-  if (s == DSP_OK) s = rounds(&c, nseq, fn, rf, ctx, st);
+  if (s == DSP_OK) s = rounds(&c, nseq, prompts, lens, fn, rf, ctx, live, st);
   st->decode_ms = dsp_now_ms() - t0;
   for (int32_t q = 0; c.s && q < nseq; q++) {
     st->new_tokens += c.s[q].made;
     if (finished) finished[q] = c.s[q].stop == 2;
   }
-  free(c.s), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
+  free(c.s), free(c.free_slot), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
   free(c.tlog), free(c.qlog), free(c.p), free(c.q);
   return s;

@@ -11,8 +11,11 @@ scripts/train_pair.py) through `dspark generate --draft`:
   (TP sizes may differ from each other where the reassociated o/down sums
   move a near-tie: docs/CONTRACTS.md; how many sequences match TP 1 is
   printed);
-- sampling at T 0.8: one batch of 8 and waves of 3 (--max-batch 3, slots
-  reused) with one seed give the same tokens, and drafts
+- three slots for the eight prompts (--max-batch 3: a finished sequence's
+  slot takes the next prompt, mid-flight): greedy, the same tokens and the
+  same acceptance statistics as one batch (the draft's proposals do not depend
+  on the batch or the slot); sampling at T 0.8 with one seed, the same tokens
+  as one batch; and drafts
   are still accepted (acceptance length above 1.3).
 
   test_shipped.py [--backend cpu|cuda]"""
@@ -70,6 +73,12 @@ def main():
                 tally.fail("greedy: speculative tokens differ from plain decoding's")
             if g["acceptance_length"] < 2.5:
                 tally.fail("greedy: acceptance length %.2f below 2.5" % g["acceptance_length"])
+            g3 = gen("greedy, 3 slots", ["--max-batch", "3"])
+            if g3 and ([r["tokens"] for r in g3["results"]] != [r["tokens"] for r in g["results"]] or
+                       g3["acceptance_length"] != g["acceptance_length"] or
+                       g3["per_position_acceptance"] != g["per_position_acceptance"]):
+                tally.fail("greedy, 3 slots: tokens or acceptance (%.4f) differ from one batch's (%.4f)" % (
+                    g3["acceptance_length"], g["acceptance_length"]))
             if a.backend == "cpu":
                 t2 = gen("greedy TP2", ["--compare"], np_=2)
                 if t2:
@@ -79,11 +88,11 @@ def main():
                     if t2["same_as_plain"] is not True:
                         tally.fail("greedy TP2: speculative tokens differ from plain decoding's")
         s1 = gen("T 0.8", ["--temperature", "0.8", "--seed", "3"])
-        s2 = gen("T 0.8 again, in waves of 3", ["--temperature", "0.8", "--seed", "3", "--max-batch", "3"])
+        s2 = gen("T 0.8, 3 slots", ["--temperature", "0.8", "--seed", "3", "--max-batch", "3"])
         if s1 and s2:
             print("T 0.8: acceptance length %.2f" % s1["acceptance_length"])
             if [r["tokens"] for r in s1["results"]] != [r["tokens"] for r in s2["results"]]:
-                tally.fail("T 0.8: a run in waves of 3 sequences differs from one batch of 8 with the same seed")
+                tally.fail("T 0.8: a run on 3 slots differs from one batch of 8 with the same seed")
             if s1["acceptance_length"] <= 1.3:
                 tally.fail("T 0.8: acceptance length %.2f not above 1.3" % s1["acceptance_length"])
     return tally.finish("test_shipped")
