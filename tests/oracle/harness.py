@@ -33,6 +33,14 @@ def program():
     return dspark, mpirun
 
 
+def cuda_or_skip():
+    """Exits 77 (skipped) where `dspark info` sees no CUDA device."""
+    rc, so, _, _ = run([program()[0], "info"])
+    if rc != 0 or "cuda       not available" in so:
+        print("no CUDA device visible; skipped")
+        sys.exit(SKIP)
+
+
 class Workdir:
     """A temporary directory removed on exit."""
 

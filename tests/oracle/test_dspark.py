@@ -287,10 +287,7 @@ def main():
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     a = ap.parse_args()
     if a.backend == "cuda":
-        rc, so, _, _ = harness.run([harness.program()[0], "info"])
-        if rc != 0 or "cuda       not available" in so:
-            print("no CUDA device visible; skipped")
-            return harness.SKIP
+        harness.cuda_or_skip()
     with harness.Workdir() as wd:
         c = Ctx(a.driver, a.backend, wd)
         for name in a.only or CASES:

@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--backend", default="cpu")
     a = ap.parse_args()
     dspark, _ = harness.program()
+    if a.backend == "cuda":
+        harness.cuda_or_skip()
     tally = harness.Tally()
     total = 0
     for d, _, files in os.walk(MODELS):

@@ -269,6 +269,8 @@ def case_bad(t, P):
 
 def main():
     backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cpu"
+    if backend == "cuda":
+        harness.cuda_or_skip()
     with harness.Workdir() as wd:
         t = T(wd, backend)
         P = pairs(wd)
