@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "core/bf16.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -33,6 +34,18 @@ dsp_status dsp_dec_vector(dsp_backend *be, int dev, const dsp_tensor *h, dsp_ten
   DSP_TRY(dsp_op_upload(be, dev, *mem, h->data, bytes));
   *out = dsp_tensor_view(*mem, DSP_BF16, 1, h->shape);
   return DSP_OK;
+}
+
+void dsp_dec_rope_tables(int64_t n, int64_t D, double theta, dsp_bf16 *cs, dsp_bf16 *sn) {
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)D);
+    for (int64_t p = 0; p < n; p++) {
+      const float ang = (float)p * inv;
+      cs[p * half + i] = dsp_f32_to_bf16((float)cos((double)ang));
+      sn[p * half + i] = dsp_f32_to_bf16((float)sin((double)ang));
+    }
+  }
 }
 
 void dsp_dec_copy_rows(dsp_bf16 *dst, const dsp_tensor *t, int64_t r0, int64_t n) {

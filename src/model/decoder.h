@@ -40,6 +40,9 @@ typedef struct {
 dsp_status dsp_dec_tensor(const dsp_hf_dir *dir, const char *name, int64_t rows, int64_t cols, dsp_tensor *t);
 /* A device vector from a host view; *mem is what to release. */
 dsp_status dsp_dec_vector(dsp_backend *be, int dev, const dsp_tensor *h, dsp_tensor *out, void **mem);
+/* cos / sin [n][D/2] as transformers builds them: inv_freq = 1 / theta^(2i/D)
+ * in fp32, the angle position * inv_freq in fp32, its cosine rounded to fp32 then bf16. */
+void dsp_dec_rope_tables(int64_t n, int64_t D, double theta, dsp_bf16 *cs, dsp_bf16 *sn);
 /* Rows [r0, r0 + n) of a [R, C] view into dst (contiguous). */
 void dsp_dec_copy_rows(dsp_bf16 *dst, const dsp_tensor *t, int64_t r0, int64_t n);
 /* Layer l of dir, names prefix + "self_attn.q_proj.weight" etc. (prefix e.g.

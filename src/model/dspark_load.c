@@ -115,19 +115,6 @@ size_t dr_meta_layout(void *base, int64_t C, int64_t M, dr_meta *m) {
   return off;
 }
 
-/* cos / sin [P][D/2] as transformers builds them (as the target's). */
-static void rope_tables(int64_t n, int64_t D, double theta, dsp_bf16 *cs, dsp_bf16 *sn) {
-  const int64_t half = D / 2;
-  for (int64_t i = 0; i < half; i++) {
-    const float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)D);
-    for (int64_t p = 0; p < n; p++) {
-      const float ang = (float)p * inv;
-      cs[p * half + i] = dsp_f32_to_bf16((float)cos((double)ang));
-      sn[p * half + i] = dsp_f32_to_bf16((float)sin((double)ang));
-    }
-  }
-}
-
 static dsp_status load_dev(void *ctx, int di) {
   dsp_draft *dr = ctx;
   dr_dev *d = &dr->d[di];
@@ -179,7 +166,7 @@ static dsp_status load_dev(void *ctx, int di) {
   const int64_t half = D / 2;
   dsp_bf16 *tab = malloc((size_t)(2 * P * half) * 2);
   if (!tab) return dsp_fail(DSP_ERR_NOMEM, "draft: out of memory for the RoPE tables");
-  rope_tables(P, D, c->rope_theta, tab, tab + P * half);
+  dsp_dec_rope_tables(P, D, c->rope_theta, tab, tab + P * half);
   s = dev_alloc(d, be, (size_t)(2 * P * half) * 2, &m);
   if (s == DSP_OK) s = dsp_op_upload(be, d->dev, m, tab, (size_t)(2 * P * half) * 2);
   free(tab);

@@ -73,20 +73,6 @@ static dsp_status load_layer(load_ctx *c, qw_dev *d, int64_t l, dsp_bf16 *host) 
   return DSP_OK;
 }
 
-/* cos / sin [max_len][D/2] as transformers builds them: inv_freq = 1 / theta^(2i/D)
- * in fp32, the angle position * inv_freq in fp32, its cosine rounded to fp32 then bf16. */
-static void rope_tables(int64_t n, int64_t D, double theta, dsp_bf16 *cs, dsp_bf16 *sn) {
-  const int64_t half = D / 2;
-  for (int64_t i = 0; i < half; i++) {
-    const float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)D);
-    for (int64_t p = 0; p < n; p++) {
-      const float ang = (float)p * inv;
-      cs[p * half + i] = dsp_f32_to_bf16((float)cos((double)ang));
-      sn[p * half + i] = dsp_f32_to_bf16((float)sin((double)ang));
-    }
-  }
-}
-
 static dsp_status load_dev(void *ctx, int di) {
   load_ctx *c = ctx;
   dsp_target *t = c->t;
@@ -121,7 +107,7 @@ static dsp_status load_dev(void *ctx, int di) {
   const int64_t half = D / 2, P = t->opt.max_len;
   dsp_bf16 *tab = malloc((size_t)(2 * P * half) * 2);
   if (!tab) return dsp_fail(DSP_ERR_NOMEM, "target: out of memory for the RoPE tables");
-  rope_tables(P, D, cf->rope_theta, tab, tab + P * half);
+  dsp_dec_rope_tables(P, D, cf->rope_theta, tab, tab + P * half);
   dsp_status s = dev_alloc(t, d, (size_t)(2 * P * half) * 2, &m);
   if (s == DSP_OK) s = dsp_op_upload(t->be, d->dev, m, tab, (size_t)(2 * P * half) * 2);
   free(tab);

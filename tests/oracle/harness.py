@@ -36,9 +36,18 @@ def program():
 def cuda_or_skip():
     """Exits 77 (skipped) where `dspark info` sees no CUDA device."""
     rc, so, _, _ = run([program()[0], "info"])
-    if rc != 0 or "cuda       not available" in so:
+    if rc != 0 or "cuda       not available" in so or "\ncuda" not in so:
         print("no CUDA device visible; skipped")
         sys.exit(SKIP)
+
+
+def run_cases(ctx, cases, only, name):
+    """Runs the named cases (all without `only`) on ctx; its tally's verdict."""
+    for case in only or cases:
+        print("== %s" % case)
+        sys.stdout.flush()
+        cases[case](ctx)
+    return ctx.tally.finish(name)
 
 
 class Workdir:

@@ -289,12 +289,7 @@ def main():
     if a.backend == "cuda":
         harness.cuda_or_skip()
     with harness.Workdir() as wd:
-        c = Ctx(a.driver, a.backend, wd)
-        for name in a.only or CASES:
-            print("== %s" % name)
-            sys.stdout.flush()
-            CASES[name](c)
-        return c.tally.finish("test_dspark")
+        return harness.run_cases(Ctx(a.driver, a.backend, wd), CASES, a.only, "test_dspark")
 
 
 if __name__ == "__main__":

@@ -131,10 +131,7 @@ def expect_fail(t, label, model, args, needle, code=None, np_=1):
 def main():
     backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else None
     if backend == "cuda":
-        rc, so, _, _ = harness.run([harness.program()[0], "info"])
-        if rc != 0 or "cuda       not available" in so:
-            print("no CUDA device visible; skipped")
-            return harness.SKIP
+        harness.cuda_or_skip()
     with harness.Workdir() as wd:
         t = T(wd, backend)
         d, m, tk = make_model(wd)

@@ -401,18 +401,9 @@ def main():
         print("no driver at %s" % a.driver)
         return 1
     if a.backend == "cuda":
-        dspark, _ = harness.program()
-        rc, so, _, _ = harness.run([dspark, "info"])
-        if rc != 0 or "cuda       not available" in so or "\ncuda" not in so:
-            print("no CUDA device visible; skipped")
-            return harness.SKIP
+        harness.cuda_or_skip()
     with harness.Workdir() as wd:
-        c = Ctx(a.driver, a.backend, wd)
-        for name in a.only or CASES:
-            print("== %s" % name)
-            sys.stdout.flush()
-            CASES[name](c)
-        return c.tally.finish("test_qwen3")
+        return harness.run_cases(Ctx(a.driver, a.backend, wd), CASES, a.only, "test_qwen3")
 
 
 if __name__ == "__main__":
