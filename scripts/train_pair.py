@@ -215,18 +215,21 @@ def bf16(t):
     return t.detach().to(torch.bfloat16).contiguous().cpu()
 
 
+def layer_tensors(prefix, ly):
+    """A decoder layer's tensors under Qwen3's names."""
+    return {prefix + n + ".weight": bf16(t) for n, t in (
+        ("self_attn.q_proj", ly.q), ("self_attn.k_proj", ly.k), ("self_attn.v_proj", ly.v), ("self_attn.o_proj", ly.o),
+        ("mlp.gate_proj", ly.gate), ("mlp.up_proj", ly.up), ("mlp.down_proj", ly.down), ("input_layernorm", ly.ln1),
+        ("post_attention_layernorm", ly.ln2), ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn))}
+
+
 def save_target(model, tok, out):
     from safetensors.torch import save_file
     c = model.c
     os.makedirs(out, exist_ok=True)
     w = {"model.embed_tokens.weight": bf16(model.embed), "model.norm.weight": bf16(model.norm)}
     for i, ly in enumerate(model.layers):
-        p = "model.layers.%d." % i
-        for n, t in (("self_attn.q_proj", ly.q), ("self_attn.k_proj", ly.k), ("self_attn.v_proj", ly.v),
-                     ("self_attn.o_proj", ly.o), ("mlp.gate_proj", ly.gate), ("mlp.up_proj", ly.up),
-                     ("mlp.down_proj", ly.down), ("input_layernorm", ly.ln1), ("post_attention_layernorm", ly.ln2),
-                     ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn)):
-            w[p + n + ".weight"] = bf16(t)
+        w.update(layer_tensors("model.layers.%d." % i, ly))
     save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     eos, bos = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|endoftext|>")
     cfg = config(c, eos, bos)
@@ -259,12 +262,7 @@ def save_draft(draft, target, tcfg, tok, out):
          "markov_head.markov_w1.weight": bf16(draft.w1), "markov_head.markov_w2.weight": bf16(draft.w2),
          "confidence_head.proj.weight": bf16(draft.conf_w), "confidence_head.proj.bias": bf16(draft.conf_b)}
     for i, ly in enumerate(draft.layers):
-        p = "layers.%d." % i
-        for n, t in (("self_attn.q_proj", ly.q), ("self_attn.k_proj", ly.k), ("self_attn.v_proj", ly.v),
-                     ("self_attn.o_proj", ly.o), ("mlp.gate_proj", ly.gate), ("mlp.up_proj", ly.up),
-                     ("mlp.down_proj", ly.down), ("input_layernorm", ly.ln1), ("post_attention_layernorm", ly.ln2),
-                     ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn)):
-            w[p + n + ".weight"] = bf16(t)
+        w.update(layer_tensors("layers.%d." % i, ly))
     save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     cfg = dict(tcfg)
     cfg.update({"architectures": ["Qwen3DSparkModel"], "num_hidden_layers": dc["layers"],
