@@ -316,6 +316,9 @@ void dsp_markov_rows(int64_t vocab_padded, int size, int rank, int64_t *row0, in
 dsp_status dsp_markov_head_create(dsp_backend *be, const dsp_markov_config *cfg, dsp_markov_weights_fn weights,
                                   void *ctx, dsp_markov_head **out);
 dsp_status dsp_markov_head_propose(dsp_markov_head *h, const dsp_markov_inputs *in, dsp_markov_outputs *out);
+/* The largest max_batch a head on this backend takes (CUDA: the fused kernels'
+ * padded batch, 128; the CPU: no limit, INT32_MAX). */
+int32_t dsp_markov_max_batch(const dsp_backend *be);
 /* The one start-up line, e.g. "dspark: markov head greedy: W2 sharded over TP4,
  * bf16 local top-1; sampling: full logits"; with DSPARK_VERBOSE=1 a second
  * line of backend detail (kernels, checks, graphs) follows after a newline. */

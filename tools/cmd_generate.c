@@ -451,7 +451,9 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     total += p.len[q];
   }
   if (s == DSP_OK) s = dsp_tool_backend_create(&a->backend, comm, &be);
-  int32_t W = a->max_batch ? (int32_t)a->max_batch : a->backend.kind == DSP_BACKEND_CUDA ? 128 : p.n;
+  /* the running batch: --max-batch, else every prompt as far as the Markov head on this backend takes */
+  int32_t W = a->max_batch ? (int32_t)a->max_batch : p.n;
+  if (!a->max_batch && be && W > dsp_markov_max_batch(be)) W = dsp_markov_max_batch(be);
   if (W > p.n) W = p.n;
   if (s == DSP_OK) {
     dsp_target_options o = {.max_seqs = W, .max_len = (int32_t)(need - 1),

@@ -197,3 +197,7 @@ void dsp_markov_plan_line(const dsp_markov_plan *p, const char *backend, char *b
              backend, p->tp_size, c, bc, p->sharded_fallback ? " (sharded path not eligible: TP size > vocabulary)" : "",
              samp);
 }
+
+int32_t dsp_markov_max_batch(const dsp_backend *be) {
+  return be && dsp_backend_kind_of(be) == DSP_BACKEND_CUDA ? DSP_MARKOV_CUDA_MAX_BATCH : INT32_MAX;
+}

@@ -10,6 +10,9 @@
 
 #include "dspark.h"
 
+/* The CUDA head's largest batch (DSP_MK_MAXBQ of kernels/cuda/markov.h, asserted equal there). */
+#define DSP_MARKOV_CUDA_MAX_BATCH 128
+
 #ifdef __cplusplus
 extern "C" {
 #endif

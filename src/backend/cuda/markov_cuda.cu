@@ -29,6 +29,9 @@ extern "C" {
 #include "kernels/cuda/common/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/markov.h"
+#include "model/markov_plan.h"
+
+static_assert(DSP_MK_MAXBQ == DSP_MARKOV_CUDA_MAX_BATCH, "dsp_markov_max_batch must report the kernels' batch limit");
 
 #define HP_ALIGN 64    /* hidden padded with zeros to a multiple of 64 columns */
 #define ROW_ALIGN 16   /* vocabulary rows per rank padded to a multiple of 16 */
