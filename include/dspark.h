@@ -488,7 +488,8 @@ void dsp_draft_free(dsp_draft *d);
 
 /* ---- generation: plain decoding with the target ----------------------------
  * Prompts in slots 0 .. nseq-1 (chunked prefill of at most max_tokens tokens
- * a call), then one token per unfinished sequence per call. Greedy at T == 0,
+ * a call), then one token per unfinished sequence per call; more prompts than
+ * the target has slots run in waves of max_seqs. Greedy at T == 0,
  * else Gumbel-max keyed by (seed, position, id): a sequence's output does not
  * depend on the others of its batch. Collective: every process runs the same
  * loop and sees the same tokens. */

@@ -36,9 +36,9 @@ static void gen_usage(FILE *f) {
           "  --temperature T: 0 (default) greedy, else Gumbel-max sampling keyed by (seed, position, id);\n"
           "         prompt q of --prompts draws with seed + q\n"
           "  --max-tokens N: most prompt tokens in one prefill call (default 2048)\n"
-          "  --max-batch N: most sequences decoded at once (default: all of them on the CPU, 128 on CUDA,\n"
-          "         the CUDA Markov head's largest batch); with --draft a finished sequence's slot\n"
-          "         takes the next prompt, plainly the prompts run in waves of N\n"
+          "  --max-batch N: most sequences decoded at once (default: all of them; with --draft on CUDA\n"
+          "         128, the CUDA Markov head's largest batch); with --draft a finished sequence's\n"
+          "         slot takes the next prompt, plainly the prompts run in waves of N\n"
           "  --ids: print token ids instead of text; --json: one JSON object on one line: tokens, text,\n"
           "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
           "         results (every prompt's tokens, text, finish) with --prompts\n"
@@ -217,7 +217,7 @@ typedef struct {
   const gen_args *a;
   const dsp_tokenizer *tk;
   int rank, stream;
-  int32_t n, base; /* base: the first prompt of the wave being decoded */
+  int32_t n;
   int32_t **out;
   int32_t *nout, *cap;
   int failed;
@@ -236,7 +236,6 @@ static void put_token(FILE *f, const sink *k, int32_t id, int first) {
 
 static void on_tokens(void *ctx, int32_t seq, const int32_t *ids, int32_t n) {
   sink *k = ctx;
-  seq += k->base;
   if (k->nout[seq] + n > k->cap[seq]) {
     int32_t c = (k->nout[seq] + n) * 2;
     int32_t *p = realloc(k->out[seq], (size_t)c * 4);
@@ -260,7 +259,7 @@ static void on_round(void *ctx, const dsp_spec_round *r) {
   if (!k->rounds) return;
   json_t *o = json_object(), *d = json_array();
   for (int32_t i = 0; i < r->ndraft; i++) json_array_append_new(d, json_integer(r->draft[i]));
-  json_object_set_new(o, "sequence", json_integer(r->seq + k->base));
+  json_object_set_new(o, "sequence", json_integer(r->seq));
   json_object_set_new(o, "anchor", json_integer(r->anchor));
   json_object_set_new(o, "draft", d);
   json_object_set_new(o, "accepted", json_integer(r->accepted));
@@ -359,54 +358,27 @@ static void print_stats(const dsp_generate_stats *st, int32_t nseq, int spec, co
             pr->same < 0 ? "" : pr->same ? "; the same tokens" : "; TOKENS DIFFER (greedy: a bug)");
 }
 
-static void stats_add(dsp_generate_stats *a, const dsp_generate_stats *b) {
-  a->prompt_tokens += b->prompt_tokens, a->new_tokens += b->new_tokens;
-  a->prefill_calls += b->prefill_calls, a->decode_calls += b->decode_calls;
-  a->prefill_ms += b->prefill_ms, a->decode_ms += b->decode_ms;
-  a->drafted += b->drafted, a->accepted += b->accepted, a->rounds += b->rounds;
-  a->draft_ms += b->draft_ms, a->verify_ms += b->verify_ms;
-  for (int i = 0; i < 64; i++) a->tried[i] += b->tried[i], a->kept[i] += b->kept[i];
-}
-
-/* Plain decoding runs the prompts in waves of at most w sequences (slots 0 ..
- * w-1 reused); speculative decoding admits a waiting prompt into each slot a
- * finished sequence frees (dsp_speculate). Each prompt keeps its own seed, so
- * its tokens are those of one whole batch either way. */
-static dsp_status run_waves(dsp_target *t, dsp_draft *d, const prompt_set *p, int32_t w,
-                            const dsp_generate_options *go, const dsp_spec_options *so, sink *k, int32_t *finished,
-                            dsp_generate_stats *st) {
-  *st = (dsp_generate_stats){0};
-  dsp_status s = DSP_OK;
-  if (d) {
-    dsp_spec_options o = *so;
-    o.gen = *go;
-    return dsp_speculate(t, d, p->n, (const int32_t *const *)p->ids, p->len, &o, on_tokens, on_round, k, finished,
-                         st);
-  }
-  for (int32_t q0 = 0; s == DSP_OK && q0 < p->n; q0 += w) {
-    const int32_t n = p->n - q0 < w ? p->n - q0 : w;
-    dsp_generate_options g = *go;
-    g.seeds = go->seeds ? go->seeds + q0 : NULL;
-    dsp_generate_stats ws;
-    k->base = q0;
-    s = dsp_generate(t, n, (const int32_t *const *)p->ids + q0, p->len + q0, &g, on_tokens, k,
-                     finished ? finished + q0 : NULL, &ws);
-    if (s == DSP_OK) stats_add(st, &ws);
-  }
-  k->base = 0;
-  return s;
+/* More prompts than slots: dsp_generate runs them in waves, dsp_speculate admits
+ * a waiting prompt into each slot a finished sequence frees; each prompt keeps
+ * its own seed, so its tokens are those of one whole batch either way. */
+static dsp_status run_all(dsp_target *t, dsp_draft *d, const prompt_set *p, const dsp_generate_options *go,
+                          const dsp_spec_options *so, sink *k, int32_t *finished, dsp_generate_stats *st) {
+  if (!d) return dsp_generate(t, p->n, (const int32_t *const *)p->ids, p->len, go, on_tokens, k, finished, st);
+  dsp_spec_options o = *so;
+  o.gen = *go;
+  return dsp_speculate(t, d, p->n, (const int32_t *const *)p->ids, p->len, &o, on_tokens, on_round, k, finished, st);
 }
 
 /* --compare: the prompts decoded plainly on the same target. */
-static dsp_status plain_compare(dsp_target *t, const prompt_set *p, int32_t w, const dsp_generate_options *go,
-                                const sink *k, plain_run *pr) {
+static dsp_status plain_compare(dsp_target *t, const prompt_set *p, const dsp_generate_options *go, const sink *k,
+                                plain_run *pr) {
   sink c = {.a = k->a, .n = p->n};
   c.out = calloc((size_t)p->n, sizeof *c.out);
   c.nout = calloc((size_t)p->n, sizeof *c.nout);
   c.cap = calloc((size_t)p->n, sizeof *c.cap);
   dsp_generate_stats st;
   dsp_status s = c.out && c.nout && c.cap ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "out of memory");
-  if (s == DSP_OK) s = run_waves(t, NULL, p, w, go, NULL, &c, NULL, &st);
+  if (s == DSP_OK) s = run_all(t, NULL, p, go, NULL, &c, NULL, &st);
   if (s == DSP_OK) {
     pr->done = 1;
     pr->ms = st.prefill_ms + st.decode_ms;
@@ -453,7 +425,7 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
   if (s == DSP_OK) s = dsp_tool_backend_create(&a->backend, comm, &be);
   /* the running batch: --max-batch, else every prompt as far as the Markov head on this backend takes */
   int32_t W = a->max_batch ? (int32_t)a->max_batch : p.n;
-  if (!a->max_batch && be && W > dsp_markov_max_batch(be)) W = dsp_markov_max_batch(be);
+  if (!a->max_batch && a->draft && be && W > dsp_markov_max_batch(be)) W = dsp_markov_max_batch(be);
   if (W > p.n) W = p.n;
   if (s == DSP_OK) {
     dsp_target_options o = {.max_seqs = W, .max_len = (int32_t)(need - 1),
@@ -499,12 +471,12 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     dsp_generate_options go = {.max_new = (int32_t)a->max_new, .temperature = a->temperature,
                                .seed = (uint64_t)a->seed, .seeds = seeds, .ignore_eos = a->ignore_eos};
     dsp_spec_options so = {.gen = go, .gamma = (int32_t)a->gamma, .p_min = a->p_min};
-    s = run_waves(t, d, &p, W, &go, &so, &k, finished, &st);
+    s = run_all(t, d, &p, &go, &so, &k, finished, &st);
     if (s == DSP_OK && k.failed) s = dsp_fail(DSP_ERR_NOMEM, "out of memory for the output");
     s = dsp_comm_agree(comm, s);
     if (s == DSP_OK && a->compare) {
       k.stream = 0; /* the plain run streams nothing */
-      s = dsp_comm_agree(comm, plain_compare(t, &p, W, &go, &k, &pr));
+      s = dsp_comm_agree(comm, plain_compare(t, &p, &go, &k, &pr));
       k.stream = p.n == 1 && !a->json;
     }
     free(seeds);

@@ -82,10 +82,10 @@ dsp_status dsp_gen_prefill(dsp_target *t, int32_t nseq, const int32_t *const *pr
   return s;
 }
 
-dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
-                        const dsp_generate_options *o, dsp_token_fn fn, void *ctx, int32_t *finished,
-                        dsp_generate_stats *st) {
-  if (!t) return dsp_fail(DSP_ERR_ARG, "generate: NULL target");
+/* At most the target's slots of prompts, all in slots 0 .. nseq-1. */
+static dsp_status generate_batch(dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
+                                 const dsp_generate_options *o, dsp_token_fn fn, void *ctx, int32_t *finished,
+                                 dsp_generate_stats *st) {
   dsp_generate_stats local = {0};
   if (!st) st = &local;
   *st = (dsp_generate_stats){0};
@@ -139,4 +139,44 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
     for (int32_t q = 0; q < nseq; q++) finished[q] = stop && stop[q] == 2;
   free(last), free(next), free(made), free(stop), free(slot), free(count), free(tok), free(which), free(temp), free(seed);
   return s;
+}
+
+static void stats_add(dsp_generate_stats *a, const dsp_generate_stats *b) {
+  a->prompt_tokens += b->prompt_tokens, a->new_tokens += b->new_tokens;
+  a->prefill_calls += b->prefill_calls, a->decode_calls += b->decode_calls;
+  a->prefill_ms += b->prefill_ms, a->decode_ms += b->decode_ms;
+}
+
+/* A wave's callback: its sequence q is the caller's base + q. */
+typedef struct {
+  dsp_token_fn fn;
+  void *ctx;
+  int32_t base;
+} wave_sink;
+
+static void wave_tokens(void *p, int32_t seq, const int32_t *ids, int32_t n) {
+  const wave_sink *w = p;
+  w->fn(w->ctx, w->base + seq, ids, n);
+}
+
+dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *prompts, const int32_t *lens,
+                        const dsp_generate_options *o, dsp_token_fn fn, void *ctx, int32_t *finished,
+                        dsp_generate_stats *st) {
+  if (!t) return dsp_fail(DSP_ERR_ARG, "generate: NULL target");
+  dsp_generate_stats local;
+  if (!st) st = &local;
+  *st = (dsp_generate_stats){0};
+  DSP_TRY(dsp_gen_check(t, nseq, prompts, lens, o, 0, 1));
+  const int32_t W = dsp_target_info_of(t)->max_seqs;
+  for (int32_t q0 = 0; q0 < nseq; q0 += W) { /* waves of the target's slots; each prompt keeps its seed */
+    const int32_t n = nseq - q0 < W ? nseq - q0 : W;
+    dsp_generate_options g = *o;
+    g.seeds = o->seeds ? o->seeds + q0 : NULL;
+    wave_sink ws = {.fn = fn, .ctx = ctx, .base = q0};
+    dsp_generate_stats one;
+    DSP_TRY(generate_batch(t, n, prompts + q0, lens + q0, &g, fn ? wave_tokens : NULL, &ws,
+                           finished ? finished + q0 : NULL, &one));
+    stats_add(st, &one);
+  }
+  return DSP_OK;
 }

@@ -77,6 +77,7 @@ typedef struct {
   double *p, *q;              /* [V] */
   int32_t *commit;            /* [G + 1] */
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
+  int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
   int32_t next_q;             /* the first prompt not yet admitted */
 } spec;
 
@@ -161,13 +162,13 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
   }
   while (c->nfree > 0 && c->next_q < nseq) {
     int32_t na = 0;
-    int32_t *adm = c->commit + c->G + 1, *done = adm + c->nslots; /* scratch after commit[] */
+    int32_t *adm = c->adm;
     while (c->nfree > 0 && c->next_q < nseq) {
       const int32_t q = c->next_q++;
       c->s[q].slot = c->free_slot[--c->nfree];
       adm[na++] = q;
     }
-    DSP_TRY(prefill(c, adm, na, done, prompts, lens, st));
+    DSP_TRY(prefill(c, adm, na, c->done, prompts, lens, st));
     for (int32_t i = 0; i < na; i++) {
       seq_state *s = &c->s[adm[i]];
       s->made = 1;
@@ -340,14 +341,15 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   c.slot = malloc(S * 4), c.count = malloc(S * 4), c.which = malloc(S * 4), c.anchor = malloc(S * 4);
   c.row0 = malloc(S * 4), c.ccount = malloc(S * 4), c.tok = malloc(R * 4);
   c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
-  c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1 + 2 * W) * 4);
+  c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1) * 4);
+  c.adm = malloc(S * 4), c.done = malloc(S * 4);
   if (c.sampling) {
     c.tlog = malloc(S * (size_t)(G + 1) * V * 2);
     c.qlog = malloc(S * (size_t)G * V * 2);
     c.p = malloc(V * 8);
     c.q = malloc(V * 8);
   }
-  dsp_status s = c.s && c.free_slot && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
+  dsp_status s = c.s && c.free_slot && c.adm && c.done && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
                          c.conf && c.seed && c.next && c.drafts && c.commit &&
                          (!c.sampling || (c.tlog && c.qlog && c.p && c.q))
                      ? DSP_OK
@@ -365,7 +367,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     st->new_tokens += c.s[q].made;
     if (finished) finished[q] = c.s[q].stop == 2;
   }
-  free(c.s), free(c.free_slot), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
+  free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
   free(c.tlog), free(c.qlog), free(c.p), free(c.q);
   return s;

@@ -14,7 +14,7 @@ scripts/train_pair.py) through `dspark generate --draft`:
 - three slots for the eight prompts (--max-batch 3: a finished sequence's
   slot takes the next prompt, mid-flight): greedy, the same tokens and the
   same acceptance statistics as one batch (the draft's proposals do not depend
-  on the batch or the slot); sampling at T 0.8 with one seed, the same tokens
+  on the batch or the slot), and plain decoding in waves of 3 the same tokens; sampling at T 0.8 with one seed, the same tokens
   as one batch; and drafts
   are still accepted (acceptance length above 1.3).
 
@@ -77,7 +77,9 @@ def main():
                 tally.fail("greedy: speculative tokens differ from plain decoding's")
             if g["acceptance_length"] < (2.2 if a.quick else 2.5):
                 tally.fail("greedy: acceptance length %.2f below 2.5" % g["acceptance_length"])
-            g3 = gen("greedy, 3 slots", ["--max-batch", "3"])
+            g3 = gen("greedy, 3 slots", ["--max-batch", "3", "--compare"])  # the plain run in waves of 3
+            if g3 and g3["same_as_plain"] is not True:
+                tally.fail("greedy, 3 slots: plain decoding in waves differs from the speculative tokens")
             if g3 and ([r["tokens"] for r in g3["results"]] != [r["tokens"] for r in g["results"]] or
                        g3["acceptance_length"] != g["acceptance_length"] or
                        g3["per_position_acceptance"] != g["per_position_acceptance"]):
