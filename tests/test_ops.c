@@ -182,6 +182,114 @@ static void t_gemm(void **st) {
                 g_cpu ? " (and against the CPU)" : "");
 }
 
+/* ---- attention ------------------------------------------------------------------
+ * Rows over a cache of slots: a run of rows on one slot that see the same keys
+ * (a draft block), causal rows on another, single rows. The reference follows
+ * the contract's rounding points in double: s = bf16(bf16(q.k) / sqrt(D)),
+ * p = bf16(exp(s - max) / z), out = bf16(sum p v). Tolerance: a backend's
+ * fp32 sums and expf may move a p by one bf16 ulp (2^-8 relative) and a score
+ * by one ulp (a factor exp(2^-8 |s|) on its e), so |got - ref| <= 2^-8 |ref| +
+ * 2^-6 sum_j p_j |v_j|. Every launch choice (the row-group hint, the call's
+ * rows) must give the same bits on one backend: rows alone equal rows batched. */
+typedef struct {
+  int64_t hq, hkv, d, stride_mul, max_len;
+} att_case;
+
+static void run_att(dsp_backend *be, const att_case *c, int64_t T, const uint16_t *q, const uint16_t *kc,
+                    const uint16_t *vc, int64_t slots, const int32_t *rs, const int32_t *rk, int hint, uint16_t *out) {
+  const int64_t D = c->d, W = c->hkv * D * c->stride_mul, cache = slots * c->max_len * W * 2;
+  void *dq = dev_put(be, q, (size_t)(T * c->hq * D) * 2), *dk = dev_put(be, kc, (size_t)cache);
+  void *dv = dev_put(be, vc, (size_t)cache), *ds = dev_put(be, rs, (size_t)T * 4), *dr = dev_put(be, rk, (size_t)T * 4);
+  void *dout = dev_put(be, NULL, (size_t)(T * c->hq * D) * 2);
+  dsp_tensor qv = {.data = dq, .dtype = DSP_BF16, .ndim = 3, .shape = {T, c->hq, D}, .stride = {c->hq * D, D, 1}};
+  dsp_tensor ov = {.data = dout, .dtype = DSP_BF16, .ndim = 2, .shape = {T, c->hq * D}, .stride = {c->hq * D, 1}};
+  dsp_op_attention_args a = {.q = &qv, .k = dk, .v = dv, .slots = slots, .max_len = c->max_len, .kv_heads = c->hkv,
+                             .kv_stride = W, .row_slot = ds, .row_keys = dr,
+                             .scale = (float)(1.0 / sqrt((double)D)), .out = &ov, .row_group = hint};
+  if (dsp_op_attention(be, 0, &a) != DSP_OK)
+    fail_msg("attention Hq %lld Hkv %lld D %lld on %s: %s", (long long)c->hq, (long long)c->hkv, (long long)D,
+             dsp_backend_describe(be), dsp_error_message());
+  dev_get(be, out, dout, (size_t)(T * c->hq * D) * 2);
+  void *all[] = {dq, dk, dv, ds, dr, dout};
+  for (int i = 0; i < 6; i++) dsp_op_release(be, 0, all[i]);
+}
+
+static void check_att(const att_case *c) {
+  enum { T = 14, SLOTS = 3 };
+  const int64_t D = c->d, Hq = c->hq, Hkv = c->hkv, W = Hkv * D * c->stride_mul, P = c->max_len;
+  /* rows 0..6 a block on slot 1 seeing 7 keys past a context of 180; 7..10 causal on slot 0; 11..13 alone */
+  int32_t rs[T], rk[T];
+  for (int t = 0; t < 7; t++) rs[t] = 1, rk[t] = 187;
+  for (int t = 7; t < 11; t++) rs[t] = 0, rk[t] = 40 + t;
+  rs[11] = 2, rk[11] = 1;
+  rs[12] = 1, rk[12] = (int32_t)P;
+  rs[13] = 0, rk[13] = 9;
+  const size_t cn = (size_t)(SLOTS * P * W), qn = (size_t)(T * Hq * D);
+  uint16_t *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2);
+  uint16_t *o[5];
+  for (int i = 0; i < 5; i++) o[i] = malloc(qn * 2);
+  for (size_t i = 0; i < qn; i++) q[i] = grid_val();
+  for (size_t i = 0; i < cn; i++) kc[i] = grid_val(), vc[i] = rand_val();
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 0, o[0]);
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 7, o[1]);
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 4, o[2]);
+  for (int t = 0; t < T; t++) /* each row alone */
+    run_att(g_be, c, 1, q + (size_t)t * (size_t)(Hq * D), kc, vc, SLOTS, rs + t, rk + t, 7,
+            o[3] + (size_t)t * (size_t)(Hq * D));
+  if (g_cpu) run_att(g_cpu, c, T, q, kc, vc, SLOTS, rs, rk, 0, o[4]);
+  long bad = 0, launch = 0, cross = 0;
+  double *sc = malloc((size_t)P * sizeof *sc);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      const int64_t kvh = h / (Hq / Hkv), n = rk[t];
+      const uint16_t *kb = kc + (size_t)(rs[t] * P * W + kvh * D), *vb = vc + (size_t)(rs[t] * P * W + kvh * D);
+      const uint16_t *qr = q + (size_t)((t * Hq + h) * D);
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j < n; j++) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; d++) dot += (double)bf(qr[d]) * (double)bf(kb[j * W + d]);
+        sc[j] = bf(to_bf((double)bf(to_bf(dot)) * (double)(float)(1.0 / sqrt((double)D))));
+        m = sc[j] > m ? sc[j] : m;
+      }
+      for (int64_t j = 0; j < n; j++) z += exp(sc[j] - m);
+      for (int64_t j = 0; j < n; j++) sc[j] = bf(to_bf(exp(sc[j] - m) / z));
+      for (int64_t d = 0; d < D; d++) {
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < n; j++) {
+          ref += sc[j] * (double)bf(vb[j * W + d]);
+          mag += sc[j] * fabs((double)bf(vb[j * W + d]));
+        }
+        const size_t i = (size_t)((t * Hq + h) * D + d);
+        const double tol = ldexp(fabs(ref), -8) + ldexp(mag, -6);
+        const int ok = fabs((double)bf(o[0][i]) - ref) <= tol;
+        bad += !ok;
+        if (!ok && bad <= 3)
+          print_message("  attention row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n", (long long)t,
+                        (long long)h, (long long)d, (double)bf(o[0][i]), ref, tol);
+        for (int v = 1; v < 4; v++) launch += o[v][i] != o[0][i];
+        if (g_cpu) cross += fabs((double)bf(o[4][i]) - ref) > tol;
+        g_compared++;
+      }
+    }
+  if (bad || launch || cross)
+    fail_msg("attention Hq %lld Hkv %lld D %lld stride x%lld: %ld beyond the tolerance, %ld differ between launches "
+             "(hints, rows alone), %ld CPU values beyond it",
+             (long long)Hq, (long long)Hkv, (long long)D, (long long)c->stride_mul, bad, launch, cross);
+  free(sc), free(q), free(kc), free(vc);
+  for (int i = 0; i < 5; i++) free(o[i]);
+}
+
+static void t_attention(void **st) {
+  (void)st;
+  const long long before = g_compared;
+  /* GQA groups of 4, 2, 3 and 1; head dims 128, 64, 72, 256, 40; a stacked cache (stride x2) */
+  const att_case cases[] = {{32, 8, 128, 1, 200}, {8, 4, 64, 2, 300}, {6, 2, 72, 1, 190},
+                            {4, 4, 256, 1, 200},  {6, 3, 40, 3, 260}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_att(&cases[i]);
+  print_message("attention: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
+                g_cpu ? " (and the CPU against the reference)" : "");
+}
+
 /* ---- the Markov step ---------------------------------------------------------- */
 typedef struct {
   int64_t b, n, r, n_valid, id0;
@@ -345,6 +453,46 @@ static double copy_rate(void) {
   return 2.0 * (double)n / best;
 }
 
+/* Seconds per attention call: T rows in runs of `run` rows per slot (a run
+ * sees keys nk .. nk + run - 1 causally, or all nk + run - 1 when block),
+ * Qwen3-8B's heads; median of 5 timed groups. *bytes: the cache rows read. */
+static double time_att(int64_t T, int64_t run, int block, int64_t nk, int hint, double *bytes) {
+  const int64_t Hq = 32, Hkv = 8, D = 128, W = Hkv * D, P = nk + 16, slots = (T + run - 1) / run;
+  const size_t cn = (size_t)(slots * P * W), qn = (size_t)(T * Hq * D);
+  uint16_t *h = malloc((cn > qn ? cn : qn) * 2);
+  for (size_t i = 0; i < (cn > qn ? cn : qn); i++) h[i] = rand_val();
+  int32_t *rs = malloc((size_t)T * 4), *rk = malloc((size_t)T * 4);
+  for (int64_t t = 0; t < T; t++) rs[t] = (int32_t)(t / run), rk[t] = (int32_t)(block ? nk + run - 1 : nk + t % run);
+  void *dq = dev_put(g_be, h, qn * 2), *dk = dev_put(g_be, h, cn * 2), *dv = dev_put(g_be, h, cn * 2);
+  void *ds = dev_put(g_be, rs, (size_t)T * 4), *dr = dev_put(g_be, rk, (size_t)T * 4);
+  void *dout = dev_put(g_be, NULL, qn * 2);
+  dsp_tensor qv = {.data = dq, .dtype = DSP_BF16, .ndim = 3, .shape = {T, Hq, D}, .stride = {Hq * D, D, 1}};
+  dsp_tensor ov = {.data = dout, .dtype = DSP_BF16, .ndim = 2, .shape = {T, Hq * D}, .stride = {Hq * D, 1}};
+  dsp_op_attention_args a = {.q = &qv, .k = dk, .v = dv, .slots = slots, .max_len = P, .kv_heads = Hkv,
+                             .kv_stride = W, .row_slot = ds, .row_keys = dr, .scale = 0.0884f, .out = &ov,
+                             .row_group = hint};
+  const int reps = g_cuda ? 50 : 2;
+  double t[5];
+  assert_int_equal(dsp_op_attention(g_be, 0, &a), DSP_OK);
+  for (int g = 0; g < 5; g++) {
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    const double t0 = now_s();
+    for (int r = 0; r < reps; r++) assert_int_equal(dsp_op_attention(g_be, 0, &a), DSP_OK);
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    t[g] = (now_s() - t0) / reps;
+  }
+  for (int i = 1; i < 5; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      const double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  *bytes = (double)slots * (double)(nk + run) * (double)W * 4.0;
+  void *all[] = {dq, dk, dv, ds, dr, dout};
+  for (int i = 0; i < 6; i++) dsp_op_release(g_be, 0, all[i]);
+  free(h), free(rs), free(rk);
+  return t[2];
+}
+
 static void t_perf(void **st) {
   (void)st;
   const double bw = copy_rate();
@@ -364,6 +512,33 @@ static void t_perf(void **st) {
     char name[64];
     snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
     printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
+  }
+  /* Qwen3-8B's products at the batch shapes of decoding (B 1, 32), verify-8 and a draft block */
+  printf("%-28s %10s %10s %8s\n", "gemm (Qwen3-8B) M x N x K", "ms", "floor ms", "x floor");
+  const int64_t ns[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {151936, 4096}};
+  const int64_t ms[] = {1, 7, 8, 32, 224, 256};
+  for (size_t i = 0; g_cuda && i < sizeof ns / sizeof ns[0]; i++)
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+      const int64_t m = ms[j], n = ns[i][0], k = ns[i][1];
+      const double t = time_gemm(m, n, k, 20);
+      const double fb = (double)(n * k + m * k + m * n) * 2 / bw, ff = 2.0 * (double)(m * n * k) / peak;
+      const double fl = fb > ff ? fb : ff;
+      char name[64];
+      snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+      printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
+    }
+  /* attention at context 1024, Qwen3-8B's 32 / 8 heads of 128 */
+  printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 1024)", "ms", "floor ms", "x floor");
+  const struct { int64_t t, run; int block, hint; const char *what; } at[] = {
+      {1, 1, 0, 0, "decode, batch 1"},          {32, 1, 0, 0, "decode, batch 32"},
+      {8, 8, 0, 0, "verify-8, batch 1"},        {256, 8, 0, 0, "verify-8, batch 32"},
+      {7, 7, 1, 7, "draft block, batch 1"},     {224, 7, 1, 7, "draft block, batch 32"},
+      {256, 8, 0, 8, "verify-8, batch 32, hint 8"}};
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+    if (!g_cuda && at[i].t > 32) continue;
+    double bytes;
+    const double t = time_att(at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
+    printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
 }
 
@@ -391,7 +566,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_markov_step)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_markov_step),
+                                       cmocka_unit_test(t_attention)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }
   dsp_backend_free(g_cpu);

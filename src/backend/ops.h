@@ -113,6 +113,7 @@ typedef struct {
   const int32_t *row_slot, *row_keys;
   float scale;
   dsp_tensor *out;              /* [T, Hq * D] or [T, Hq, D] BF16 */
+  int row_group;                /* a hint: runs of this many rows read one slot (0, 1: none); never changes a result */
 } dsp_op_attention_args;
 dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a);
 

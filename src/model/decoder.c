@@ -168,7 +168,8 @@ dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *
   dsp_op_attention_args aa = {.q = &q, .k = io->k_cache, .v = io->v_cache, .slots = io->slots,
                               .max_len = io->max_len, .kv_heads = s->hkv, .kv_stride = io->kv_stride,
                               .row_slot = io->rslot, .row_keys = io->rkeys,
-                              .scale = (float)(1.0 / sqrt((double)D)), .out = &attn};
+                              .scale = (float)(1.0 / sqrt((double)D)), .out = &attn,
+                              .row_group = io->row_group};
   DSP_TRY(dsp_op_attention(be, dev, &aa));
   DSP_TRY(residual(be, dev, s, a, &attn, L->o, M, io->comm));
   DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->post_norm, eps, &h));

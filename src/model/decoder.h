@@ -34,6 +34,7 @@ typedef struct {
   const int32_t *pos, *rslot, *rkeys; /* [M] device: position, slot read, keys seen */
   const dsp_tensor *rope_cos, *rope_sin;
   dsp_comm *comm;                  /* the TP communicator (TP > 1) */
+  int row_group;                   /* runs of this many rows read one slot (a draft block): a speed hint */
 } dsp_dec_io;
 
 /* A BF16 tensor of a checkpoint directory with the shape expected (cols 0: a vector). */

@@ -123,7 +123,8 @@ static dsp_status propose_dev(void *ctx, int di) {
   DSP_TRY(dsp_op_embed(be, dev, &t->d[di].embed, d->dm.bids, M, &x)); /* the target's table on this device */
   dsp_dec_io io = {.kv_stride = L * Wk, .slots = dr->opt.max_seqs + 1, .max_len = dr->opt.max_len,
                    .rows = d->dm.brows, .pos = d->dm.bpos, .rslot = d->dm.bslot, .rkeys = d->dm.bkeys,
-                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm};
+                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm,
+                   .row_group = (int)c->block_size};
   for (int64_t l = 0; l < L; l++) {
     io.k_cache = d->k_cache + l * Wk;
     io.v_cache = d->v_cache + l * Wk;

@@ -293,21 +293,13 @@ extern "C" dsp_status dsp_cuda_op_scatter_rows(dsp_backend *be, int dev, const d
 
 extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
   const int64_t D = a->q->shape[2];
-  const size_t smem = dsp_cu_attention_smem(a->max_len, D);
-  int optin = 0;
+  int optin = 0, sms = 0;
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be->device[dev]));
-  if (!smem || smem + 64 > (size_t)optin)
-    return dsp_fail(DSP_ERR_UNSUPPORTED,
-                    "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
-                    "(CUDA holds at most %d) is not supported",
-                    (long long)D, (long long)a->max_len, (optin - 64) / 4);
-  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
-  if (smem > m->att_smem[dev]) {
-    DSP_CUDA_TRY(dsp_cu_attention_prepare(smem));
-    m->att_smem[dev] = smem;
-  }
+  DSP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be->device[dev]));
+  const size_t limit = (size_t)optin - 1024; /* the kernels' static shared memory */
   dsp_cu_attention_args c;
+  memset(&c, 0, sizeof c);
   c.q = cu_view(a->q);
   c.k = (const uint16_t *)a->k;
   c.v = (const uint16_t *)a->v;
@@ -321,6 +313,16 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   c.out = cu_view(a->out);
   if (a->out->ndim == 2) { /* [T, Hq * D] as heads of D */
     c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
+  }
+  if (!dsp_cu_attention_config(&c, a->row_group, sms, limit))
+    return dsp_fail(DSP_ERR_UNSUPPORTED,
+                    "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
+                    "(CUDA holds at most %lld) is not supported",
+                    (long long)D, (long long)a->max_len, (long long)((limit - 36 * (size_t)D) / 2));
+  dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
+  if (m->att_smem[dev] != limit) {
+    DSP_CUDA_TRY(dsp_cu_attention_prepare(limit));
+    m->att_smem[dev] = limit;
   }
   dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
   return LAUNCHED("attention");

@@ -6,9 +6,6 @@
 #include "core/philox.h"
 #include "kernels/cuda/common/devmath.cuh"
 
-#define ATT_THREADS 256
-#define ATT_WARPS (ATT_THREADS / 32)
-
 static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 __device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
@@ -165,112 +162,6 @@ extern "C" void dsp_cu_gather_rows(const dsp_cu_view *src, const int64_t *idx, c
   if (dst->rows > 0) k_gather<<<(unsigned)dst->rows, 128, 0, s>>>(*src, idx, *dst);
 }
 
-/* One block of 256 threads per (query row, query head): q and the row's
- * scores (then probabilities) in shared memory. Thread j scores keys j,
- * j + 256, ... (its own loads of whole key rows, so the loads of different
- * keys overlap); each warp sums p.v over a contiguous eighth of the keys. */
-__device__ __forceinline__ float block_reduce(float x, float *red, int is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, o);
-    x = is_max ? (y > x ? y : x) : __fadd_rn(x, y);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) red[warp] = x;
-  __syncthreads();
-  x = red[0];
-  for (int w = 1; w < ATT_WARPS; w++) x = is_max ? (red[w] > x ? red[w] : x) : __fadd_rn(x, red[w]);
-  return x;
-}
-
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(dsp_cu_attention_args a) {
-  extern __shared__ float sm[];
-  __shared__ float red[ATT_WARPS];
-  float *qs = sm, *sc = sm + 256;
-  const int64_t t = blockIdx.x, h = blockIdx.y, D = a.q.dim;
-  const int tid = threadIdx.x;
-  /* the row's slot and visible keys, clamped to the cache */
-  const int64_t rs = a.row_slot[t], rk = a.row_keys[t];
-  const int64_t slot = rs < 0 ? 0 : rs >= a.slots ? a.slots - 1 : rs;
-  const int64_t nk = rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk;
-  const int64_t kvh = h / (a.q.heads / a.kv_heads), ts = a.kv_stride;
-  const uint16_t *kb = a.k + slot * a.max_len * ts + kvh * D;
-  const uint16_t *vb = a.v + slot * a.max_len * ts + kvh * D;
-  for (int64_t d = tid; d < D; d += ATT_THREADS) qs[d] = dsp_dev_bf16_val(*at(a.q, t, h, d));
-  __syncthreads();
-  /* scores: q.k in order over d (fmaf), rounded twice as eager attention does */
-  float m = -INFINITY;
-  for (int64_t j = tid; j < nk; j += ATT_THREADS) {
-    const uint16_t *kr = kb + j * ts;
-    float s = 0.0f;
-    if (D % 8 == 0 && ts % 8 == 0) {
-      for (int64_t d = 0; d < D; d += 8) {
-        const uint4 w = *(const uint4 *)(kr + d);
-        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-        for (int i = 0; i < 4; i++) {
-          s = __fmaf_rn(qs[d + 2 * i], dsp_dev_bf16_val((uint16_t)(u[i] & 0xFFFFu)), s);
-          s = __fmaf_rn(qs[d + 2 * i + 1], dsp_dev_bf16_val((uint16_t)(u[i] >> 16)), s);
-        }
-      }
-    } else {
-      for (int64_t d = 0; d < D; d++) s = __fmaf_rn(qs[d], dsp_dev_bf16_val(kr[d]), s);
-    }
-    s = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(s), a.scale));
-    sc[j] = s;
-    m = s > m ? s : m;
-  }
-  m = block_reduce(m, red, 1);
-  /* e = exp(s - m); z: thread-strided partials, the warps' butterflies, warps in order */
-  float z = 0.0f;
-  for (int64_t j = tid; j < nk; j += ATT_THREADS) {
-    const float e = expf(__fsub_rn(sc[j], m));
-    sc[j] = e;
-    z = __fadd_rn(z, e);
-  }
-  z = block_reduce(z, red, 0);
-  for (int64_t j = tid; j < nk; j += ATT_THREADS) sc[j] = dsp_dev_round_bf16(__fdiv_rn(sc[j], z));
-  __syncthreads();
-  /* out_d = sum_j p_j v_jd: warp w sums the keys of its contiguous eighth
-   * [w nk / 8, (w + 1) nk / 8) in key order (lane l: dims l, l + 32, ...),
-   * then the eighths are added in order */
-  float *part = sc + a.max_len; /* [ATT_WARPS][D] */
-  const int lane = tid % 32, warp = tid / 32;
-  const int64_t j0 = nk * warp / ATT_WARPS, j1 = nk * (warp + 1) / ATT_WARPS;
-  for (int64_t d0 = 0; d0 < D; d0 += 32 * 8) {
-    float acc[8];
-    for (int i = 0; i < 8; i++) acc[i] = 0.0f;
-#pragma unroll 4
-    for (int64_t j = j0; j < j1; j++) {
-      const float p = sc[j];
-      const uint16_t *vr = vb + j * ts + d0 + lane;
-      for (int i = 0; i < 8; i++)
-        if (d0 + lane + 32 * i < D) acc[i] = __fmaf_rn(p, dsp_dev_bf16_val(vr[32 * i]), acc[i]);
-    }
-    for (int i = 0; i < 8; i++)
-      if (d0 + lane + 32 * i < D) part[warp * D + d0 + lane + 32 * i] = acc[i];
-  }
-  __syncthreads();
-  for (int64_t d = tid; d < D; d += ATT_THREADS) {
-    float o = part[d];
-    for (int w = 1; w < ATT_WARPS; w++) o = __fadd_rn(o, part[w * D + d]);
-    *at(a.out, t, h, d) = dsp_dev_bf16_bits(o);
-  }
-}
-
-extern "C" size_t dsp_cu_attention_smem(int64_t max_len, int64_t d) {
-  if (d > 256 || d < 1) return 0;
-  return (size_t)(256 + max_len + ATT_WARPS * d) * 4; /* q, scores, the key ranges' partial outputs */
-}
-
-extern "C" cudaError_t dsp_cu_attention_prepare(size_t smem) {
-  return cudaFuncSetAttribute((const void *)k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-}
-
-extern "C" void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s) {
-  const size_t smem = dsp_cu_attention_smem(a->max_len, a->q.dim);
-  const dim3 grid((unsigned)a->q.rows, (unsigned)a->q.heads);
-  if (a->q.rows > 0) k_attention<<<grid, ATT_THREADS, smem, s>>>(*a);
-}
 /* One block per row; the best key by a max over threads. */
 __global__ void k_select(const uint16_t *logits, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
                          const uint64_t *seed_row, const int64_t *pos, unsigned long long *keys) {

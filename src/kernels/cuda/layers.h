@@ -53,11 +53,16 @@ typedef struct {
   const int32_t *row_slot, *row_keys; /* [T] device: the slot a row reads, the keys it sees */
   float scale;
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
+  int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
 } dsp_cu_attention_args;
-/* Shared memory a launch needs (scores of max_len keys); 0 when D is above 256. */
-size_t dsp_cu_attention_smem(int64_t max_len, int64_t d);
-/* Raises the kernel's shared-memory limit once per device; cudaSuccess or the error. */
-cudaError_t dsp_cu_attention_prepare(size_t smem);
+/* Chooses the launch (attention.cu): row_group consecutive rows that read one
+ * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
+ * heads share one block's loads where the shared memory (smem_limit bytes per
+ * block) and the SM count leave it worth it. Launch choices never change a
+ * result. 1, or 0 when D is above 256 or the cache too long for one head. */
+int dsp_cu_attention_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit);
+/* Raises the kernels' shared-memory limit to smem_limit once per device. */
+cudaError_t dsp_cu_attention_prepare(size_t smem_limit);
 void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
 
 /* Per row r of logits [R, N] (bf16, row stride ls): the selection key
