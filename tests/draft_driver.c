@@ -8,7 +8,8 @@
  * usage: draft_driver TARGET_DIR DRAFT_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]
  *   IN: tokens [B, L] I64, lengths [B] I64, starts [B, J] I64 (increasing per
  *       row, start < length), optional temperature [B] F32, seed [B] I64,
- *       gamma [1] I64, slots [B] I64
+ *       gamma [1] I64, slots [B] I64, tokens_only [1] I64 (no logits asked: the
+ *       head's greedy variant where every temperature is 0; logits written 0)
  *   OUT: tokens [B, J, gamma] I64, logits [B, J, gamma, V] BF16,
  *        confidence [B, J, gamma] F32 (when the draft has the head) */
 #include <stdio.h>
@@ -66,6 +67,7 @@ int main(int argc, char **argv) {
   float *temp = read_t(in, "temperature", DSP_F32, &n, NULL, 0);
   int64_t *seed = read_t(in, "seed", DSP_I64, &n, NULL, 0), *g = read_t(in, "gamma", DSP_I64, &n, NULL, 0);
   int64_t *slots = read_t(in, "slots", DSP_I64, &n, NULL, 0);
+  int64_t *tonly = read_t(in, "tokens_only", DSP_I64, &n, NULL, 0);
   const int64_t B = tsh[0], L = tsh[1], J = ssh[1];
   dsp_backend *be;
   dsp_backend_config bc = {.kind = kind, .comm = comm};
@@ -109,7 +111,7 @@ int main(int argc, char **argv) {
   float *ctemp = malloc((size_t)B * 4);
   uint64_t *cseed = malloc((size_t)B * 8);
   int64_t *tk = malloc((size_t)(B * G) * 8);
-  dsp_bf16 *lg = malloc((size_t)(B * G * V) * 2);
+  dsp_bf16 *lg = calloc((size_t)(B * G * V), 2);
   float *cf2 = malloc((size_t)(B * G) * 4);
   int64_t csh[3] = {ntaps, B * L, H};
   dsp_tensor ctxv = dsp_tensor_view(all, DSP_BF16, 3, csh);
@@ -128,7 +130,8 @@ int main(int argc, char **argv) {
                           .anchor = anchor, .temperature = temp ? ctemp : NULL, .seed = seed ? cseed : NULL};
     int64_t lsh[3] = {B, G, V};
     dsp_tensor lv = dsp_tensor_view(lg, DSP_BF16, 3, lsh);
-    dsp_draft_outputs dout = {.tokens = tk, .logits = &lv, .confidence = conf ? cf2 : NULL};
+    dsp_draft_outputs dout = {.tokens = tk, .logits = tonly && tonly[0] ? NULL : &lv,
+                              .confidence = conf ? cf2 : NULL};
     TRY(dsp_draft_propose(d, &db, &dout));
     for (int64_t b = 0; b < B; b++) {
       memcpy(otok + (b * J + j) * G, tk + b * G, (size_t)G * 8);
@@ -151,7 +154,7 @@ int main(int argc, char **argv) {
   }
   free(all), free(one), free(ids), free(otok), free(olog), free(oconf), free(slot), free(row0), free(count);
   free(anchor), free(ctemp), free(cseed), free(tk), free(lg), free(cf2), free(toks), free(lens), free(starts);
-  free(temp), free(seed), free(g), free(slots);
+  free(temp), free(seed), free(g), free(slots), free(tonly);
   dsp_draft_free(d);
   dsp_target_free(t);
   dsp_backend_free(be);

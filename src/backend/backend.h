@@ -16,6 +16,16 @@ extern "C" {
 /* One device's executor of the Markov head (backend-specific). */
 typedef struct dsp_markov_exec dsp_markov_exec;
 
+/* The head's batch bucket for a proposal captured with the draft's layers:
+ * its index and size, and its static hidden input [gamma][rows][ld] BF16 on
+ * the device (rows: size padded for the kernels; columns past the hidden
+ * size stay zero). */
+typedef struct {
+  int32_t index, size, rows;
+  void *hidden;
+  int64_t ld;
+} dsp_markov_fused;
+
 typedef struct {
   /* The Markov head on device `dev` (0 .. devices-1) for the plan's TP rank,
    * its weights w (host views, checked against the plan). Collective over
@@ -66,6 +76,17 @@ typedef struct {
   dsp_status (*capture_end)(dsp_backend *be, int dev, dsp_op_graph **out);
   dsp_status (*replay)(dsp_backend *be, int dev, dsp_op_graph *g);
   void (*graph_free)(dsp_backend *be, dsp_op_graph *g);
+  /* The Markov head inside a captured proposal (NULL where the backend has no
+   * graphs; TP 1): the bucket serving `batch`; staging of the anchors,
+   * temperatures, seeds and positions (not hidden) before a replay; the head's
+   * work enqueued on device dev's stream after the hidden input is written
+   * there (capturable: its inputs are read from the staging, tokens and, with
+   * sampling, logits land in pinned memory); after the stream's sync, the
+   * tokens (and logits) into out. */
+  dsp_status (*markov_fused_bucket)(dsp_markov_exec *x, int32_t batch, dsp_markov_fused *out);
+  void (*markov_fused_stage)(dsp_markov_exec *x, const dsp_markov_inputs *in);
+  dsp_status (*markov_fused_enqueue)(dsp_backend *be, int dev, dsp_markov_exec *x, int32_t batch, int sampling);
+  dsp_status (*markov_fused_collect)(dsp_markov_exec *x, const dsp_markov_inputs *in, dsp_markov_outputs *out);
 } dsp_backend_ops;
 
 struct dsp_backend {

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/dspark_impl.h"
+#include "model/markov_head_impl.h"
 #include "model/qwen3_impl.h"
 
 static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
@@ -82,6 +83,18 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
       m->bkeys[r] = (int32_t)(start + G);
     }
   }
+  if (dr->fused) { /* the bucket's padding: inert rows on the spare slot, and the head's row map */
+    const dsp_markov_fused *fb = &dr->fb;
+    const int64_t spare = dr->opt.max_seqs, Gh = dr->info.gamma;
+    for (; n < (int64_t)fb->size * (G + 1); n++) m->cpos[n] = 0, m->crows[n] = spare * P;
+    for (; r < (int64_t)fb->size * G; r++) {
+      const int64_t k = r % G;
+      m->bids[r] = 0, m->bpos[r] = (int32_t)k, m->brows[r] = spare * P + k;
+      m->bslot[r] = (int32_t)spare, m->bkeys[r] = (int32_t)G;
+    }
+    for (int64_t k = 0; k < Gh; k++)
+      for (int64_t q = 0; q < fb->rows; q++) m->hidx[k * fb->rows + q] = (q < fb->size ? q : 0) * G + k;
+  }
   dr->nctx = n;
   dr->nrows = r;
   for (int di = 1; di < dr->nd; di++) {
@@ -90,34 +103,39 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   }
 }
 
-static dsp_status propose_dev(void *ctx, int di) {
-  dsp_draft *dr = ctx;
+/* The context append: ctx = hidden_norm(fc(taps)) of N rows, every layer's K
+ * (k_norm, one RoPE over all layers' heads) and V into the stacked cache. */
+static dsp_status append_ctx(dsp_draft *dr, dr_dev *d, int64_t N) {
+  dsp_backend *be = dr->be;
+  const int dev = d->dev;
+  const dsp_hf_config *c = &dr->cfg;
+  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D;
+  const float eps = (float)c->eps;
+  DSP_TRY(dsp_op_upload_async(be, dev, d->feats.data, d->h_feats, (size_t)(N * c->ntaps * H) * 2));
+  dsp_tensor f = dsp_dec_rows(d->feats, N), x = dsp_dec_rows(d->ctx, N), kv = dsp_dec_rows(d->ckv, N);
+  DSP_TRY(dsp_op_gemm(be, dev, &f, d->fc, &x));
+  DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->hidden_norm, eps, &x));
+  DSP_TRY(dsp_op_gemm(be, dev, &x, d->ctx_kv, &kv));
+  for (int64_t l = 0; l < L; l++) { /* each layer's k_norm on its heads */
+    dsp_tensor k = dsp_dec_heads(kv, N, l * Wk, d->s.hkv, D);
+    DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &d->k_norms[l], eps, &k));
+  }
+  dsp_tensor kall = dsp_dec_heads(kv, N, 0, L * d->s.hkv, D); /* every layer's heads: one rotation */
+  DSP_TRY(dsp_op_rope(be, dev, &kall, d->dm.cpos, &d->rope_cos, &d->rope_sin));
+  const int64_t rows = (int64_t)(dr->opt.max_seqs + 1) * dr->opt.max_len;
+  dsp_tensor kc = dsp_tensor_2d(d->k_cache, DSP_BF16, rows, L * Wk), vc = dsp_tensor_2d(d->v_cache, DSP_BF16, rows, L * Wk);
+  dsp_tensor ks = dsp_dec_cols(kv, 0, L * Wk), vs = dsp_dec_cols(kv, L * Wk, L * Wk);
+  DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.crows, &kc));
+  return dsp_op_scatter_rows(be, dev, &vs, d->dm.crows, &vc);
+}
+
+/* The block's M rows through the draft layers and the final norm, into d->a.h. */
+static dsp_status block_rows(dsp_draft *dr, int di, int64_t M) {
   dr_dev *d = &dr->d[di];
   dsp_backend *be = dr->be;
   const int dev = d->dev;
   const dsp_hf_config *c = &dr->cfg;
-  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, N = dr->nctx, M = dr->nrows;
-  const float eps = (float)c->eps;
-  DSP_TRY(dsp_op_upload_async(be, dev, d->dm.crows, d->hm.crows, d->meta_bytes));
-  if (N > 0) {
-    DSP_TRY(dsp_op_upload_async(be, dev, d->feats.data, d->h_feats, (size_t)(N * c->ntaps * H) * 2));
-    dsp_tensor f = dsp_dec_rows(d->feats, N), x = dsp_dec_rows(d->ctx, N), kv = dsp_dec_rows(d->ckv, N);
-    DSP_TRY(dsp_op_gemm(be, dev, &f, d->fc, &x));
-    DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->hidden_norm, eps, &x));
-    DSP_TRY(dsp_op_gemm(be, dev, &x, d->ctx_kv, &kv));
-    for (int64_t l = 0; l < L; l++) { /* each layer's k_norm on its heads */
-      dsp_tensor k = dsp_dec_heads(kv, N, l * Wk, d->s.hkv, D);
-      DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &d->k_norms[l], eps, &k));
-    }
-    dsp_tensor kall = dsp_dec_heads(kv, N, 0, L * d->s.hkv, D); /* every layer's heads: one rotation */
-    DSP_TRY(dsp_op_rope(be, dev, &kall, d->dm.cpos, &d->rope_cos, &d->rope_sin));
-    const int64_t rows = (int64_t)(dr->opt.max_seqs + 1) * dr->opt.max_len;
-    dsp_tensor kc = dsp_tensor_2d(d->k_cache, DSP_BF16, rows, L * Wk), vc = dsp_tensor_2d(d->v_cache, DSP_BF16, rows, L * Wk);
-    dsp_tensor ks = dsp_dec_cols(kv, 0, L * Wk), vs = dsp_dec_cols(kv, L * Wk, L * Wk);
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, d->dm.crows, &kc));
-    DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, d->dm.crows, &vc));
-  }
-  if (M == 0) return dsp_op_sync(be, dev); /* append only */
+  const int64_t D = c->head_dim, L = c->layers, Wk = d->s.hkv * D;
   const dsp_target *t = dr->target;
   dsp_tensor x = dsp_dec_rows(d->a.x, M);
   DSP_TRY(dsp_op_embed(be, dev, &t->d[di].embed, d->dm.bids, M, &x)); /* the target's table on this device */
@@ -131,9 +149,81 @@ static dsp_status propose_dev(void *ctx, int di) {
     DSP_TRY(dsp_dec_layer_forward(be, dev, &d->layer[l], &d->s, &d->a, M, &io));
   }
   dsp_tensor h = dsp_dec_rows(d->a.h, M);
-  DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->final_norm, eps, &h));
-  if (di == 0) DSP_TRY(dsp_op_download(be, dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
-  return dsp_op_sync(be, dev);
+  return dsp_op_rmsnorm(be, dev, &x, &d->final_norm, (float)c->eps, &h);
+}
+
+static dsp_status propose_dev(void *ctx, int di) {
+  dsp_draft *dr = ctx;
+  dr_dev *d = &dr->d[di];
+  const int64_t N = dr->nctx, M = dr->nrows;
+  DSP_TRY(dsp_op_upload_async(dr->be, d->dev, d->dm.crows, d->hm.crows, d->meta_bytes));
+  if (N > 0) DSP_TRY(append_ctx(dr, d, N));
+  if (M > 0) {
+    DSP_TRY(block_rows(dr, di, M));
+    if (di == 0) DSP_TRY(dsp_op_download(dr->be, d->dev, dr->h_hidden, d->a.h.data, (size_t)(M * dr->cfg.hidden) * 2));
+  }
+  return dsp_op_sync(dr->be, d->dev);
+}
+
+/* A captured proposal (one device, TP 1): the staged metadata and the
+ * bucket's context rows in, the append, the block, its states gathered into
+ * the head's static input, the head; tokens (and logits) land in pinned
+ * memory, the block's states too when the draft has a confidence head. */
+static dsp_status fused_step(dsp_draft *dr) {
+  dr_dev *d = &dr->d[0];
+  dsp_backend *be = dr->be;
+  const dsp_markov_fused *fb = &dr->fb;
+  const int64_t H = dr->cfg.hidden, M = dr->nrows;
+  DSP_TRY(dsp_op_upload_async(be, d->dev, d->dm.crows, d->hm.crows, d->meta_bytes));
+  DSP_TRY(append_ctx(dr, d, dr->nctx));
+  DSP_TRY(block_rows(dr, 0, M));
+  dsp_tensor h = dsp_dec_rows(d->a.h, M);
+  dsp_tensor in = dsp_tensor_2d(fb->hidden, DSP_BF16, dr->info.gamma * fb->rows, H);
+  in.stride[0] = fb->ld;
+  DSP_TRY(dsp_op_gather_rows(be, d->dev, &h, d->dm.hidx, &in));
+  if (dr->conf_w) DSP_TRY(dsp_op_download_async(be, d->dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
+  return be->ops->markov_fused_enqueue(be, d->dev, dr->head->x[0], fb->size, dr->sampling);
+}
+
+/* Replays the call's bucket and variant; its first call runs eagerly (which
+ * also readies the products for its row counts), then captures. */
+static dsp_status run_fused(dsp_draft *dr) {
+  dr_dev *d = &dr->d[0];
+  dsp_op_graph **g = &d->graph[dr->fb.index][dr->sampling];
+  if (*g) {
+    DSP_TRY(dsp_op_replay(dr->be, d->dev, *g));
+  } else {
+    DSP_TRY(fused_step(dr));
+    DSP_TRY(dsp_op_sync(dr->be, d->dev));
+    DSP_TRY(dsp_op_capture_begin(dr->be, d->dev));
+    dsp_status s = fused_step(dr);
+    dsp_status e = dsp_op_capture_end(dr->be, d->dev, g);
+    DSP_TRY(s);
+    DSP_TRY(e);
+    DSP_TRY(dsp_op_replay(dr->be, d->dev, *g)); /* the captured run is the one whose results are read */
+  }
+  return dsp_op_sync(dr->be, d->dev);
+}
+
+/* Whether this proposal runs captured: a bucket of the head that the draft's
+ * buffers hold (its rows and its context rows, block + 1 per sequence). */
+static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_outputs *out) {
+  dr->fused = 0;
+  if (!dr->graphs || b->append_only) return 0;
+  int64_t nctx = 0;
+  for (int32_t s = 0; s < b->nseq; s++) nctx += b->ctx_count[s];
+  dsp_markov_fused fb;
+  if (dr->be->ops->markov_fused_bucket(dr->head->x[0], b->nseq, &fb) != DSP_OK) return 0;
+  const int64_t K = dr->cfg.block_size;
+  if (fb.index >= DR_GRAPHS || fb.size > dr->opt.max_seqs || fb.size * (K + 1) > dr->opt.max_ctx ||
+      nctx > fb.size * (K + 1))
+    return 0;
+  int sampling = out->logits != NULL;
+  for (int32_t s = 0; b->temperature && s < b->nseq; s++) sampling |= b->temperature[s] > 0.0f;
+  dr->fb = fb;
+  dr->sampling = sampling;
+  dr->fused = 1;
+  return 1;
 }
 
 /* c_k = sigmoid(bf16(proj . [h_k ; W1[prev_k]] + b)): fp32 in order over the features. */
@@ -160,27 +250,36 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
   DSP_TRY(check_batch(dr, b));
   if (out->confidence && !dr->conf_w)
     return dsp_fail(DSP_ERR_ARG, "draft propose: confidence asked of a checkpoint without a confidence head");
+  const int fused = pick_fused(dr, b, out);
   stage(dr, b);
-  dsp_status s = dsp_backend_each(dr->be, propose_dev, dr);
-  s = dsp_comm_agree(dr->be->comm, s);
-  if (s != DSP_OK) return s; /* the context rows of this call may be written; lengths unchanged */
-  if (b->append_only) {
-    for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
-    return DSP_OK;
-  }
   const int64_t G = dr->info.gamma, K = dr->cfg.block_size, H = dr->cfg.hidden;
-  for (int32_t q = 0; q < b->nseq; q++) {
+  for (int32_t q = 0; !b->append_only && q < b->nseq; q++) {
     dr->anchor64[q] = b->anchor[q];
     dr->pos64[q] = dr->len[b->slot[q]] + b->ctx_count[q];
-    /* the head drafts the first gamma slots of the block */
-    if (G < K) memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * K * H, (size_t)(G * H) * 2);
   }
   int64_t sh[3] = {b->nseq, G, H};
   dsp_tensor hv = dsp_tensor_view(dr->h_hidden, DSP_BF16, 3, sh);
   dsp_markov_inputs in = {.batch = b->nseq, .hidden = &hv, .anchor = dr->anchor64, .temperature = b->temperature,
                           .seed = b->seed, .position = dr->pos64};
   dsp_markov_outputs mo = {.tokens = out->tokens, .logits = out->logits};
-  DSP_TRY(dsp_markov_head_propose(dr->head, &in, &mo));
+  dsp_status s;
+  if (fused) {
+    dr->be->ops->markov_fused_stage(dr->head->x[0], &in);
+    s = run_fused(dr);
+    if (s == DSP_OK) s = dr->be->ops->markov_fused_collect(dr->head->x[0], &in, &mo);
+  } else {
+    s = dsp_backend_each(dr->be, propose_dev, dr);
+  }
+  s = dsp_comm_agree(dr->be->comm, s);
+  if (s != DSP_OK) return s; /* the context rows of this call may be written; lengths unchanged */
+  if (b->append_only) {
+    for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
+    return DSP_OK;
+  }
+  /* the head drafts the first gamma slots of the block */
+  for (int32_t q = 0; G < K && (out->confidence || !fused) && q < b->nseq; q++)
+    memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * K * H, (size_t)(G * H) * 2);
+  if (!fused) DSP_TRY(dsp_markov_head_propose(dr->head, &in, &mo));
   if (out->confidence) confidence(dr, b->nseq, out->tokens, b->anchor, out->confidence);
   for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
   return DSP_OK;

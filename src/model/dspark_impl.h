@@ -13,7 +13,10 @@ typedef struct {
   int64_t *crows, *brows;           /* [max_ctx] context rows' cache rows; [max_rows] block rows' */
   int32_t *cpos, *bpos, *bids;      /* [max_ctx] context positions; [max_rows] block positions, ids */
   int32_t *bslot, *bkeys;           /* [max_rows] the slot a block row reads, the keys it sees */
+  int64_t *hidx;                    /* [max_head] a captured proposal's head row k * rows + b <- block row b K + k */
 } dr_meta;
+
+#define DR_GRAPHS 32 /* captured proposals: one per head bucket, greedy and sampling */
 
 typedef struct {
   int dev;
@@ -32,6 +35,7 @@ typedef struct {
   void *h_meta;
   size_t meta_bytes;
   dsp_bf16 *h_feats;                /* staging of feats */
+  dsp_op_graph *graph[DR_GRAPHS][2]; /* the captured proposals (CUDA, TP 1) */
   void *mem[40];
   int nmem;
 } dr_dev;
@@ -52,13 +56,16 @@ struct dsp_draft {
   dsp_bf16 *conf_w;                 /* [H (+ R)] host, or NULL */
   float conf_b;
   int64_t *len;                     /* [max_seqs] context positions per slot */
-  dsp_bf16 *h_hidden;               /* [max_seqs * gamma, H] host: the block's final states for the head */
+  dsp_bf16 *h_hidden;               /* [max_seqs * block, H] pinned: the block's final states (head, confidence) */
+  int graphs;                       /* proposals are captured per head bucket (CUDA, one device, TP 1, DSPARK_GRAPHS) */
+  dsp_markov_fused fb;              /* this call's bucket when captured */
+  int fused, sampling;              /* this call runs captured; its variant */
   int64_t *anchor64, *pos64;        /* [max_seqs] */
   const dsp_draft_batch *batch;
   int64_t nctx, nrows;              /* this call's context rows and block rows */
   char report[512];
 };
 
-size_t dr_meta_layout(void *base, int64_t max_ctx, int64_t max_rows, dr_meta *m);
+size_t dr_meta_layout(void *base, int64_t max_ctx, int64_t max_rows, int64_t max_head, dr_meta *m);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/dspark_impl.h"
@@ -98,7 +99,7 @@ static int same_tensor(const dsp_hf_dir *dir, const char *name, const dsp_hf_dir
   return !memcmp(a.data, b.data, (size_t)(n * k) * 2);
 }
 
-size_t dr_meta_layout(void *base, int64_t C, int64_t M, dr_meta *m) {
+size_t dr_meta_layout(void *base, int64_t C, int64_t M, int64_t Hn, dr_meta *m) {
   char *p = base;
   size_t off = 0;
 #define DR_TAKE(field, type, n)                          \
@@ -111,6 +112,7 @@ size_t dr_meta_layout(void *base, int64_t C, int64_t M, dr_meta *m) {
   DR_TAKE(bids, int32_t, M)
   DR_TAKE(bslot, int32_t, M)
   DR_TAKE(bkeys, int32_t, M)
+  DR_TAKE(hidx, int64_t, Hn)
 #undef DR_TAKE
   return off;
 }
@@ -184,12 +186,15 @@ static dsp_status load_dev(void *ctx, int di) {
   d->ctx = dsp_tensor_2d(m, DSP_BF16, C, H);
   DSP_TRY(dev_alloc(d, be, (size_t)(C * 2 * L * Wk) * 2, &m));
   d->ckv = dsp_tensor_2d(m, DSP_BF16, C, 2 * L * Wk);
-  d->meta_bytes = dr_meta_layout(NULL, C, M, &d->dm);
+  const int64_t Hn = G * ((dr->opt.max_seqs + 15) / 16 * 16); /* the head's rows: batches padded to 16 */
+  d->meta_bytes = dr_meta_layout(NULL, C, M, Hn, &d->dm);
   DSP_TRY(dev_alloc(d, be, d->meta_bytes, &m));
-  dr_meta_layout(m, C, M, &d->dm);
+  dr_meta_layout(m, C, M, Hn, &d->dm);
   DSP_TRY(dsp_op_host_alloc(be, d->dev, d->meta_bytes, &d->h_meta));
-  dr_meta_layout(d->h_meta, C, M, &d->hm);
+  memset(d->h_meta, 0, d->meta_bytes);
+  dr_meta_layout(d->h_meta, C, M, Hn, &d->hm);
   DSP_TRY(dsp_op_host_alloc(be, d->dev, (size_t)(C * c->ntaps * H) * 2, (void **)&d->h_feats));
+  memset(d->h_feats, 0, (size_t)(C * c->ntaps * H) * 2); /* a captured call's padding rows: finite */
   return DSP_OK;
 }
 
@@ -261,7 +266,7 @@ static dsp_status load_all(dsp_draft *dr, const char *dir) {
                     "%lld", P, (long long)c->kv_heads, (long long)c->intermediate);
   const size_t S = (size_t)dr->opt.max_seqs, G = (size_t)c->block_size;
   dr->len = calloc(S, sizeof *dr->len);
-  dr->h_hidden = malloc(S * G * (size_t)H * 2);
+  DSP_TRY(dsp_op_host_alloc(dr->be, 0, S * G * (size_t)H * 2, (void **)&dr->h_hidden));
   dr->anchor64 = malloc(S * 8);
   dr->pos64 = malloc(S * 8);
   if (!dr->len || !dr->h_hidden || !dr->anchor64 || !dr->pos64) return dsp_fail(DSP_ERR_NOMEM, "draft: out of memory");
@@ -298,6 +303,8 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
                             .contract = DSP_CONTRACT_BF16, .broadcast = 1};
     head_ctx hc = {dr};
     s = dsp_markov_head_create(be, &mc, head_weights, &hc, &dr->head);
+    dr->graphs = s == DSP_OK && dsp_op_has_graphs(be) && dsp_env_get()->graphs && be->ops->markov_fused_bucket &&
+                 dr->nd == 1 && dr->tp == 1;
   }
   if (s != DSP_OK) {
     char msg[1024];
@@ -329,13 +336,16 @@ void dsp_draft_free(dsp_draft *dr) {
     for (int i = 0; i < d->nmem; i++) dsp_op_release(dr->be, d->dev, d->mem[i]);
     dsp_op_host_release(dr->be, d->dev, d->h_meta);
     dsp_op_host_release(dr->be, d->dev, d->h_feats);
+    for (int i = 0; i < DR_GRAPHS; i++)
+      for (int v = 0; v < 2; v++)
+        if (d->graph[i][v]) dsp_op_graph_free(dr->be, d->graph[i][v]);
   }
   dsp_markov_head_free(dr->head);
   dsp_hf_dir_close(dr->dir);
   dsp_hf_dir_close(dr->tdir);
   free(dr->conf_w);
   free(dr->len);
-  free(dr->h_hidden);
+  if (dr->h_hidden) dsp_op_host_release(dr->be, 0, dr->h_hidden);
   free(dr->anchor64);
   free(dr->pos64);
   free(dr);

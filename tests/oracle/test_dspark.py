@@ -63,19 +63,19 @@ class Ctx:
             self.pairs[name] = (tdir, ddir, t, dspark_ref.DSparkDraft.from_dir(ddir, target=t))
         return self.pairs[name]
 
-    def run(self, tdir, ddir, inputs, np_=1):
+    def run(self, tdir, ddir, inputs, np_=1, env=None):
         inp, out = self.wd.file("in.safetensors"), self.wd.file("out.safetensors")
         for f in (inp, out):
             if os.path.exists(f):
                 os.remove(f)
         st.save(inp, inputs)
         args = [self.driver, tdir, ddir, inp, out] + (["--backend", self.backend] if self.backend else [])
-        rc, _, se, _ = harness.run(args, np_=np_, timeout=180)
+        rc, _, se, _ = harness.run(args, np_=np_, timeout=180, env=env)
         self.tally.runs += 1
         return rc, (st.load(out)[0] if rc == 0 else None), se
 
-    def ok(self, label, tdir, ddir, inputs, np_=1):
-        rc, o, se = self.run(tdir, ddir, inputs, np_)
+    def ok(self, label, tdir, ddir, inputs, np_=1, env=None):
+        rc, o, se = self.run(tdir, ddir, inputs, np_, env)
         if rc != 0:
             self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-600:]))
         return o
@@ -205,6 +205,40 @@ def case_sampling(c):
     check(c, "sampling", d, a, reference(t, d, toks, LENS, STARTS, temp, seed), d.gamma)
 
 
+def case_graphs(c):
+    """CUDA: proposals replayed from the captured graphs (the default) equal the
+    eager path's (DSPARK_GRAPHS=0) bit for bit, proposal after proposal with new
+    anchors, positions and context rows each time, in the buckets of 3 and 1
+    sequences, for the greedy variant (tokens only) and the sampling one. The
+    proposals of a run differ among themselves, so a replay that read stale
+    inputs (the first proposal's) would fail."""
+    if c.backend != "cuda":
+        print("graphs: not run (the CPU has no graphs)")
+        return
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    toks = token_batch(np.random.default_rng(24), t.V)
+    temp, seed = [0.8, 1.5, 0.0], [7, 2 ** 33 + 1, 9]
+    for rows in ((0, 3), (1, 2)):
+        r = slice(*rows)
+        for variant in ("greedy", "sampling"):
+            extra = {"tokens_only": [1]} if variant == "greedy" else {"temperature": temp[r], "seed": seed[r]}
+            inp = inputs(toks[r], lens=LENS[r], starts=STARTS[r], **extra)
+            label = "%d sequences, %s" % (rows[1] - rows[0], variant)
+            g = c.ok(label + ", graphs", tdir, ddir, inp)
+            e = c.ok(label + ", eager", tdir, ddir, inp, env={"DSPARK_GRAPHS": "0"})
+            if g is None or e is None:
+                continue
+            c.tally.tokens_eq("%s: captured vs eager tokens" % label, g["tokens"], e["tokens"])
+            c.tally.logits_eq("%s: captured vs eager confidence" % label, g["confidence"], e["confidence"])
+            if variant == "sampling":
+                c.tally.logits_eq("%s: captured vs eager logits" % label, g["logits"], e["logits"])
+            moved = any(not np.array_equal(g["tokens"][:, j], g["tokens"][:, 0]) for j in range(1, len(STARTS[0])))
+            if not moved:
+                c.tally.fail("%s: every proposal drafted the same tokens: the check cannot see stale inputs" % label)
+
+
 def case_tp(c):
     tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
                               {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
@@ -277,7 +311,7 @@ def case_bad(c):
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling, "tp": case_tp,
-         "bad": case_bad}
+         "graphs": case_graphs, "bad": case_bad}
 
 
 def main():

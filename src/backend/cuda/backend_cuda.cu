@@ -43,6 +43,8 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_host_alloc,    dsp_cuda_op_host_release, dsp_cuda_op_upload_async,
     dsp_cuda_op_download_async, dsp_cuda_op_capture_begin, dsp_cuda_op_capture_end,
     dsp_cuda_op_replay,        dsp_cuda_op_graph_free,
+    dsp_cuda_markov_fused_bucket, dsp_cuda_markov_fused_stage, dsp_cuda_markov_fused_enqueue,
+    dsp_cuda_markov_fused_collect,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

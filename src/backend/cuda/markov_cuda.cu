@@ -24,6 +24,7 @@ extern "C" {
 #include "core/env.h"
 #include "core/status.h"
 }
+#include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/markov_cuda.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/device.h"
@@ -226,12 +227,12 @@ static cu_plan plan_of(const dsp_cuda_head *h, int sampling) {
   return p;
 }
 
-/* Enqueues one proposal (or only its tail) on the head's stream. */
-static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only) {
+/* Enqueues one proposal (or only its tail) on stream s (the head's, or a
+ * fused proposal's). */
+static dsp_status enqueue_on(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only, cudaStream_t s) {
   const int bq = bk->bq;
   const int64_t G = gamma_of(h), M = G * bq;
   const size_t es = logit_size(h);
-  cudaStream_t s = h->stream;
   const cu_plan p = plan_of(h, sampling);
   if (h->comm) DSP_TRY(dsp_comm_set_stream(h->comm, s)); /* a shared communicator: ours while we enqueue */
   /* one memset node clears the barrier, the claim counters and the keys (they share an allocation);
@@ -312,6 +313,10 @@ static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tai
   if (p.gather_logits)
     DSP_TRY(dsp_comm_allgather(h->comm, a.logits, h->d_logits, (size_t)(M * h->vrp) * es));
   return DSP_OK;
+}
+
+static dsp_status enqueue(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only) {
+  return enqueue_on(h, bk, sampling, tail_only, h->stream);
 }
 
 static dsp_status capture(dsp_cuda_head *h, cu_bucket *bk, int sampling, int tail_only, cudaGraphExec_t *out) {
@@ -756,8 +761,25 @@ static cu_bucket *bucket_for(dsp_cuda_head *h, int32_t batch) {
   return NULL;
 }
 
+/* Anchors, temperatures, seeds and positions into the pinned staging buffer
+ * in the bucket's layout, padding rows inert (anchor 0, T 0, seed 0, position 0). */
+static void stage_meta(dsp_cuda_head *h, const cu_bucket *bk, const dsp_markov_inputs *in) {
+  const int bq = bk->bq, B = in->batch;
+  int32_t *anchor = (int32_t *)h->h_meta;
+  float *temp = (float *)(h->h_meta + 4 * (size_t)bq);
+  uint64_t *seed = (uint64_t *)(h->h_meta + 8 * (size_t)bq);
+  int64_t *pos = (int64_t *)(h->h_meta + 16 * (size_t)bq);
+  for (int b = 0; b < bq; b++) {
+    const int real = b < B;
+    anchor[b] = real ? (int32_t)in->anchor[b] : 0;
+    temp[b] = real && in->temperature ? in->temperature[b] : 0.0f;
+    seed[b] = real && in->seed ? in->seed[b] : 0;
+    pos[b] = real && in->position ? in->position[b] : 0;
+  }
+}
+
 /* The inputs into the pinned staging buffers in the bucket's layout, padding
- * rows inert (hidden 0, anchor 0, T 0, seed 0, position 0). */
+ * rows inert (hidden 0 and stage_meta's). */
 static void stage_inputs(dsp_cuda_head *h, const cu_bucket *bk, const dsp_markov_inputs *in) {
   const int bq = bk->bq, B = in->batch;
   const int64_t G = gamma_of(h), H = h->cfg.hidden, hp = h->hp;
@@ -777,17 +799,7 @@ static void stage_inputs(dsp_cuda_head *h, const cu_bucket *bk, const dsp_markov
       }
       memset(dst + H, 0, (size_t)(hp - H) * 2);
     }
-  int32_t *anchor = (int32_t *)h->h_meta;
-  float *temp = (float *)(h->h_meta + 4 * (size_t)bq);
-  uint64_t *seed = (uint64_t *)(h->h_meta + 8 * (size_t)bq);
-  int64_t *pos = (int64_t *)(h->h_meta + 16 * (size_t)bq);
-  for (int b = 0; b < bq; b++) {
-    const int real = b < B;
-    anchor[b] = real ? (int32_t)in->anchor[b] : 0;
-    temp[b] = real && in->temperature ? in->temperature[b] : 0.0f;
-    seed[b] = real && in->seed ? in->seed[b] : 0;
-    pos[b] = real && in->position ? in->position[b] : 0;
-  }
+  stage_meta(h, bk, in);
 }
 
 /* Device logits [segs][gamma][bq][vrp] -> the caller's [B, gamma, V] view. */
@@ -811,6 +823,18 @@ static void scatter_logits(const dsp_cuda_head *h, const cu_bucket *bk, int B, c
         }
       }
   }
+}
+
+/* The pinned tokens (and logits) of the last proposal into out. */
+static void collect(const dsp_cuda_head *h, const cu_bucket *bk, int32_t B, dsp_markov_outputs *out) {
+  const int64_t G = gamma_of(h);
+  for (int32_t b = 0; b < B; b++)
+    for (int64_t k = 0; k < G; k++) {
+      int32_t t = h->h_tokens[k * bk->bq + b];
+      DSP_ASSERT(t >= 0 && t < h->cfg.vocab);
+      out->tokens[(size_t)b * (size_t)G + (size_t)k] = t;
+    }
+  if (out->logits) scatter_logits(h, bk, B, out->logits);
 }
 
 static dsp_status run_variant(dsp_cuda_head *h, cu_bucket *bk, int sampling) {
@@ -849,13 +873,7 @@ extern "C" dsp_status dsp_cuda_head_propose(dsp_cuda_head *h, const dsp_markov_i
   if (out->logits)
     DSP_CUDA_TRY(cudaMemcpyAsync(h->h_logits, h->d_logits, lbytes, cudaMemcpyDeviceToHost, h->stream));
   DSP_CUDA_TRY(cudaStreamSynchronize(h->stream));
-  for (int32_t b = 0; b < B; b++)
-    for (int64_t k = 0; k < G; k++) {
-      int32_t t = h->h_tokens[k * bq + b];
-      DSP_ASSERT(t >= 0 && t < h->cfg.vocab);
-      out->tokens[(size_t)b * (size_t)G + (size_t)k] = t;
-    }
-  if (out->logits) scatter_logits(h, bk, B, out->logits);
+  collect(h, bk, B, out);
   h->t_propose_ms = dsp_now_ms() - t0;
   return DSP_OK;
 }
@@ -892,6 +910,55 @@ extern "C" dsp_status dsp_cuda_head_replay(dsp_cuda_head *h, int32_t batch, int 
   if (!bk) return DSP_ERR_ARG;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
   return run_variant(h, bk, sampling != 0);
+}
+
+/* ---- the head inside a captured proposal (backend.h, markov_fused_*) ------------- */
+extern "C" dsp_status dsp_cuda_markov_fused_bucket(dsp_markov_exec *h, int32_t batch, dsp_markov_fused *out) {
+  if (h->multi || h->comm)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda markov head: a fused proposal runs on one rank only");
+  cu_bucket *bk = bucket_checked(h, batch);
+  if (!bk) return DSP_ERR_ARG;
+  out->index = (int32_t)(bk - h->bk);
+  out->size = bk->size;
+  out->rows = bk->bq;
+  out->hidden = bk->hidden;
+  out->ld = h->hp;
+  return DSP_OK;
+}
+
+extern "C" void dsp_cuda_markov_fused_stage(dsp_markov_exec *h, const dsp_markov_inputs *in) {
+  cu_bucket *bk = bucket_for(h, in->batch);
+  if (bk) stage_meta(h, bk, in);
+}
+
+/* On the backend's stream: the staged inputs in, the proposal, the tokens
+ * (and with sampling the bucket's rows of logits) out to pinned memory. */
+extern "C" dsp_status dsp_cuda_markov_fused_enqueue(dsp_backend *be, int dev, dsp_markov_exec *h, int32_t batch,
+                                                    int sampling) {
+  cu_bucket *bk = bucket_checked(h, batch);
+  if (!bk) return DSP_ERR_ARG;
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  const int64_t G = gamma_of(h);
+  const size_t es = logit_size(h), row = (size_t)h->vrp * es;
+  if (sampling && !h->h_logits) DSP_TRY(host_alloc(&h->h_logits, (size_t)(G * h->bq_max) * row));
+  DSP_CUDA_TRY(cudaSetDevice(h->device));
+  DSP_CUDA_TRY(cudaMemcpyAsync(bk->meta, h->h_meta, (size_t)bk->bq * 24, cudaMemcpyHostToDevice, s));
+  DSP_TRY(enqueue_on(h, bk, sampling != 0, 0, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(h->h_tokens, h->d_tokens, (size_t)(G * bk->bq) * 4, cudaMemcpyDeviceToHost, s));
+  if (sampling) /* the bucket's rows of each step, not its padding to 16 */
+    DSP_CUDA_TRY(cudaMemcpy2DAsync(h->h_logits, (size_t)bk->bq * row, h->d_logits, (size_t)bk->bq * row,
+                                   (size_t)bk->size * row, (size_t)G, cudaMemcpyDeviceToHost, s));
+  return DSP_OK;
+}
+
+extern "C" dsp_status dsp_cuda_markov_fused_collect(dsp_markov_exec *h, const dsp_markov_inputs *in,
+                                                    dsp_markov_outputs *out) {
+  cu_bucket *bk = bucket_checked(h, in->batch);
+  if (!bk) return DSP_ERR_ARG;
+  if (out->logits && !h->h_logits)
+    return dsp_fail(DSP_ERR_ARG, "cuda markov head: logits asked of a greedy fused proposal");
+  collect(h, bk, in->batch, out);
+  return DSP_OK;
 }
 
 /* ---- the backend ops ---------------------------------------------------------- */

@@ -80,6 +80,10 @@ dsp_status dsp_cuda_markov_propose(dsp_markov_exec *x, const dsp_markov_inputs *
 const char *dsp_cuda_markov_detail(const dsp_markov_exec *x);
 void dsp_cuda_markov_last_timing(const dsp_markov_exec *x, double *lm_ms, double *tail_ms);
 void dsp_cuda_markov_free(dsp_markov_exec *x);
+dsp_status dsp_cuda_markov_fused_bucket(dsp_markov_exec *x, int32_t batch, dsp_markov_fused *out);
+void dsp_cuda_markov_fused_stage(dsp_markov_exec *x, const dsp_markov_inputs *in);
+dsp_status dsp_cuda_markov_fused_enqueue(dsp_backend *be, int dev, dsp_markov_exec *x, int32_t batch, int sampling);
+dsp_status dsp_cuda_markov_fused_collect(dsp_markov_exec *x, const dsp_markov_inputs *in, dsp_markov_outputs *out);
 
 #ifdef __cplusplus
 }
