@@ -31,7 +31,7 @@ static dsp_status step(dsp_target *t, int di) {
   DSP_TRY(dsp_op_embed(be, dev, &d->embed, d->dm.ids, M, &x));
   dsp_dec_io io = {.kv_stride = d->s.hkv * in->head_dim, .slots = t->opt.max_seqs + 1, .max_len = t->opt.max_len,
                    .rows = d->dm.rows, .pos = d->dm.pos, .rslot = d->dm.rslot, .rkeys = d->dm.rkeys,
-                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm};
+                   .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm, .row_group = t->group};
   for (int64_t l = 0; l < in->layers; l++) {
     qw_layer *L = &d->layer[l];
     io.k_cache = L->k_cache;
@@ -66,8 +66,8 @@ static dsp_status forward_dev(void *ctx, int di) {
   qw_dev *d = &t->d[di];
   if (t->bucket < 0) {
     DSP_TRY(step(t, di));
-  } else if (d->graph[t->bucket][t->sampling]) {
-    DSP_TRY(dsp_op_replay(t->be, d->dev, d->graph[t->bucket][t->sampling]));
+  } else if (d->graph[t->bucket][t->sampling + 2 * (t->group > 1)]) {
+    DSP_TRY(dsp_op_replay(t->be, d->dev, d->graph[t->bucket][t->sampling + 2 * (t->group > 1)]));
   } else {
     /* the first call of a bucket runs eagerly (which also readies the products for its row count), then captures */
     DSP_TRY(step(t, di));
@@ -78,7 +78,7 @@ static dsp_status forward_dev(void *ctx, int di) {
     dsp_status e = dsp_op_capture_end(t->be, d->dev, &g);
     DSP_TRY(s);
     DSP_TRY(e);
-    d->graph[t->bucket][t->sampling] = g;
+    d->graph[t->bucket][t->sampling + 2 * (t->group > 1)] = g;
   }
   DSP_TRY(dsp_op_sync(t->be, d->dev));
   if (t->want_logits) {
@@ -154,9 +154,10 @@ dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_targ
   DSP_TRY(check_batch(t, b));
   const dsp_target_info *in = &t->info;
   int64_t M = 0;
-  int sampling = 0;
+  int sampling = 0, group = 1;
   for (int32_t s = 0; s < b->nseq; s++) {
     M += b->count[s];
+    group = b->count[s] > group ? b->count[s] : group;
     sampling |= b->temperature && b->temperature[s] > 0.0f;
   }
   t->ntok = M;
@@ -180,6 +181,7 @@ dsp_status dsp_target_forward(dsp_target *t, const dsp_target_batch *b, dsp_targ
   t->mrows = M;
   t->srows = S;
   t->sampling = sampling;
+  t->group = group; /* a graph keeps the hint of its capture: a speed choice, never a result */
   for (int i = 0; !b->last_only && i < t->nbuckets; i++)
     if (t->buckets[i] >= M) {
       t->bucket = i;

@@ -45,7 +45,7 @@ typedef struct {
   void *h_meta;
   size_t meta_bytes;
   uint64_t *d_keys, *h_keys;
-  dsp_op_graph *graph[QW_BUCKETS][2];
+  dsp_op_graph *graph[QW_BUCKETS][4]; /* [bucket][sampling + 2 (several rows per sequence: verify)] */
   void *mem[32];             /* what free releases */
   int nmem;
 } qw_dev;
@@ -69,6 +69,7 @@ struct dsp_target {
   int64_t ntok, nsel;          /* new tokens, selecting rows of this call */
   int64_t mrows, srows;        /* rows and selecting rows run (padded up to a bucket in a graph) */
   int bucket, sampling;        /* the graph of this call (-1: none), and its variant */
+  int group;                   /* the most rows one sequence brings (attention's row-group hint) */
   int want_logits;
   char report[512];
 };

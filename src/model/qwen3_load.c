@@ -146,7 +146,7 @@ void dsp_target_free(dsp_target *t) {
     free(d->layer);
     dsp_op_weight_free(t->be, d->lm);
     for (int b = 0; b < QW_BUCKETS; b++)
-      for (int v = 0; v < 2; v++) dsp_op_graph_free(t->be, d->graph[b][v]);
+      for (int v = 0; v < 4; v++) dsp_op_graph_free(t->be, d->graph[b][v]);
     dsp_op_host_release(t->be, d->dev, d->h_meta);
     dsp_op_host_release(t->be, d->dev, d->h_keys);
     for (int i = 0; i < d->nmem; i++) dsp_op_release(t->be, d->dev, d->mem[i]);

@@ -266,7 +266,7 @@ extern "C" int dsp_cu_attention_config(dsp_cu_attention_args *a, int row_group, 
   const int64_t D = a->q.dim, T = a->q.rows, Hkv = a->kv_heads;
   if (D < 1 || D > 256 || Hkv < 1 || a->q.heads % Hkv) return 0;
   const int group = (int)(a->q.heads / Hkv), DI = D <= 64 ? 1 : D <= 128 ? 2 : 4;
-  int gs = group, rb = row_group > 1 ? row_group : 1;
+  int gs = group, rb = row_group > AT_MAXP ? AT_MAXP : row_group > 1 ? row_group : 1;
   for (;;) {
     while (group % gs) gs--;
     /* too few blocks for the SMs (one block fills an SM's registers): rows
