@@ -290,6 +290,307 @@ static void t_attention(void **st) {
                 g_cpu ? " (and the CPU against the reference)" : "");
 }
 
+/* ---- the models' layer ops (docs/CONTRACTS.md, "The models") ---------------------
+ * Each op on the backend under test (and on the CPU in CUDA runs) against a
+ * reference written here from the contract's rounding points. Exact ops
+ * (embed, gather, scatter, add, round_add, RoPE: fp32 operations on bf16 values
+ * rounded as the contract says) must match bit for bit everywhere. RMSNorm and
+ * silu_mul sum or take expf in fp32 where the reference uses double: within one
+ * bf16 ulp of it, and the backends within one ulp of each other. Selection:
+ * the id the contract's order and Philox noise pick, exactly. */
+static int ulps16(uint16_t a, uint16_t b) { /* distance in bf16 steps (same sign region) */
+  const int ia = a & 0x8000 ? -(int)(a & 0x7fff) : (int)a, ib = b & 0x8000 ? -(int)(b & 0x7fff) : (int)b;
+  return abs(ia - ib);
+}
+static uint16_t round16(float f) { return f32_to_bf(f); }
+
+typedef struct {
+  long exact, near, bad, cross;
+} op_tally;
+
+static void op_cmp(op_tally *t, uint16_t got, uint16_t cpu, uint16_t want, int exact_op, const char *what, int64_t i) {
+  int ok;
+  if (is_nan16(want)) ok = is_nan16(got);
+  else ok = exact_op ? got == want : ulps16(got, want) <= 1;
+  t->exact += got == want;
+  t->near += ok && got != want;
+  t->bad += !ok;
+  if (!ok && t->bad <= 3)
+    print_message("  %s [%lld]: got 0x%04x (%a), contract 0x%04x (%a)\n", what, (long long)i, got, (double)bf(got), want,
+                  (double)bf(want));
+  if (g_cpu) t->cross += exact_op ? got != cpu && !(is_nan16(got) && is_nan16(cpu)) : ulps16(got, cpu) > 1;
+  g_compared++;
+}
+
+static void op_done(const op_tally *t, const char *what) {
+  if (t->bad || t->cross)
+    fail_msg("%s: %ld values beyond the contract's tolerance, %ld CPU values beyond the tolerance of this backend's",
+             what, t->bad, t->cross);
+}
+
+/* A [R, C] BF16 view of backend memory with row stride ld. */
+static dsp_tensor view2(void *d, int64_t r, int64_t c, int64_t ld) {
+  dsp_tensor v = dsp_tensor_2d(d, DSP_BF16, r, c);
+  v.stride[0] = ld;
+  return v;
+}
+
+static void run_rmsnorm(dsp_backend *be, const uint16_t *x, const uint16_t *w, int64_t R, int64_t N, int64_t D,
+                        int64_t ld, int in_place, uint16_t *out) {
+  void *dx = dev_put(be, x, (size_t)(R * ld) * 2), *dw = dev_put(be, w, (size_t)D * 2);
+  void *dout = in_place ? dx : dev_put(be, x, (size_t)(R * ld) * 2);
+  dsp_tensor xv = {.data = dx, .dtype = DSP_BF16, .ndim = 3, .shape = {R, N, D}, .stride = {ld, D, 1}};
+  dsp_tensor ov = xv;
+  ov.data = dout;
+  int64_t wsh[1] = {D};
+  dsp_tensor wv = dsp_tensor_view(dw, DSP_BF16, 1, wsh);
+  if (dsp_op_rmsnorm(be, 0, &xv, &wv, 1e-6f, &ov) != DSP_OK) fail_msg("rmsnorm: %s", dsp_error_message());
+  dev_get(be, out, dout, (size_t)(R * ld) * 2);
+  dsp_op_release(be, 0, dx);
+  dsp_op_release(be, 0, dw);
+  if (!in_place) dsp_op_release(be, 0, dout);
+}
+
+static void t_rmsnorm(void) {
+  /* rows of 4096 (one block per row on CUDA), 256, 1000 and 72; per-head views in wider rows; in place */
+  const struct { int64_t r, n, d, ld; int grid, in_place; } cs[] = {
+      {5, 1, 4096, 4096, 0, 0}, {7, 1, 256, 264, 1, 0}, {3, 1, 1000, 1000, 0, 1}, {6, 8, 128, 1536, 0, 1},
+      {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}};
+  op_tally t = {0};
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    const int64_t R = cs[c].r, N = cs[c].n, D = cs[c].d, ld = cs[c].ld;
+    uint16_t *x = malloc((size_t)(R * ld) * 2), *w = malloc((size_t)D * 2);
+    uint16_t *o = malloc((size_t)(R * ld) * 2), *oc = malloc((size_t)(R * ld) * 2);
+    for (int64_t i = 0; i < R * ld; i++) x[i] = cs[c].grid ? grid_val() : rand_val();
+    for (int64_t i = 0; i < D; i++) w[i] = rand_val();
+    run_rmsnorm(g_be, x, w, R, N, D, ld, cs[c].in_place, o);
+    if (g_cpu) run_rmsnorm(g_cpu, x, w, R, N, D, ld, cs[c].in_place, oc);
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t h = 0; h < N; h++) {
+        const uint16_t *xr = x + r * ld + h * D;
+        double ss = 0;
+        for (int64_t d = 0; d < D; d++) ss += (double)bf(xr[d]) * (double)bf(xr[d]);
+        const double inv = 1.0 / sqrt(ss / (double)D + (double)1e-6f);
+        for (int64_t d = 0; d < D; d++) {
+          const uint16_t xn = to_bf((double)bf(xr[d]) * inv);
+          const uint16_t want = round16(bf(w[d]) * bf(xn));
+          const int64_t i = r * ld + h * D + d;
+          op_cmp(&t, o[i], g_cpu ? oc[i] : o[i], want, 0, "rmsnorm", i);
+        }
+      }
+    free(x), free(w), free(o), free(oc);
+  }
+  op_done(&t, "rmsnorm");
+  print_message("rmsnorm: %ld equal to the contract, %ld one ulp from it\n", t.exact, t.near);
+}
+
+static void run_rope(dsp_backend *be, const uint16_t *x, const int32_t *pos, const uint16_t *cs, const uint16_t *sn,
+                     int64_t T, int64_t N, int64_t D, int64_t ld, int64_t P, uint16_t *out) {
+  void *dx = dev_put(be, x, (size_t)(T * ld) * 2), *dp = dev_put(be, pos, (size_t)T * 4);
+  void *dc = dev_put(be, cs, (size_t)(P * D / 2) * 2), *ds = dev_put(be, sn, (size_t)(P * D / 2) * 2);
+  dsp_tensor xv = {.data = dx, .dtype = DSP_BF16, .ndim = 3, .shape = {T, N, D}, .stride = {ld, D, 1}};
+  dsp_tensor cv = dsp_tensor_2d(dc, DSP_BF16, P, D / 2), sv = dsp_tensor_2d(ds, DSP_BF16, P, D / 2);
+  if (dsp_op_rope(be, 0, &xv, dp, &cv, &sv) != DSP_OK) fail_msg("rope: %s", dsp_error_message());
+  dev_get(be, out, dx, (size_t)(T * ld) * 2);
+  void *all[] = {dx, dp, dc, ds};
+  for (int i = 0; i < 4; i++) dsp_op_release(be, 0, all[i]);
+}
+
+static void t_rope(void) {
+  /* the draft's stacked form: heads of every layer in one call, rows strided inside a wider projection */
+  const struct { int64_t t, n, d, ld; } cs[] = {{9, 8, 128, 2048}, {5, 15, 64, 960}, {3, 3, 80, 256}};
+  op_tally t = {0};
+  const int64_t P = 64;
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    const int64_t T = cs[c].t, N = cs[c].n, D = cs[c].d, ld = cs[c].ld, hf = D / 2;
+    uint16_t *x = malloc((size_t)(T * ld) * 2), *o = malloc((size_t)(T * ld) * 2), *oc = malloc((size_t)(T * ld) * 2);
+    uint16_t *co = malloc((size_t)(P * hf) * 2), *si = malloc((size_t)(P * hf) * 2);
+    int32_t *pos = malloc((size_t)T * 4);
+    for (int64_t i = 0; i < T * ld; i++) x[i] = rand_val();
+    for (int64_t i = 0; i < P * hf; i++) co[i] = rand_val(), si[i] = rand_val();
+    for (int64_t i = 0; i < T; i++) pos[i] = (int32_t)((i * 37 + 5) % P);
+    run_rope(g_be, x, pos, co, si, T, N, D, ld, P, o);
+    if (g_cpu) run_rope(g_cpu, x, pos, co, si, T, N, D, ld, P, oc);
+    for (int64_t r = 0; r < T; r++)
+      for (int64_t i = 0; i < ld; i++) {
+        const int64_t h = i / D, d = i % D;
+        uint16_t want = x[r * ld + i]; /* columns past the heads stay */
+        if (h < N) {
+          const uint16_t *xr = x + r * ld + h * D;
+          const int64_t j = d % hf;
+          const float c0 = bf(co[pos[r] * hf + j]), s0 = bf(si[pos[r] * hf + j]);
+          const float a = bf(round16(bf(xr[d]) * c0));
+          const float b = bf(round16(bf(xr[d < hf ? d + hf : d - hf]) * s0));
+          want = round16(d < hf ? a - b : a + b);
+        }
+        op_cmp(&t, o[r * ld + i], g_cpu ? oc[r * ld + i] : o[r * ld + i], want, 1, "rope", r * ld + i);
+      }
+    free(x), free(o), free(oc), free(co), free(si), free(pos);
+  }
+  op_done(&t, "rope");
+}
+
+/* add, silu_mul, round_add, embed, gather and scatter on [M, N] views with padded rows. */
+typedef enum { EW_ADD, EW_SILU, EW_ROUND_ADD, EW_EMBED, EW_GATHER, EW_SCATTER } ew_kind;
+
+static void run_ew(dsp_backend *be, ew_kind k, const uint16_t *a, const uint16_t *b, const float *p,
+                   const int32_t *ids, const int64_t *idx, int64_t M, int64_t N, int64_t ld, int64_t V, uint16_t *out) {
+  const size_t bytes = (size_t)(M * ld) * 2, tb = (size_t)(V * ld) * 2;
+  void *da = dev_put(be, a, k == EW_EMBED || k == EW_GATHER ? tb : bytes), *db = dev_put(be, b, bytes);
+  void *dout = dev_put(be, out, k == EW_SCATTER ? tb : bytes);
+  void *dp = p ? dev_put(be, p, (size_t)(M * ld) * 4) : NULL;
+  void *di = ids ? dev_put(be, ids, (size_t)M * 4) : NULL, *dx = idx ? dev_put(be, idx, (size_t)M * 8) : NULL;
+  dsp_tensor av = view2(da, k == EW_EMBED || k == EW_GATHER ? V : M, N, ld), bv = view2(db, M, N, ld);
+  dsp_tensor ov = view2(dout, k == EW_SCATTER ? V : M, N, ld);
+  dsp_tensor pv = {.data = dp, .dtype = DSP_F32, .ndim = 2, .shape = {M, N}, .stride = {ld, 1}};
+  dsp_status s = DSP_OK;
+  switch (k) {
+  case EW_ADD: s = dsp_op_add(be, 0, &av, &bv, &ov); break;
+  case EW_SILU: s = dsp_op_silu_mul(be, 0, &av, &bv, &ov); break;
+  case EW_ROUND_ADD: s = dsp_op_round_add(be, 0, &av, &pv, &ov); break;
+  case EW_EMBED: s = dsp_op_embed(be, 0, &av, di, M, &ov); break;
+  case EW_GATHER: s = dsp_op_gather_rows(be, 0, &av, dx, &ov); break;
+  case EW_SCATTER: {
+    dsp_tensor sv = view2(db, M, N, ld);
+    s = dsp_op_scatter_rows(be, 0, &sv, dx, &ov);
+  } break;
+  }
+  if (s != DSP_OK) fail_msg("element-wise op %d: %s", (int)k, dsp_error_message());
+  dev_get(be, out, dout, k == EW_SCATTER ? tb : bytes);
+  void *all[] = {da, db, dout, dp, di, dx};
+  for (int i = 0; i < 6; i++)
+    if (all[i]) dsp_op_release(be, 0, all[i]);
+}
+
+static void t_elementwise(void) {
+  static const char *names[] = {"add", "silu_mul", "round_add", "embed", "gather_rows", "scatter_rows"};
+  const int64_t M = 13, N = 300, ld = 312, V = 40;
+  uint16_t *a = malloc((size_t)(V * ld) * 2), *b = malloc((size_t)(M * ld) * 2);
+  uint16_t *o = malloc((size_t)(V * ld) * 2), *oc = malloc((size_t)(V * ld) * 2);
+  float *p = malloc((size_t)(M * ld) * 4);
+  int32_t ids[13];
+  int64_t idx[13];
+  for (int64_t i = 0; i < V * ld; i++) a[i] = rand_val();
+  for (int64_t i = 0; i < M * ld; i++) b[i] = rand_val(), p[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0 - 0.5);
+  a[3] = 0x7fc0, a[4] = 0x7f80, a[5] = 0xff80, b[6] = 0x8000, a[7] = 0x42f0; /* NaN, +-inf, -0, a large gate */
+  for (int64_t i = 0; i < M; i++) ids[i] = (int32_t)((i * 7 + 3) % V), idx[i] = (i * 11 + 2) % V; /* distinct rows */
+  for (int k = EW_ADD; k <= EW_SCATTER; k++) {
+    op_tally t = {0};
+    const int64_t rows = k == EW_SCATTER ? V : M;
+    for (int64_t i = 0; i < rows * ld; i++) o[i] = oc[i] = 0xbeef; /* untouched padding and rows must stay */
+    run_ew(g_be, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, o);
+    if (g_cpu) run_ew(g_cpu, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, oc);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < ld; c++) {
+        const int64_t i = r * ld + c;
+        uint16_t want = 0xbeef;
+        int exact = 1;
+        int64_t src = -1;
+        if (k == EW_SCATTER)
+          for (int64_t q = 0; q < M; q++) src = idx[q] == r ? q : src;
+        if (c < N && (k != EW_SCATTER || src >= 0)) {
+          const float x = bf(a[i < V * ld ? i : 0]), y = bf(b[r < M ? i : 0]);
+          switch (k) {
+          case EW_ADD: want = round16(x + y); break;
+          case EW_SILU:
+            want = to_bf((double)bf(to_bf((double)x / (1.0 + exp(-(double)x)))) * (double)y);
+            exact = 0;
+            break;
+          case EW_ROUND_ADD: want = round16(x + bf(round16(p[i]))); break;
+          case EW_EMBED: want = a[ids[r] * ld + c]; break;
+          case EW_GATHER: want = a[idx[r] * ld + c]; break;
+          case EW_SCATTER: want = b[src * ld + c]; break;
+          }
+        }
+        op_cmp(&t, o[i], g_cpu ? oc[i] : o[i], want, exact, names[k], i);
+      }
+    op_done(&t, names[k]);
+  }
+  free(a), free(b), free(o), free(oc), free(p);
+}
+
+/* Philox4x32-10 (Random123) and the contract's Gumbel noise, written here. */
+static uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos) {
+  uint32_t c[4] = {(uint32_t)id, (uint32_t)(id >> 32), (uint32_t)pos, (uint32_t)(pos >> 32)};
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+    c[0] = n0, c[1] = (uint32_t)p1, c[2] = n2, c[3] = (uint32_t)p0;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  return c[0];
+}
+
+static void run_select(dsp_backend *be, const uint16_t *lg, int64_t R, int64_t N, int64_t ls, int64_t nv, int64_t id0,
+                       const float *tr, const uint64_t *sd, const int64_t *pos, uint64_t *keys) {
+  void *dl = dev_put(be, lg, (size_t)(R * ls) * 2), *dk = dev_put(be, NULL, (size_t)R * 8);
+  void *dt = tr ? dev_put(be, tr, (size_t)R * 4) : NULL, *ds = dev_put(be, sd, (size_t)R * 8);
+  void *dp = dev_put(be, pos, (size_t)R * 8);
+  dsp_tensor lv = view2(dl, R, N, ls);
+  dsp_op_select_args a = {.logits = &lv, .id0 = id0, .n_valid = nv, .t_row = dt, .seed_row = ds, .pos = dp, .keys = dk};
+  if (dsp_op_select(be, 0, &a) != DSP_OK) fail_msg("select: %s", dsp_error_message());
+  dev_get(be, keys, dk, (size_t)R * 8);
+  void *all[] = {dl, dk, dt, ds, dp};
+  for (int i = 0; i < 5; i++)
+    if (all[i]) dsp_op_release(be, 0, all[i]);
+}
+
+static void t_select(void) {
+  const int64_t R = 9, N = 5000, ls = 5008, id0 = 70000;
+  uint16_t *lg = malloc((size_t)(R * ls) * 2);
+  for (int64_t i = 0; i < R * ls; i++) lg[i] = grid_val(); /* many ties */
+  lg[1 * ls + 4000] = 0x7fc1, lg[1 * ls + 17] = 0x7fc0;  /* NaNs: the lowest id wins */
+  for (int64_t c = 0; c < N; c++) lg[2 * ls + c] = 0xff80; /* all -inf */
+  lg[3 * ls + 4999] = 0x7f80;                               /* +inf in the last valid column */
+  for (int64_t c = 0; c < N; c++) lg[4 * ls + c] = c % 2 ? 0x8000 : 0x0000; /* +-0 */
+  float tr[9] = {0, 0, 0, 0, 0, 0.7f, 1.0f, 2.5f, 1e-3f};
+  uint64_t sd[9] = {1, 2, 3, 4, 5, 6, 7ull << 33, 8, 9};
+  int64_t pos[9] = {0, 1, 2, 3, 4, 5, 1ll << 35, 77, 12};
+  uint64_t k[9], kc[9];
+  const int64_t nvs[] = {N, 4321};
+  long bad = 0, cross = 0;
+  for (int v = 0; v < 2; v++) {
+    const int64_t nv = nvs[v];
+    run_select(g_be, lg, R, N, ls, nv, id0, tr, sd, pos, k);
+    if (g_cpu) run_select(g_cpu, lg, R, N, ls, nv, id0, tr, sd, pos, kc);
+    for (int64_t r = 0; r < R; r++) {
+      float best = 0;
+      int64_t bi = -1;
+      for (int64_t c = 0; c < nv; c++) {
+        float sc = bf(lg[r * ls + c]);
+        if (tr[r] > 0) {
+          const double u = ((double)ref_philox0(sd[r], (uint64_t)(id0 + c), (uint64_t)pos[r]) + 0.5) / 4294967296.0;
+          volatile float q = sc / tr[r];
+          sc = q + (float)(-log(-log(u)));
+        }
+        if (bi < 0 || better(sc, id0 + c, best, bi)) best = sc, bi = id0 + c;
+      }
+      const int64_t got = (int64_t)(uint32_t)~(uint32_t)k[r]; /* core/select.h's key: id in the low word, inverted */
+      if (got != bi) {
+        bad++;
+        print_message("  select row %lld (T %g, %lld valid): id %lld, contract %lld\n", (long long)r, (double)tr[r],
+                      (long long)nv, (long long)got, (long long)bi);
+      }
+      if (g_cpu) cross += kc[r] != k[r];
+      g_compared++;
+    }
+  }
+  if (bad || cross) fail_msg("select: %ld ids differ from the contract's, %ld keys from the CPU's", bad, cross);
+  free(lg);
+}
+
+static void t_layers(void **st) {
+  (void)st;
+  const long long before = g_compared;
+  t_rmsnorm();
+  t_rope();
+  t_elementwise();
+  t_select();
+  print_message("layer ops: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
+                g_cpu ? " (and against the CPU)" : "");
+}
+
 /* ---- the Markov step ---------------------------------------------------------- */
 typedef struct {
   int64_t b, n, r, n_valid, id0;
@@ -567,7 +868,7 @@ int main(int argc, char **argv) {
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_markov_step),
-                                       cmocka_unit_test(t_attention)};
+                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_layers)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }
   dsp_backend_free(g_cpu);
