@@ -1,12 +1,15 @@
-/* libFuzzer target for the Hugging Face config reader: the input is
- * config.json, optionally followed by a NUL and generation_config.json.
- * Whatever the bytes, parsing either fails with a message or yields sizes
- * the loader can trust (positive, heads dividing, at most DSP_MAX_EOS ids). */
+/* libFuzzer target for the Hugging Face config readers: the input is
+ * config.json, optionally followed by a NUL and generation_config.json, read
+ * as a Qwen3 / DSpark config and as a Kimi-Linear KDA config. Whatever the
+ * bytes, parsing either fails with a message or yields sizes the loaders can
+ * trust (positive, heads dividing, at most DSP_MAX_EOS ids; KDA: layers,
+ * head dim and conv width in range, a negative gate bound). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/hf_config.h"
+#include "io/kda_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -25,6 +28,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
   } else if (!dsp_error_message()[0]) {
     abort(); /* a refusal always says why */
+  }
+  dsp_kda_config k;
+  if (dsp_kda_config_parse(buf, "fuzz", &k) == DSP_OK) {
+    if (k.hidden < 1 || k.layers < 1 || k.layers > DSP_KDA_MAX_LAYERS || k.heads < 1 || k.head_dim < 1 ||
+        k.head_dim > 256 || k.conv_width < 1 || k.conv_width > 8 || (k.lower_bound_gate && !(k.lower_bound < 0)))
+      abort();
+  } else if (!dsp_error_message()[0]) {
+    abort();
   }
   free(buf);
   return 0;

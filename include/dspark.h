@@ -555,6 +555,43 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                          const int32_t *lens, const dsp_spec_options *o, dsp_token_fn fn, dsp_round_fn rf, void *ctx,
                          int32_t *finished, dsp_generate_stats *st);
 
+/* ---- a Kimi Delta Attention layer (a Kimi-Linear checkpoint's KDA layer) ----
+ * model.layers.N.self_attn.{q,k,v}_proj, {q,k,v}_conv1d, f_a_proj, f_b_proj,
+ * dt_bias, A_log, b_proj, g_a_proj, g_b_proj, o_norm, o_proj of a
+ * KimiLinearForCausalLM directory (config.json's linear_attn_config names the
+ * KDA layers, 1-based). Between the projections and o_proj the layer runs the
+ * backend's KDA operation (numerics in src/kernels/cpu/kda.h); heads split over
+ * TP ranks (o_proj row-parallel: fp32 partials, all-reduced, rounded once).
+ * Each sequence slot keeps its short-conv inputs and recurrent state. What
+ * dspark cannot run (another architecture, a full-rank gate, quantized
+ * weights, a full-attention layer, heads that TP does not divide) is refused
+ * with the field named. CPU backend for now. */
+typedef struct dsp_kda_layer dsp_kda_layer;
+typedef struct {
+  int32_t layer;      /* the decoder layer, 0-based */
+  int32_t max_seqs;   /* state slots */
+  int32_t max_tokens; /* tokens per call, over all sequences */
+} dsp_kda_layer_options;
+enum { DSP_KDA_CHUNKED = 0, DSP_KDA_RECURRENT = 1 };
+typedef struct {
+  int32_t nseq;
+  const int32_t *slot;  /* [nseq] distinct slots */
+  const int32_t *count; /* [nseq] tokens of each sequence (>= 1), in order in x */
+  const uint8_t *fresh; /* [nseq] 1: start from zero states; NULL: every sequence continues */
+  int form;             /* DSP_KDA_CHUNKED (prefill, chunks of 64) or DSP_KDA_RECURRENT (decode, verify) */
+} dsp_kda_batch;
+typedef struct {
+  int64_t hidden, heads, head_dim, conv_width;
+  int lower_bound_gate; /* 1: g = lower_bound * sigmoid(...) (linear_attn_config.gate_lower_bound) */
+  double lower_bound, eps;
+} dsp_kda_layer_info;
+dsp_status dsp_kda_layer_load(dsp_backend *be, const char *dir, const dsp_kda_layer_options *o, dsp_kda_layer **out);
+/* x, y: [T, hidden] BF16 host views, T = the sum of the counts; y on every rank. */
+dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y);
+const dsp_kda_layer_info *dsp_kda_layer_info_of(const dsp_kda_layer *L);
+const char *dsp_kda_layer_report(const dsp_kda_layer *L);
+void dsp_kda_layer_free(dsp_kda_layer *L);
+
 /* ---- the tokenizer (tokenizer.json: byte-level BPE as Qwen ships it) ------- */
 typedef struct dsp_tokenizer dsp_tokenizer;
 dsp_status dsp_tokenizer_load(const char *path, dsp_tokenizer **out);

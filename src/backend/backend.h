@@ -87,6 +87,10 @@ typedef struct {
   void (*markov_fused_stage)(dsp_markov_exec *x, const dsp_markov_inputs *in);
   dsp_status (*markov_fused_enqueue)(dsp_backend *be, int dev, dsp_markov_exec *x, int32_t batch, int sampling);
   dsp_status (*markov_fused_collect)(dsp_markov_exec *x, const dsp_markov_inputs *in, dsp_markov_outputs *out);
+  /* Kimi Delta Attention (ops.h; NULL where the backend has no KDA kernels yet) */
+  dsp_status (*kda_workspace)(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
+                              size_t *bytes);
+  dsp_status (*kda)(dsp_backend *be, int dev, const dsp_op_kda_args *a);
 } dsp_backend_ops;
 
 struct dsp_backend {

@@ -79,6 +79,32 @@ dsp_status dsp_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args
   return be->ops->markov_step(be, dev, a);
 }
 
+/* ---- Kimi Delta Attention ---------------------------------------------------------- */
+static dsp_status kda_present(const dsp_backend *be) {
+  if (!be->ops->kda || !be->ops->kda_workspace)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "op kda: the %s backend has no KDA kernels yet (the CPU has)",
+                    dsp_backend_kind_name(be->kind));
+  return DSP_OK;
+}
+
+dsp_status dsp_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
+                                size_t *bytes) {
+  if (!be || !d || !bytes || max_tokens < 1) return dsp_fail(DSP_ERR_ARG, "op kda workspace: bad argument");
+  DSP_TRY(kda_present(be));
+  return be->ops->kda_workspace(be, d, conv_width, max_tokens, bytes);
+}
+
+dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
+  DSP_TRY(check_dev(be, dev));
+  if (!a || !a->seqs || !a->qkv || !a->conv_w || !a->f || !a->b || !a->z || !a->norm_w || !a->state ||
+      !a->conv_state || !a->y || !a->ws)
+    return dsp_fail(DSP_ERR_ARG, "op kda: NULL argument");
+  if (a->form != DSP_KDA_CHUNKED && a->form != DSP_KDA_RECURRENT)
+    return dsp_fail(DSP_ERR_ARG, "op kda: form %d is neither chunked nor recurrent", a->form);
+  DSP_TRY(kda_present(be));
+  return be->ops->kda(be, dev, a);
+}
+
 /* ---- the models' layers ---------------------------------------------------------- */
 static dsp_status check_view(const dsp_tensor *t, const char *op, const char *what, int nd_lo, int nd_hi,
                              dsp_dtype dt) {

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/kda_types.h"
 #include "dspark.h"
 
 #ifdef __cplusplus
@@ -119,6 +120,42 @@ dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_arg
 
 /* dst row t = src row idx[t], t < T ([T, W] and [N, W] BF16 views; idx int64 backend memory). */
 dsp_status dsp_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+
+/* ---- Kimi Delta Attention: a KDA layer between its projections and o_proj ------
+ * (numerics: kernels/cpu/kda.h). The short conv with SiLU over q | k | v, the
+ * gate from f, beta = sigmoid(b), the recurrence in the form asked for, then
+ * the gated output RMSNorm with z; every sequence's conv and recurrent states
+ * read (unless has_state is 0) and written back to its slot. Views are rows of
+ * backend memory with the strides given (elements); seqs' arrays are host
+ * memory; ws holds dsp_op_kda_workspace's bytes for up to max_tokens tokens. */
+typedef struct {
+  dsp_kda_dims dims;                   /* this rank's heads */
+  int32_t conv_width;
+  int form;                            /* DSP_KDA_CHUNKED or DSP_KDA_RECURRENT */
+  const dsp_kda_seqs *seqs;
+  const dsp_bf16 *qkv;                 /* [T, 2 H K + HV V] before the conv */
+  int64_t qkv_tok;
+  const float *conv_w;                 /* [2 H K + HV V][W] */
+  const dsp_bf16 *f;                   /* [T, HV K] the gate's input */
+  int64_t f_tok;
+  const float *A_log, *dt_bias;        /* [HV], [HV K] */
+  dsp_kda_gate_cfg gate;
+  const dsp_bf16 *b;                   /* [T, HV] */
+  int64_t b_tok;
+  const dsp_bf16 *z;                   /* [T, HV V] the output gate */
+  int64_t z_tok;
+  const float *norm_w;                 /* [V] */
+  float eps;
+  dsp_kda_state *state;
+  dsp_kda_conv_state *conv_state;
+  dsp_bf16 *y;                         /* [T, HV V] */
+  int64_t y_tok;
+  void *ws;
+  size_t ws_bytes;
+} dsp_op_kda_args;
+dsp_status dsp_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
+                                size_t *bytes);
+dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
 
 /* ---- staging and graphs ------------------------------------------------------------
  * Host memory the device reads and writes asynchronously (pinned on CUDA):

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "io/json_get.h"
 
 dsp_status dsp_read_text(const char *path, char **out, size_t *len) {
   *out = NULL;
@@ -45,45 +46,6 @@ dsp_status dsp_read_text(const char *path, char **out, size_t *len) {
   return DSP_OK;
 }
 
-/* An integer field: required, or absent -> dflt (have = 0). */
-static dsp_status get_int(const json_t *o, const char *label, const char *key, int required, int64_t lo, int64_t hi,
-                          int64_t dflt, int64_t *out) {
-  const json_t *v = json_object_get(o, key);
-  if (!v || json_is_null(v)) {
-    if (required) return dsp_fail(DSP_ERR_MISSING, "%s: config field '%s' is missing", label, key);
-    *out = dflt;
-    return DSP_OK;
-  }
-  if (!json_is_integer(v))
-    return dsp_fail(DSP_ERR_FORMAT, "%s: config field '%s' must be an integer", label, key);
-  const json_int_t x = json_integer_value(v);
-  if (x < lo || x > hi)
-    return dsp_fail(DSP_ERR_RANGE, "%s: config field '%s' = %lld outside [%lld, %lld]", label, key, (long long)x,
-                    (long long)lo, (long long)hi);
-  *out = x;
-  return DSP_OK;
-}
-
-static dsp_status get_real(const json_t *o, const char *label, const char *key, double lo, double hi, double *out) {
-  const json_t *v = json_object_get(o, key);
-  if (!v || !json_is_number(v))
-    return dsp_fail(v ? DSP_ERR_FORMAT : DSP_ERR_MISSING, "%s: config field '%s' %s", label, key,
-                    v ? "must be a number" : "is missing");
-  const double x = json_number_value(v);
-  if (!(x >= lo && x <= hi))
-    return dsp_fail(DSP_ERR_RANGE, "%s: config field '%s' = %g outside [%g, %g]", label, key, x, lo, hi);
-  *out = x;
-  return DSP_OK;
-}
-
-/* A field that must be absent, null, false or the one value dspark runs. */
-static dsp_status refuse_true(const json_t *o, const char *label, const char *key, const char *why) {
-  const json_t *v = json_object_get(o, key);
-  if (v && !json_is_null(v) && !json_is_false(v))
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field '%s' is set: %s", label, key, why);
-  return DSP_OK;
-}
-
 /* eos_token_id: an integer or a list of them, appended to out. */
 static dsp_status add_eos(const json_t *v, const char *label, const char *file, int64_t vocab, dsp_hf_config *out) {
   if (!v || json_is_null(v)) return DSP_OK;
@@ -105,20 +67,12 @@ static dsp_status add_eos(const json_t *v, const char *label, const char *file, 
   return DSP_OK;
 }
 
-static dsp_status get_bool(const json_t *o, const char *label, const char *key, int *out) {
-  const json_t *v = json_object_get(o, key);
-  if (v && !json_is_null(v) && !json_is_boolean(v))
-    return dsp_fail(DSP_ERR_FORMAT, "%s: config field '%s' is not a boolean", label, key);
-  *out = v && json_is_true(v);
-  return DSP_OK;
-}
-
 /* DeepSpec's draft fields (MODELS_NOTES.md in tests/oracle lists them). */
 static dsp_status parse_draft(const json_t *c, const char *label, dsp_hf_config *out) {
-  DSP_TRY(get_int(c, label, "block_size", 1, 1, 64, 0, &out->block_size));
-  DSP_TRY(get_int(c, label, "mask_token_id", 1, 0, out->vocab - 1, 0, &out->mask_token_id));
-  DSP_TRY(get_int(c, label, "markov_rank", 1, 0, 4096, 0, &out->markov_rank));
-  DSP_TRY(get_int(c, label, "num_target_layers", 0, 1, 4096, 0, &out->num_target_layers));
+  DSP_TRY(dsp_json_int(c, label, "block_size", 1, 1, 64, 0, &out->block_size));
+  DSP_TRY(dsp_json_int(c, label, "mask_token_id", 1, 0, out->vocab - 1, 0, &out->mask_token_id));
+  DSP_TRY(dsp_json_int(c, label, "markov_rank", 1, 0, 4096, 0, &out->markov_rank));
+  DSP_TRY(dsp_json_int(c, label, "num_target_layers", 0, 1, 4096, 0, &out->num_target_layers));
   if (out->markov_rank == 0)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'markov_rank' is 0 (a draft without a Markov head)", label);
   const json_t *ht = json_object_get(c, "markov_head_type");
@@ -140,8 +94,8 @@ static dsp_status parse_draft(const json_t *c, const char *label, dsp_hf_config 
     if (i && out->taps[i] <= out->taps[i - 1])
       return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'target_layer_ids' must increase", label);
   }
-  DSP_TRY(get_bool(c, label, "enable_confidence_head", &out->confidence));
-  DSP_TRY(get_bool(c, label, "confidence_head_with_markov", &out->confidence_markov));
+  DSP_TRY(dsp_json_bool(c, label, "enable_confidence_head", &out->confidence));
+  DSP_TRY(dsp_json_bool(c, label, "confidence_head_with_markov", &out->confidence_markov));
   out->confidence_markov &= out->confidence;
   return DSP_OK;
 }
@@ -163,17 +117,17 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
                     "%s: config fields 'architectures' / 'model_type' name no architecture dspark runs (Qwen3)", label);
   out->is_draft = arch && !strcmp(arch, "Qwen3DSparkModel");
   snprintf(out->arch, sizeof out->arch, "%s", out->is_draft ? "Qwen3DSparkModel" : "Qwen3ForCausalLM");
-  DSP_TRY(get_int(c, label, "vocab_size", 1, 1, (int64_t)1 << 31, 0, &out->vocab));
-  DSP_TRY(get_int(c, label, "hidden_size", 1, 1, 1 << 20, 0, &out->hidden));
-  DSP_TRY(get_int(c, label, "intermediate_size", 1, 1, 1 << 22, 0, &out->intermediate));
-  DSP_TRY(get_int(c, label, "num_hidden_layers", 1, 1, 4096, 0, &out->layers));
-  DSP_TRY(get_int(c, label, "num_attention_heads", 1, 1, 4096, 0, &out->heads));
-  DSP_TRY(get_int(c, label, "num_key_value_heads", 0, 1, 4096, out->heads, &out->kv_heads));
-  DSP_TRY(get_int(c, label, "head_dim", 0, 2, 1024, out->hidden / out->heads, &out->head_dim));
+  DSP_TRY(dsp_json_int(c, label, "vocab_size", 1, 1, (int64_t)1 << 31, 0, &out->vocab));
+  DSP_TRY(dsp_json_int(c, label, "hidden_size", 1, 1, 1 << 20, 0, &out->hidden));
+  DSP_TRY(dsp_json_int(c, label, "intermediate_size", 1, 1, 1 << 22, 0, &out->intermediate));
+  DSP_TRY(dsp_json_int(c, label, "num_hidden_layers", 1, 1, 4096, 0, &out->layers));
+  DSP_TRY(dsp_json_int(c, label, "num_attention_heads", 1, 1, 4096, 0, &out->heads));
+  DSP_TRY(dsp_json_int(c, label, "num_key_value_heads", 0, 1, 4096, out->heads, &out->kv_heads));
+  DSP_TRY(dsp_json_int(c, label, "head_dim", 0, 2, 1024, out->hidden / out->heads, &out->head_dim));
   if (out->head_dim < 2) /* the default, hidden_size / num_attention_heads, can be below the minimum */
     return dsp_fail(DSP_ERR_FORMAT, "%s: head_dim %lld (hidden_size / num_attention_heads without a head_dim field) "
                     "must be at least 2", label, (long long)out->head_dim);
-  DSP_TRY(get_int(c, label, "max_position_embeddings", 0, 1, (int64_t)1 << 30, 32768, &out->max_positions));
+  DSP_TRY(dsp_json_int(c, label, "max_position_embeddings", 0, 1, (int64_t)1 << 30, 32768, &out->max_positions));
   if (out->heads % out->kv_heads)
     return dsp_fail(DSP_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                     label, (long long)out->heads, (long long)out->kv_heads);
@@ -189,19 +143,19 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
     const json_t *rt = json_object_get(rp, "rope_type");
     if (rt && !(json_is_string(rt) && !strcmp(json_string_value(rt), "default")))
       return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'rope_parameters.rope_type' is not \"default\"", label);
-    DSP_TRY(get_real(rp, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
+    DSP_TRY(dsp_json_real(rp, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
   } else {
-    DSP_TRY(get_real(c, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
+    DSP_TRY(dsp_json_real(c, label, "rope_theta", 1.0, 1e12, &out->rope_theta));
   }
   const json_t *eps = json_object_get(c, "rms_norm_eps");
   out->eps = 1e-6;
-  if (eps) DSP_TRY(get_real(c, label, "rms_norm_eps", 1e-12, 1.0, &out->eps));
+  if (eps) DSP_TRY(dsp_json_real(c, label, "rms_norm_eps", 1e-12, 1.0, &out->eps));
   const json_t *act = json_object_get(c, "hidden_act");
   if (act && !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
     return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: config field 'hidden_act' is not \"silu\"", label);
-  DSP_TRY(refuse_true(c, label, "attention_bias", "attention biases are not supported"));
-  DSP_TRY(refuse_true(c, label, "use_sliding_window", "sliding-window layers are not supported"));
-  DSP_TRY(refuse_true(c, label, "quantization_config", "quantized weights are not supported (bf16 only)"));
+  DSP_TRY(dsp_json_refuse_true(c, label, "attention_bias", "attention biases are not supported"));
+  DSP_TRY(dsp_json_refuse_true(c, label, "use_sliding_window", "sliding-window layers are not supported"));
+  DSP_TRY(dsp_json_refuse_true(c, label, "quantization_config", "quantized weights are not supported (bf16 only)"));
   const json_t *lt = json_object_get(c, "layer_types");
   for (size_t i = 0; json_is_array(lt) && i < json_array_size(lt); i++) {
     const json_t *e = json_array_get(lt, i);
@@ -220,7 +174,7 @@ static dsp_status parse(const json_t *c, const json_t *gen, const char *label, d
   if (tie && !json_is_boolean(tie))
     return dsp_fail(DSP_ERR_FORMAT, "%s: config field 'tie_word_embeddings' is not a boolean", label);
   out->tied = tie && json_is_true(tie);
-  DSP_TRY(get_int(c, label, "bos_token_id", 0, 0, out->vocab - 1, -1, &out->bos));
+  DSP_TRY(dsp_json_int(c, label, "bos_token_id", 0, 0, out->vocab - 1, -1, &out->bos));
   DSP_TRY(add_eos(json_object_get(c, "eos_token_id"), label, "config.json", out->vocab, out));
   if (out->is_draft) DSP_TRY(parse_draft(c, label, out));
   if (gen) {

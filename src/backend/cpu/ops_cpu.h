@@ -29,5 +29,8 @@ dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention
 dsp_status dsp_cpu_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
 dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
 dsp_status dsp_cpu_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
+dsp_status dsp_cpu_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
+                                    size_t *bytes);
+dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
 
 #endif

@@ -1,0 +1,315 @@
+/* A Kimi-Linear KDA layer (dspark.h, dsp_kda_layer): its tensors read as the
+ * checkpoint ships them, this TP rank's heads kept, and per call
+ *   P = x [q; k; v; b; f_a; g_a]^T    one product (f_a, g_a replicated)
+ *   f = f_b(P.f_a), z = g_b(P.g_a)    this rank's heads
+ *   y = the backend's KDA op (conv, gate, beta, recurrence, gated norm)
+ *   out = o_proj(y)                   row-parallel over TP: fp32 partials,
+ *                                     all-reduced, rounded once
+ * Weights are BF16 except A_log, dt_bias and o_norm, read as F32 or BF16. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/ops.h"
+#include "core/bf16.h"
+#include "core/status.h"
+#include "io/hf_dir.h"
+#include "io/kda_config.h"
+
+struct dsp_kda_layer {
+  dsp_backend *be;
+  dsp_kda_layer_options opt;
+  dsp_kda_layer_info info;
+  int32_t tp, rank, hl;          /* TP size, rank, this rank's heads */
+  int64_t n1;                    /* columns of P: 3 hl K + hl + 2 K */
+  dsp_weight *w1, *wf, *wg, *wo; /* [n1, hidden], [hl K, K] x 2, [hidden, hl K] */
+  float *conv_w, *a_log, *dt_bias, *norm_w; /* backend copies: [3 hl K][W], [hl], [hl K], [K] */
+  void *x, *p, *f, *z, *y, *out, *ws; /* backend buffers of max_tokens rows */
+  size_t ws_bytes;
+  dsp_kda_state st;
+  dsp_kda_conv_state cs;
+  int32_t *cu;                   /* [max_seqs + 1] host */
+  uint8_t *has;                  /* [max_seqs] host */
+  float *part;                   /* [max_tokens, hidden] host (TP > 1) */
+  char report[400];
+};
+
+/* A tensor of dir with one of two shapes (n2 == 0: one form), BF16 (or F32 when f32_ok). */
+static dsp_status find_tensor(const dsp_hf_dir *dir, const char *name, int32_t n1, const int64_t *s1, int32_t n2,
+                              const int64_t *s2, int f32_ok, dsp_tensor *t) {
+  dsp_st_file *f;
+  DSP_TRY(dsp_hf_dir_find(dir, name, &f));
+  dsp_dtype dt;
+  int32_t nd;
+  int64_t sh[DSP_MAX_DIMS];
+  DSP_TRY(dsp_st_info(f, name, &dt, &nd, sh));
+  if (dt != DSP_BF16 && !(f32_ok && dt == DSP_F32))
+    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights%s", dsp_st_path(f), name,
+                    dsp_dtype_name(dt), f32_ok ? " (or F32 here)" : "");
+  int ok = nd == n1 && !memcmp(sh, s1, (size_t)n1 * 8);
+  ok |= n2 && nd == n2 && !memcmp(sh, s2, (size_t)n2 * 8);
+  if (!ok) {
+    char got[128] = "", want[128] = "";
+    for (int32_t i = 0, n = 0; i < nd; i++) n += snprintf(got + n, sizeof got - (size_t)n, "%s%lld", i ? ", " : "", (long long)sh[i]);
+    for (int32_t i = 0, n = 0; i < n1; i++) n += snprintf(want + n, sizeof want - (size_t)n, "%s%lld", i ? ", " : "", (long long)s1[i]);
+    return dsp_fail(DSP_ERR_SHAPE, "%s: tensor '%s' has shape [%s], config.json says [%s]", dsp_st_path(f), name, got,
+                    want);
+  }
+  return dsp_st_view(f, name, t);
+}
+
+/* Elements [e0, e0 + n) of a BF16 or F32 tensor as floats. */
+static void to_f32(const dsp_tensor *t, int64_t e0, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; i++)
+    out[i] = t->dtype == DSP_F32 ? ((const float *)t->data)[e0 + i] : dsp_bf16_to_f32(((const dsp_bf16 *)t->data)[e0 + i]);
+}
+
+static dsp_status put_f32(dsp_backend *be, const float *h, size_t n, float **out) {
+  DSP_TRY(dsp_op_alloc(be, 0, n * 4, (void **)out));
+  return dsp_op_upload(be, 0, *out, h, n * 4);
+}
+
+static dsp_status weight(dsp_backend *be, const dsp_bf16 *h, int64_t rows, int64_t cols, dsp_weight **w) {
+  dsp_tensor v = dsp_tensor_2d((void *)h, DSP_BF16, rows, cols);
+  return dsp_op_weight_create(be, 0, &v, -1, w);
+}
+
+static dsp_status load_weights(dsp_kda_layer *L, const dsp_hf_dir *dir, dsp_bf16 *host, float *hf) {
+  const int64_t Hd = L->info.hidden, H = L->info.heads, K = L->info.head_dim, W = L->info.conv_width;
+  const int64_t hl = L->hl, r0 = (int64_t)L->rank * hl, HK = H * K;
+  char pre[96], name[160];
+  snprintf(pre, sizeof pre, "model.layers.%d.self_attn.", (int)L->opt.layer);
+#define NAME(s) (snprintf(name, sizeof name, "%s%s", pre, s), name)
+  dsp_tensor q, k, v, b, fa, ga, fb, gb, o, c[3], al, dtb, nw;
+  const int64_t sq[2] = {HK, Hd}, sb[2] = {H, Hd}, sa[2] = {K, Hd}, sbk[2] = {HK, K}, so[2] = {Hd, HK};
+  DSP_TRY(find_tensor(dir, NAME("q_proj.weight"), 2, sq, 0, NULL, 0, &q));
+  DSP_TRY(find_tensor(dir, NAME("k_proj.weight"), 2, sq, 0, NULL, 0, &k));
+  DSP_TRY(find_tensor(dir, NAME("v_proj.weight"), 2, sq, 0, NULL, 0, &v));
+  DSP_TRY(find_tensor(dir, NAME("b_proj.weight"), 2, sb, 0, NULL, 0, &b));
+  DSP_TRY(find_tensor(dir, NAME("f_a_proj.weight"), 2, sa, 0, NULL, 0, &fa));
+  DSP_TRY(find_tensor(dir, NAME("g_a_proj.weight"), 2, sa, 0, NULL, 0, &ga));
+  DSP_TRY(find_tensor(dir, NAME("f_b_proj.weight"), 2, sbk, 0, NULL, 0, &fb));
+  DSP_TRY(find_tensor(dir, NAME("g_b_proj.weight"), 2, sbk, 0, NULL, 0, &gb));
+  DSP_TRY(find_tensor(dir, NAME("o_proj.weight"), 2, so, 0, NULL, 0, &o));
+  const int64_t sc3[3] = {HK, 1, W}, sc2[2] = {HK, W}, sa4[4] = {1, 1, H, 1}, sa1[1] = {H}, sdt[1] = {HK},
+                sn[1] = {K};
+  static const char *convs[3] = {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"};
+  for (int i = 0; i < 3; i++) DSP_TRY(find_tensor(dir, NAME(convs[i]), 3, sc3, 2, sc2, 0, &c[i]));
+  DSP_TRY(find_tensor(dir, NAME("A_log"), 1, sa1, 4, sa4, 1, &al));
+  DSP_TRY(find_tensor(dir, NAME("dt_bias"), 1, sdt, 0, NULL, 1, &dtb));
+  DSP_TRY(find_tensor(dir, NAME("o_norm.weight"), 1, sn, 0, NULL, 1, &nw));
+#undef NAME
+  /* P's rows: this rank's q, k, v and b rows, then f_a and g_a */
+  const dsp_tensor *rows[6] = {&q, &k, &v, &b, &fa, &ga};
+  const int64_t from[6] = {r0 * K, r0 * K, r0 * K, r0, 0, 0}, count[6] = {hl * K, hl * K, hl * K, hl, K, K};
+  int64_t at = 0;
+  for (int i = 0; i < 6; i++) {
+    memcpy(host + at * Hd, (const dsp_bf16 *)rows[i]->data + from[i] * Hd, (size_t)(count[i] * Hd) * 2);
+    at += count[i];
+  }
+  DSP_TRY(weight(L->be, host, L->n1, Hd, &L->w1));
+  DSP_TRY(weight(L->be, (const dsp_bf16 *)fb.data + r0 * K * K, hl * K, K, &L->wf));
+  DSP_TRY(weight(L->be, (const dsp_bf16 *)gb.data + r0 * K * K, hl * K, K, &L->wg));
+  for (int64_t i = 0; i < Hd; i++) /* o_proj's columns of this rank's heads */
+    memcpy(host + i * hl * K, (const dsp_bf16 *)o.data + i * HK + r0 * K, (size_t)(hl * K) * 2);
+  DSP_TRY(weight(L->be, host, Hd, hl * K, &L->wo));
+  for (int i = 0; i < 3; i++)
+    for (int64_t ch = 0; ch < hl * K; ch++)
+      for (int64_t j = 0; j < W; j++)
+        hf[(i * hl * K + ch) * W + j] = dsp_bf16_to_f32(((const dsp_bf16 *)c[i].data)[(r0 * K + ch) * W + j]);
+  DSP_TRY(put_f32(L->be, hf, (size_t)(3 * hl * K * W), &L->conv_w));
+  to_f32(&al, r0, hl, hf);
+  DSP_TRY(put_f32(L->be, hf, (size_t)hl, &L->a_log));
+  to_f32(&dtb, r0 * K, hl * K, hf);
+  DSP_TRY(put_f32(L->be, hf, (size_t)(hl * K), &L->dt_bias));
+  to_f32(&nw, 0, K, hf);
+  return put_f32(L->be, hf, (size_t)K, &L->norm_w);
+}
+
+static dsp_status alloc_state(dsp_kda_layer *L) {
+  dsp_backend *be = L->be;
+  const int64_t Hd = L->info.hidden, K = L->info.head_dim, hl = L->hl, T = L->opt.max_tokens, S = L->opt.max_seqs;
+  const int64_t W1 = L->info.conv_width - 1, D = 3 * hl * K;
+  const struct {
+    void **p;
+    size_t bytes;
+  } buf[] = {{&L->x, (size_t)(T * Hd) * 2}, {&L->p, (size_t)(T * L->n1) * 2}, {&L->f, (size_t)(T * hl * K) * 2},
+             {&L->z, (size_t)(T * hl * K) * 2}, {&L->y, (size_t)(T * hl * K) * 2},
+             {&L->out, (size_t)(T * Hd) * (L->tp > 1 ? 4 : 2)}};
+  for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) DSP_TRY(dsp_op_alloc(be, 0, buf[i].bytes, buf[i].p));
+  const dsp_kda_dims d = {.num_heads = (int32_t)hl, .num_v_heads = (int32_t)hl, .head_k = (int32_t)K,
+                          .head_v = (int32_t)K};
+  DSP_TRY(dsp_op_kda_workspace(be, &d, (int32_t)L->info.conv_width, T, &L->ws_bytes));
+  DSP_TRY(dsp_op_alloc(be, 0, L->ws_bytes, &L->ws));
+  L->st = (dsp_kda_state){.slot_stride = hl * K * K, .num_slots = (int32_t)S};
+  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(S * hl * K * K) * 4, (void **)&L->st.data));
+  L->cs = (dsp_kda_conv_state){.slot_stride = (W1 > 0 ? W1 : 1) * D, .num_slots = (int32_t)S};
+  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(S * L->cs.slot_stride) * 2, (void **)&L->cs.data));
+  L->cu = calloc((size_t)S + 1, 4);
+  L->has = calloc((size_t)S, 1);
+  L->part = L->tp > 1 ? malloc((size_t)(T * Hd) * 4) : NULL;
+  if (!L->cu || !L->has || (L->tp > 1 && !L->part)) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
+  return DSP_OK;
+}
+
+static dsp_status load(dsp_kda_layer *L, const char *dir) {
+  dsp_kda_config c;
+  DSP_TRY(dsp_kda_config_load(dir, &c));
+  const dsp_kda_layer_options *o = &L->opt;
+  if (o->layer < 0 || o->layer >= c.layers)
+    return dsp_fail(DSP_ERR_RANGE, "%s: layer %d outside the checkpoint's %lld layers", dir, (int)o->layer,
+                    (long long)c.layers);
+  if (!c.kda[o->layer])
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: layer %d (number %d in linear_attn_config) is not in kda_layers: a "
+                    "full-attention layer", dir, (int)o->layer, (int)o->layer + 1);
+  if (o->max_seqs < 1 || o->max_tokens < 1)
+    return dsp_fail(DSP_ERR_ARG, "kda layer: max_seqs and max_tokens must be >= 1");
+  if (L->be->ndev != 1)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "kda layer: one device per process (run TP ranks as processes)");
+  if (c.heads % L->tp)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: TP size %d does not divide linear_attn_config.num_heads = %lld", dir,
+                    (int)L->tp, (long long)c.heads);
+  L->info = (dsp_kda_layer_info){.hidden = c.hidden, .heads = c.heads, .head_dim = c.head_dim,
+                                 .conv_width = c.conv_width, .lower_bound_gate = c.lower_bound_gate,
+                                 .lower_bound = c.lower_bound, .eps = c.eps};
+  L->hl = (int32_t)(c.heads / L->tp);
+  const int64_t K = c.head_dim, Hd = c.hidden;
+  L->n1 = 3 * L->hl * K + L->hl + 2 * K;
+  dsp_hf_dir *hd;
+  DSP_TRY(dsp_hf_dir_open(dir, &hd));
+  const int64_t cells = L->n1 * Hd > Hd * L->hl * K ? L->n1 * Hd : Hd * L->hl * K;
+  dsp_bf16 *host = malloc((size_t)cells * 2);
+  float *hf = malloc((size_t)(3 * L->hl * K * c.conv_width + L->hl * K + K + L->hl) * 4);
+  dsp_status s = host && hf ? load_weights(L, hd, host, hf) : dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
+  free(host);
+  free(hf);
+  dsp_hf_dir_close(hd);
+  DSP_TRY(s);
+  DSP_TRY(alloc_state(L));
+  snprintf(L->report, sizeof L->report,
+           "dspark: KDA layer %d of %s (%s): hidden %lld, %lld heads of %lld (%d on this rank), short conv %lld, gate %s",
+           (int)o->layer, dir, dsp_backend_kind_name(L->be->kind), (long long)Hd, (long long)c.heads, (long long)K,
+           (int)L->hl, (long long)c.conv_width, c.lower_bound_gate ? "lower-bound sigmoid" : "softplus");
+  return DSP_OK;
+}
+
+dsp_status dsp_kda_layer_load(dsp_backend *be, const char *dir, const dsp_kda_layer_options *o, dsp_kda_layer **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL output handle");
+  *out = NULL;
+  if (!be || !dir || !o) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL backend, directory or options");
+  dsp_kda_layer *L = calloc(1, sizeof *L);
+  if (!L) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
+  L->be = be;
+  L->opt = *o;
+  L->tp = be->tp_size;
+  L->rank = be->tp_rank0;
+  dsp_status s = dsp_comm_agree(be->comm, load(L, dir));
+  if (s != DSP_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dsp_error_message());
+    dsp_kda_layer_free(L);
+    return dsp_fail(s, "%s", msg);
+  }
+  *out = L;
+  return DSP_OK;
+}
+
+static dsp_status check_batch(const dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, const dsp_tensor *y,
+                              int64_t *T) {
+  if (!b || !x || !y || b->nseq < 1 || b->nseq > L->opt.max_seqs || !b->slot || !b->count)
+    return dsp_fail(DSP_ERR_ARG, "kda layer: a batch needs 1 .. %d sequences with slots and counts", L->opt.max_seqs);
+  if (b->form != DSP_KDA_CHUNKED && b->form != DSP_KDA_RECURRENT)
+    return dsp_fail(DSP_ERR_ARG, "kda layer: form %d is neither DSP_KDA_CHUNKED nor DSP_KDA_RECURRENT", b->form);
+  *T = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    if (b->slot[s] < 0 || b->slot[s] >= L->opt.max_seqs)
+      return dsp_fail(DSP_ERR_RANGE, "kda layer: slot %d outside [0, %d)", b->slot[s], L->opt.max_seqs);
+    for (int32_t r = 0; r < s; r++)
+      if (b->slot[r] == b->slot[s]) return dsp_fail(DSP_ERR_ARG, "kda layer: slot %d appears twice", b->slot[s]);
+    if (b->count[s] < 1) return dsp_fail(DSP_ERR_ARG, "kda layer: sequence %d brings %d tokens", s, b->count[s]);
+    *T += b->count[s];
+  }
+  if (*T > L->opt.max_tokens)
+    return dsp_fail(DSP_ERR_RANGE, "kda layer: %lld tokens in one call; at most %d", (long long)*T, L->opt.max_tokens);
+  const dsp_tensor *v[2] = {x, y};
+  for (int i = 0; i < 2; i++)
+    if (!v[i]->data || v[i]->dtype != DSP_BF16 || v[i]->ndim != 2 || v[i]->shape[0] != *T ||
+        v[i]->shape[1] != L->info.hidden || v[i]->stride[1] != 1)
+      return dsp_fail(DSP_ERR_SHAPE, "kda layer: %s must be a [%lld, %lld] BF16 view with unit column stride",
+                      i ? "y" : "x", (long long)*T, (long long)L->info.hidden);
+  return DSP_OK;
+}
+
+static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y, int64_t T) {
+  dsp_backend *be = L->be;
+  const int64_t Hd = L->info.hidden, K = L->info.head_dim, hl = L->hl, HK = hl * K;
+  for (int64_t t = 0; t < T; t++)
+    DSP_TRY(dsp_op_upload(be, 0, (dsp_bf16 *)L->x + t * Hd, (const dsp_bf16 *)x->data + t * x->stride[0],
+                          (size_t)Hd * 2));
+  dsp_tensor xv = dsp_tensor_2d(L->x, DSP_BF16, T, Hd), pv = dsp_tensor_2d(L->p, DSP_BF16, T, L->n1);
+  DSP_TRY(dsp_op_gemm(be, 0, &xv, L->w1, &pv));
+  dsp_tensor fa = dsp_tensor_2d((dsp_bf16 *)L->p + 3 * HK + hl, DSP_BF16, T, K), ga = fa;
+  fa.stride[0] = ga.stride[0] = L->n1;
+  ga.data = (dsp_bf16 *)fa.data + K;
+  dsp_tensor fv = dsp_tensor_2d(L->f, DSP_BF16, T, HK), zv = dsp_tensor_2d(L->z, DSP_BF16, T, HK);
+  DSP_TRY(dsp_op_gemm(be, 0, &fa, L->wf, &fv));
+  DSP_TRY(dsp_op_gemm(be, 0, &ga, L->wg, &zv));
+  L->cu[0] = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    L->cu[s + 1] = L->cu[s] + b->count[s];
+    L->has[s] = !(b->fresh && b->fresh[s]);
+  }
+  const dsp_kda_seqs seqs = {.num_seqs = b->nseq, .cu_seqlens = L->cu, .slot = b->slot, .has_state = L->has,
+                             .write_final = 1};
+  dsp_op_kda_args a = {
+      .dims = {.num_heads = hl, .num_v_heads = hl, .head_k = (int32_t)K, .head_v = (int32_t)K},
+      .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = &seqs,
+      .qkv = L->p, .qkv_tok = L->n1, .conv_w = L->conv_w, .f = L->f, .f_tok = HK, .A_log = L->a_log,
+      .dt_bias = L->dt_bias,
+      .gate = {.form = L->info.lower_bound_gate ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS,
+               .lower_bound = (float)L->info.lower_bound},
+      .b = (dsp_bf16 *)L->p + 3 * HK, .b_tok = L->n1, .z = L->z, .z_tok = HK, .norm_w = L->norm_w,
+      .eps = (float)L->info.eps, .state = &L->st, .conv_state = &L->cs, .y = L->y, .y_tok = HK, .ws = L->ws,
+      .ws_bytes = L->ws_bytes};
+  DSP_TRY(dsp_op_kda(be, 0, &a));
+  dsp_tensor yv = dsp_tensor_2d(L->y, DSP_BF16, T, HK);
+  dsp_tensor ov = dsp_tensor_2d(L->out, L->tp > 1 ? DSP_F32 : DSP_BF16, T, Hd);
+  DSP_TRY(dsp_op_gemm(be, 0, &yv, L->wo, &ov));
+  if (L->tp == 1) {
+    for (int64_t t = 0; t < T; t++)
+      DSP_TRY(dsp_op_download(be, 0, (dsp_bf16 *)y->data + t * y->stride[0], (const dsp_bf16 *)L->out + t * Hd,
+                              (size_t)Hd * 2));
+    return DSP_OK;
+  }
+  DSP_TRY(dsp_op_download(be, 0, L->part, L->out, (size_t)(T * Hd) * 4));
+  DSP_TRY(dsp_comm_allreduce(be->tp[0], L->part, L->part, (size_t)(T * Hd), DSP_F32, DSP_REDUCE_SUM));
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < Hd; c++) ((dsp_bf16 *)y->data)[t * y->stride[0] + c] = dsp_f32_to_bf16(L->part[t * Hd + c]);
+  return DSP_OK;
+}
+
+dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y) {
+  if (!L) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL layer");
+  int64_t T = 0;
+  dsp_status s = check_batch(L, b, x, y, &T);
+  if (s == DSP_OK) s = forward(L, b, x, y, T);
+  return dsp_comm_agree(L->be->comm, s);
+}
+
+const dsp_kda_layer_info *dsp_kda_layer_info_of(const dsp_kda_layer *L) { return &L->info; }
+const char *dsp_kda_layer_report(const dsp_kda_layer *L) { return L->report; }
+
+void dsp_kda_layer_free(dsp_kda_layer *L) {
+  if (!L) return;
+  dsp_weight *w[4] = {L->w1, L->wf, L->wg, L->wo};
+  for (int i = 0; i < 4; i++) dsp_op_weight_free(L->be, w[i]);
+  void *m[13] = {L->conv_w, L->a_log, L->dt_bias, L->norm_w, L->x, L->p, L->f, L->z, L->y, L->out, L->ws,
+                 L->st.data, L->cs.data};
+  for (int i = 0; i < 13; i++)
+    if (m[i]) dsp_op_release(L->be, 0, m[i]);
+  free(L->cu);
+  free(L->has);
+  free(L->part);
+  free(L);
+}
