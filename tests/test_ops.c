@@ -296,7 +296,7 @@ static void t_attention(void **st) {
  * (embed, gather, scatter, add, round_add, RoPE: fp32 operations on bf16 values
  * rounded as the contract says) must match bit for bit everywhere. RMSNorm and
  * silu_mul sum or take expf in fp32 where the reference uses double: within one
- * bf16 ulp of it, and the backends within one ulp of each other. Selection:
+ * bf16 ulp of it, so the backends within two of each other. Selection:
  * the id the contract's order and Philox noise pick, exactly. */
 static int ulps16(uint16_t a, uint16_t b) { /* distance in bf16 steps (same sign region) */
   const int ia = a & 0x8000 ? -(int)(a & 0x7fff) : (int)a, ib = b & 0x8000 ? -(int)(b & 0x7fff) : (int)b;
@@ -318,7 +318,7 @@ static void op_cmp(op_tally *t, uint16_t got, uint16_t cpu, uint16_t want, int e
   if (!ok && t->bad <= 3)
     print_message("  %s [%lld]: got 0x%04x (%a), contract 0x%04x (%a)\n", what, (long long)i, got, (double)bf(got), want,
                   (double)bf(want));
-  if (g_cpu) t->cross += exact_op ? got != cpu && !(is_nan16(got) && is_nan16(cpu)) : ulps16(got, cpu) > 1;
+  if (g_cpu && !(is_nan16(got) && is_nan16(cpu))) t->cross += exact_op ? got != cpu : ulps16(got, cpu) > 2;
   g_compared++;
 }
 
