@@ -794,6 +794,16 @@ static double time_att(int64_t T, int64_t run, int block, int64_t nk, int hint, 
   return t[2];
 }
 
+/* One table row: ms per product against its floor (bytes over bw, flops over peak, the larger). */
+static void perf_gemm_row(int64_t m, int64_t n, int64_t k, int reps, double bw, double peak) {
+  const double t = time_gemm(m, n, k, reps);
+  const double fb = (double)(n * k + m * k + m * n) * 2 / bw, ff = 2.0 * (double)(m * n * k) / peak;
+  const double fl = fb > ff ? fb : ff;
+  char name[64];
+  snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+  printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
+}
+
 static void t_perf(void **st) {
   (void)st;
   const double bw = copy_rate();
@@ -807,27 +817,14 @@ static void t_perf(void **st) {
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
     if (!g_cuda && m * n * k > (int64_t)1 << 33) continue;
-    const double t = time_gemm(m, n, k, g_cuda ? 50 : 2);
-    const double fb = (double)(n * k + m * k + m * n) * 2 / bw, ff = 2.0 * (double)(m * n * k) / peak;
-    const double fl = fb > ff ? fb : ff;
-    char name[64];
-    snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
-    printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
+    perf_gemm_row(m, n, k, g_cuda ? 50 : 2, bw, peak);
   }
   /* Qwen3-8B's products at the batch shapes of decoding (B 1, 32), verify-8 and a draft block */
   printf("%-28s %10s %10s %8s\n", "gemm (Qwen3-8B) M x N x K", "ms", "floor ms", "x floor");
   const int64_t ns[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {151936, 4096}};
   const int64_t ms[] = {1, 7, 8, 32, 224, 256};
   for (size_t i = 0; g_cuda && i < sizeof ns / sizeof ns[0]; i++)
-    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
-      const int64_t m = ms[j], n = ns[i][0], k = ns[i][1];
-      const double t = time_gemm(m, n, k, 20);
-      const double fb = (double)(n * k + m * k + m * n) * 2 / bw, ff = 2.0 * (double)(m * n * k) / peak;
-      const double fl = fb > ff ? fb : ff;
-      char name[64];
-      snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
-      printf("%-28s %10.4f %10.4f %8.2f\n", name, t * 1e3, fl * 1e3, t / fl);
-    }
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) perf_gemm_row(ms[j], ns[i][0], ns[i][1], 20, bw, peak);
   /* attention at context 1024, Qwen3-8B's 32 / 8 heads of 128 */
   printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 1024)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int block, hint; const char *what; } at[] = {
