@@ -571,6 +571,7 @@ typedef struct {
   int32_t layer;      /* the decoder layer, 0-based */
   int32_t max_seqs;   /* state slots */
   int32_t max_tokens; /* tokens per call, over all sequences */
+  int32_t verify;     /* tokens per sequence a kept (verify) call may bring; 0: no verification */
 } dsp_kda_layer_options;
 enum { DSP_KDA_CHUNKED = 0, DSP_KDA_RECURRENT = 1 };
 typedef struct {
@@ -579,6 +580,8 @@ typedef struct {
   const int32_t *count; /* [nseq] tokens of each sequence (>= 1), in order in x */
   const uint8_t *fresh; /* [nseq] 1: start from zero states; NULL: every sequence continues */
   int form;             /* DSP_KDA_CHUNKED (prefill, chunks of 64) or DSP_KDA_RECURRENT (decode, verify) */
+  int keep;             /* recurrent only: keep the states after each token (at most options.verify per
+                           sequence), so dsp_kda_layer_accept can roll back to any of them */
 } dsp_kda_batch;
 typedef struct {
   int64_t hidden, heads, head_dim, conv_width;
@@ -588,6 +591,10 @@ typedef struct {
 dsp_status dsp_kda_layer_load(dsp_backend *be, const char *dir, const dsp_kda_layer_options *o, dsp_kda_layer **out);
 /* x, y: [T, hidden] BF16 host views, T = the sum of the counts; y on every rank. */
 dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y);
+/* After a kept call: the sequence in `slot` continues from its state after the
+ * first n (1 .. its count) tokens of that call, as if only they had run
+ * (speculative verification's accepted prefix), without running them again. */
+dsp_status dsp_kda_layer_accept(dsp_kda_layer *L, int32_t slot, int32_t n);
 const dsp_kda_layer_info *dsp_kda_layer_info_of(const dsp_kda_layer *L);
 const char *dsp_kda_layer_report(const dsp_kda_layer *L);
 void dsp_kda_layer_free(dsp_kda_layer *L);

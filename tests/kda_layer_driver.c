@@ -7,8 +7,12 @@
  *       lengths [B] I64, layer [1] I64 (0-based), chunks [C] I64 (call c brings
  *       min(chunks[c], left) tokens of every unfinished sequence; the last chunk
  *       repeats), optional forms [C] I64 (0 chunked, 1 recurrent; default 0;
- *       the last repeats), optional slots [B] I64 (default 0 .. B-1)
- *   OUT: y [T, hidden] BF16 */
+ *       the last repeats), optional slots [B] I64 (default 0 .. B-1);
+ *       optional verification after the schedule: vx [V, hidden] BF16 with
+ *       vlens [B] I64 (each sequence's tokens, one kept recurrent call), accept
+ *       [B] I64 (the prefix each keeps), cx [C, hidden] BF16 with clens [B] I64
+ *       (one recurrent call from there)
+ *   OUT: y [T, hidden] BF16; with verification also vy [V, hidden], cy [C, hidden] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +64,19 @@ int main(int argc, char **argv) {
   int64_t *lens = read_t(in, "lengths", DSP_I64, &B, NULL, 1), *layer = read_t(in, "layer", DSP_I64, &nl, NULL, 1);
   int64_t *chunks = read_t(in, "chunks", DSP_I64, &C, NULL, 1), *forms = read_t(in, "forms", DSP_I64, &nf, NULL, 0);
   int64_t *slots = read_t(in, "slots", DSP_I64, &ns, NULL, 0);
+  int64_t nv = 0, nc = 0, nvl = 0, ncl = 0, na = 0, hv = 0, hc = 0;
+  dsp_bf16 *vx = read_t(in, "vx", DSP_BF16, &nv, &hv, 0), *cxx = read_t(in, "cx", DSP_BF16, &nc, &hc, 0);
+  int64_t *vlens = read_t(in, "vlens", DSP_I64, &nvl, NULL, 0), *clens = read_t(in, "clens", DSP_I64, &ncl, NULL, 0);
+  int64_t *acc = read_t(in, "accept", DSP_I64, &na, NULL, 0);
+  const int verify = vx && cxx && vlens && clens && acc;
+  if ((vx || cxx || vlens || clens || acc) &&
+      (!verify || nvl != B || ncl != B || na != B || hv != Hd || hc != Hd)) {
+    fprintf(stderr, "kda_layer_driver: verification needs vx, vlens, accept, cx and clens for every sequence\n");
+    return 1;
+  }
+  int64_t vmax = 0, cap = T > nv ? T : nv;
+  cap = cap > nc ? cap : nc;
+  for (int64_t b = 0; verify && b < B; b++) vmax = vlens[b] > vmax ? vlens[b] : vmax;
   int64_t sum = 0, maxslot = B - 1;
   for (int64_t b = 0; b < B; b++) sum += lens[b];
   for (int64_t b = 0; b < ns; b++) maxslot = slots[b] > maxslot ? slots[b] : maxslot;
@@ -70,11 +87,12 @@ int main(int argc, char **argv) {
   dsp_backend_config bc = {.kind = DSP_BACKEND_CPU, .comm = comm};
   dsp_backend *be;
   TRY(dsp_backend_create(&bc, &be));
-  dsp_kda_layer_options o = {.layer = (int32_t)layer[0], .max_seqs = (int32_t)maxslot + 1, .max_tokens = (int32_t)T};
+  dsp_kda_layer_options o = {.layer = (int32_t)layer[0], .max_seqs = (int32_t)maxslot + 1, .max_tokens = (int32_t)cap,
+                             .verify = (int32_t)vmax};
   dsp_kda_layer *L;
   TRY(dsp_kda_layer_load(be, argv[1], &o, &L));
   if (dsp_comm_rank(comm) == 0) fprintf(stderr, "%s\n", dsp_kda_layer_report(L));
-  dsp_bf16 *y = calloc((size_t)(T * Hd), 2), *cx = malloc((size_t)(T * Hd) * 2), *cy = malloc((size_t)(T * Hd) * 2);
+  dsp_bf16 *y = calloc((size_t)(T * Hd), 2), *cx = malloc((size_t)(cap * Hd) * 2), *cy = malloc((size_t)(cap * Hd) * 2);
   int64_t *done = calloc((size_t)B, 8), *start = malloc((size_t)B * 8);
   int32_t *slot = malloc((size_t)B * 4), *count = malloc((size_t)B * 4), *which = malloc((size_t)B * 4);
   uint8_t *fresh = malloc((size_t)B);
@@ -102,15 +120,34 @@ int main(int argc, char **argv) {
       done[b] += count[i];
     }
   }
+  dsp_bf16 *vy = verify ? malloc((size_t)(nv * Hd) * 2) : NULL, *cyy = verify ? malloc((size_t)(nc * Hd) * 2) : NULL;
+  if (verify) { /* one kept call, each sequence's accepted prefix, one call from there */
+    int32_t n = 0;
+    for (int64_t b = 0; b < B; b++) slot[n] = ns ? (int32_t)slots[b] : (int32_t)b, count[n] = (int32_t)vlens[b], n++;
+    dsp_kda_batch kb = {.nseq = n, .slot = slot, .count = count, .form = DSP_KDA_RECURRENT, .keep = 1};
+    dsp_tensor xv = dsp_tensor_2d(vx, DSP_BF16, nv, Hd), yv = dsp_tensor_2d(vy, DSP_BF16, nv, Hd);
+    TRY(dsp_kda_layer_forward(L, &kb, &xv, &yv));
+    for (int64_t b = 0; b < B; b++) TRY(dsp_kda_layer_accept(L, slot[b], (int32_t)acc[b]));
+    for (int64_t b = 0; b < B; b++) count[b] = (int32_t)clens[b];
+    kb.keep = 0;
+    xv = dsp_tensor_2d(cxx, DSP_BF16, nc, Hd), yv = dsp_tensor_2d(cyy, DSP_BF16, nc, Hd);
+    TRY(dsp_kda_layer_forward(L, &kb, &xv, &yv));
+  }
   if (dsp_comm_rank(comm) == 0) {
     dsp_st_writer *w;
     TRY(dsp_st_writer_create(argv[3], &w));
     dsp_tensor yt = dsp_tensor_2d(y, DSP_BF16, T, Hd);
     TRY(dsp_st_writer_add(w, "y", &yt));
+    if (verify) {
+      dsp_tensor a = dsp_tensor_2d(vy, DSP_BF16, nv, Hd), c2 = dsp_tensor_2d(cyy, DSP_BF16, nc, Hd);
+      TRY(dsp_st_writer_add(w, "vy", &a));
+      TRY(dsp_st_writer_add(w, "cy", &c2));
+    }
     TRY(dsp_st_writer_finish(w));
   }
   free(x), free(lens), free(layer), free(chunks), free(forms), free(slots), free(y), free(cx), free(cy);
   free(done), free(start), free(slot), free(count), free(which), free(fresh);
+  free(vx), free(cxx), free(vlens), free(clens), free(acc), free(vy), free(cyy);
   dsp_kda_layer_free(L);
   dsp_backend_free(be);
   dsp_st_close(in);

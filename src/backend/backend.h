@@ -91,6 +91,8 @@ typedef struct {
   dsp_status (*kda_workspace)(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
                               size_t *bytes);
   dsp_status (*kda)(dsp_backend *be, int dev, const dsp_op_kda_args *a);
+  dsp_status (*kda_copy)(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                         dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
 } dsp_backend_ops;
 
 struct dsp_backend {

@@ -105,6 +105,15 @@ dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   return be->ops->kda(be, dev, a);
 }
 
+dsp_status dsp_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                           dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst) {
+  DSP_TRY(check_dev(be, dev));
+  if (!d || !cd || !st || !cs) return dsp_fail(DSP_ERR_ARG, "op kda copy: NULL argument");
+  DSP_TRY(kda_present(be));
+  if (!be->ops->kda_copy) return dsp_fail(DSP_ERR_UNSUPPORTED, "op kda copy: not on this backend");
+  return be->ops->kda_copy(be, dev, d, cd, st, cs, src, dst);
+}
+
 /* ---- the models' layers ---------------------------------------------------------- */
 static dsp_status check_view(const dsp_tensor *t, const char *op, const char *what, int nd_lo, int nd_hi,
                              dsp_dtype dt) {

@@ -156,6 +156,9 @@ typedef struct {
 dsp_status dsp_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
                                 size_t *bytes);
 dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
+/* Slot src's recurrent and conv states into slot dst (an accepted prefix). */
+dsp_status dsp_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                           dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
 
 /* ---- staging and graphs ------------------------------------------------------------
  * Host memory the device reads and writes asynchronously (pinned on CUDA):

@@ -30,6 +30,8 @@ struct dsp_kda_layer {
   dsp_kda_state st;
   dsp_kda_conv_state cs;
   int32_t *cu;                   /* [max_seqs + 1] host */
+  int32_t *tok_slot;             /* [max_tokens] host: a kept call's per-token state slots */
+  int32_t *kept;                 /* [max_seqs] tokens the last kept call ran per slot (0: none to accept) */
   uint8_t *has;                  /* [max_seqs] host */
   float *part;                   /* [max_tokens, hidden] host (TP > 1) */
   char report[400];
@@ -142,12 +144,17 @@ static dsp_status alloc_state(dsp_kda_layer *L) {
                           .head_v = (int32_t)K};
   DSP_TRY(dsp_op_kda_workspace(be, &d, (int32_t)L->info.conv_width, T, &L->ws_bytes));
   DSP_TRY(dsp_op_alloc(be, 0, L->ws_bytes, &L->ws));
-  L->st = (dsp_kda_state){.slot_stride = hl * K * K, .num_slots = (int32_t)S};
-  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(S * hl * K * K) * 4, (void **)&L->st.data));
-  L->cs = (dsp_kda_conv_state){.slot_stride = (W1 > 0 ? W1 : 1) * D, .num_slots = (int32_t)S};
-  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(S * L->cs.slot_stride) * 2, (void **)&L->cs.data));
+  /* slots 0 .. S-1 the sequences'; then `verify` per sequence for a kept call's per-token states */
+  const int64_t pool = S * (1 + (int64_t)L->opt.verify);
+  L->st = (dsp_kda_state){.slot_stride = hl * K * K, .num_slots = (int32_t)pool};
+  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(pool * hl * K * K) * 4, (void **)&L->st.data));
+  L->cs = (dsp_kda_conv_state){.slot_stride = (W1 > 0 ? W1 : 1) * D, .num_slots = (int32_t)pool};
+  DSP_TRY(dsp_op_alloc(be, 0, (size_t)(pool * L->cs.slot_stride) * 2, (void **)&L->cs.data));
   L->cu = calloc((size_t)S + 1, 4);
   L->has = calloc((size_t)S, 1);
+  L->tok_slot = malloc((size_t)T * 4);
+  L->kept = calloc((size_t)S, 4);
+  if (!L->tok_slot || !L->kept) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
   L->part = L->tp > 1 ? malloc((size_t)(T * Hd) * 4) : NULL;
   if (!L->cu || !L->has || (L->tp > 1 && !L->part)) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
   return DSP_OK;
@@ -163,8 +170,8 @@ static dsp_status load(dsp_kda_layer *L, const char *dir) {
   if (!c.kda[o->layer])
     return dsp_fail(DSP_ERR_UNSUPPORTED, "%s: layer %d (number %d in linear_attn_config) is not in kda_layers: a "
                     "full-attention layer", dir, (int)o->layer, (int)o->layer + 1);
-  if (o->max_seqs < 1 || o->max_tokens < 1)
-    return dsp_fail(DSP_ERR_ARG, "kda layer: max_seqs and max_tokens must be >= 1");
+  if (o->max_seqs < 1 || o->max_tokens < 1 || o->verify < 0 || (int64_t)o->max_seqs * (1 + o->verify) > (1 << 30))
+    return dsp_fail(DSP_ERR_ARG, "kda layer: max_seqs and max_tokens must be >= 1, verify >= 0");
   if (L->be->ndev != 1)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "kda layer: one device per process (run TP ranks as processes)");
   if (c.heads % L->tp)
@@ -221,6 +228,8 @@ static dsp_status check_batch(const dsp_kda_layer *L, const dsp_kda_batch *b, co
     return dsp_fail(DSP_ERR_ARG, "kda layer: a batch needs 1 .. %d sequences with slots and counts", L->opt.max_seqs);
   if (b->form != DSP_KDA_CHUNKED && b->form != DSP_KDA_RECURRENT)
     return dsp_fail(DSP_ERR_ARG, "kda layer: form %d is neither DSP_KDA_CHUNKED nor DSP_KDA_RECURRENT", b->form);
+  if (b->keep && b->form != DSP_KDA_RECURRENT)
+    return dsp_fail(DSP_ERR_ARG, "kda layer: a kept (verify) call runs the recurrent form");
   *T = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
     if (b->slot[s] < 0 || b->slot[s] >= L->opt.max_seqs)
@@ -228,6 +237,9 @@ static dsp_status check_batch(const dsp_kda_layer *L, const dsp_kda_batch *b, co
     for (int32_t r = 0; r < s; r++)
       if (b->slot[r] == b->slot[s]) return dsp_fail(DSP_ERR_ARG, "kda layer: slot %d appears twice", b->slot[s]);
     if (b->count[s] < 1) return dsp_fail(DSP_ERR_ARG, "kda layer: sequence %d brings %d tokens", s, b->count[s]);
+    if (b->keep && b->count[s] > L->opt.verify)
+      return dsp_fail(DSP_ERR_RANGE, "kda layer: a kept call of %d tokens for sequence %d; the layer was loaded to "
+                      "keep %d (options.verify)", b->count[s], s, L->opt.verify);
     *T += b->count[s];
   }
   if (*T > L->opt.max_tokens)
@@ -259,9 +271,11 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
   for (int32_t s = 0; s < b->nseq; s++) {
     L->cu[s + 1] = L->cu[s] + b->count[s];
     L->has[s] = !(b->fresh && b->fresh[s]);
+    for (int32_t i = 0; b->keep && i < b->count[s]; i++)
+      L->tok_slot[L->cu[s] + i] = L->opt.max_seqs + b->slot[s] * L->opt.verify + i;
   }
   const dsp_kda_seqs seqs = {.num_seqs = b->nseq, .cu_seqlens = L->cu, .slot = b->slot, .has_state = L->has,
-                             .write_final = 1};
+                             .write_final = 1, .token_slot = b->keep ? L->tok_slot : NULL};
   dsp_op_kda_args a = {
       .dims = {.num_heads = hl, .num_v_heads = hl, .head_k = (int32_t)K, .head_v = (int32_t)K},
       .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = &seqs,
@@ -294,7 +308,23 @@ dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const
   int64_t T = 0;
   dsp_status s = check_batch(L, b, x, y, &T);
   if (s == DSP_OK) s = forward(L, b, x, y, T);
-  return dsp_comm_agree(L->be->comm, s);
+  s = dsp_comm_agree(L->be->comm, s);
+  for (int32_t q = 0; s == DSP_OK && q < b->nseq; q++) L->kept[b->slot[q]] = b->keep ? b->count[q] : 0;
+  return s;
+}
+
+dsp_status dsp_kda_layer_accept(dsp_kda_layer *L, int32_t slot, int32_t n) {
+  if (!L || slot < 0 || slot >= L->opt.max_seqs)
+    return dsp_fail(DSP_ERR_RANGE, "kda layer accept: slot %d outside [0, %d)", slot, L ? L->opt.max_seqs : 0);
+  if (n < 1 || n > L->kept[slot])
+    return dsp_fail(DSP_ERR_RANGE, "kda layer accept: slot %d's last kept call ran %d tokens; cannot keep %d", slot,
+                    L->kept[slot], n);
+  const int32_t K = (int32_t)L->info.head_dim;
+  const dsp_kda_dims d = {.num_heads = L->hl, .num_v_heads = L->hl, .head_k = K, .head_v = K};
+  const dsp_kda_conv_dims cd = {.channels = 3 * L->hl * K, .width = (int32_t)L->info.conv_width};
+  DSP_TRY(dsp_op_kda_copy(L->be, 0, &d, &cd, &L->st, &L->cs, L->opt.max_seqs + slot * L->opt.verify + n - 1, slot));
+  L->kept[slot] = 0; /* one accept per kept call */
+  return DSP_OK;
 }
 
 const dsp_kda_layer_info *dsp_kda_layer_info_of(const dsp_kda_layer *L) { return &L->info; }
@@ -310,6 +340,8 @@ void dsp_kda_layer_free(dsp_kda_layer *L) {
     if (m[i]) dsp_op_release(L->be, 0, m[i]);
   free(L->cu);
   free(L->has);
+  free(L->tok_slot);
+  free(L->kept);
   free(L->part);
   free(L);
 }

@@ -17,6 +17,8 @@ Checked:
   prefill followed by recurrent decode, and TP 2 under mpirun;
 - bit for bit: a sequence alone equals it inside a varlen batch (and in another
   slot); the recurrent form gives the same bits whatever the tokens per call;
+  a kept verify call, an accepted prefix and more tokens equal a fresh run
+  over the accepted tokens;
 - bad checkpoints and calls: a non-zero exit naming the field or tensor, on
   every rank."""
 import argparse
@@ -80,7 +82,7 @@ class Ctx:
         self.tally = harness.Tally()
         self.n = 0
 
-    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER):
+    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER, extra=None):
         self.n += 1
         inp, out = self.wd.file("in%d.safetensors" % self.n), self.wd.file("out%d.safetensors" % self.n)
         d = {"x": bf(x), "lengths": np.asarray(lens, np.int64), "layer": np.asarray([layer], np.int64),
@@ -89,10 +91,14 @@ class Ctx:
             d["forms"] = np.asarray(forms, np.int64)
         if slots is not None:
             d["slots"] = np.asarray(slots, np.int64)
+        d.update(extra or {})
         st.save(inp, d)
         rc, _, se, _ = harness.run([self.driver, mdir, inp, out], np_=np_, timeout=180)
         self.tally.runs += 1
-        return rc, (st.load(out)[0]["y"].astype(np.float64) if rc == 0 else None), se
+        if rc != 0:
+            return rc, None, se
+        o = st.load(out)[0]
+        return rc, (o["y"].astype(np.float64) if extra is None else {k: v.astype(np.float64) for k, v in o.items()}), se
 
     def ok(self, label, *a, **kw):
         rc, y, se = self.run(*a, **kw)
@@ -166,6 +172,36 @@ def case_invariance(c):
         same(c, "recurrent form, 1 vs 7 tokens per call", r7, r1)
 
 
+def case_rollback(c):
+    """A kept verify call, an accepted prefix per sequence, then more tokens:
+    bit for bit a fresh run over the accepted tokens and the same continuation
+    (the recurrent form's bits do not depend on the tokens per call)."""
+    cfg = config()
+    d = c.wd.file("rb")
+    make(d, cfg, 13)
+    L0, NV, NC, acc = 24, 6, 5, [2, 6, 1]
+    rng = np.random.default_rng(14)
+    x = inputs(15, lens=[L0] * 3)
+    vx = bf(rng.standard_normal((3 * NV, cfg.hidden))).astype(np.float64)
+    cx = bf(rng.standard_normal((3 * NC, cfg.hidden))).astype(np.float64)
+    extra = {"vx": bf(vx), "vlens": np.full(3, NV, np.int64), "accept": np.asarray(acc, np.int64),
+             "cx": bf(cx), "clens": np.full(3, NC, np.int64)}
+    o = c.ok("verify, accept, continue", d, x, [L0] * 3, [L0], forms=[0], extra=extra)
+    rows = [np.concatenate([x[b * L0:(b + 1) * L0], vx[b * NV:b * NV + acc[b]], cx[b * NC:(b + 1) * NC]])
+            for b in range(3)]
+    lens = [len(r) for r in rows]
+    f = c.ok("fresh over the accepted tokens", d, np.concatenate(rows), lens, [L0, 1], forms=[0, 1])
+    if o is None or f is None:
+        return
+    at = np.cumsum([0] + lens)
+    for b in range(3):
+        fresh = f[at[b]:at[b + 1]]
+        same(c, "sequence %d: the %d accepted drafts' outputs" % (b, acc[b]), o["vy"][b * NV:b * NV + acc[b]],
+             fresh[L0:L0 + acc[b]])
+        same(c, "sequence %d: the continuation after accepting %d of %d" % (b, acc[b], NV),
+             o["cy"][b * NC:(b + 1) * NC], fresh[L0 + acc[b]:])
+
+
 def case_tp(c):
     cfg = config()
     d = c.wd.file("tp")
@@ -216,7 +252,8 @@ def case_bad(c):
     refused("TP 3 for 4 heads", ["num_heads"], np_=3)
 
 
-CASES = {"reference": case_reference, "invariance": case_invariance, "tp": case_tp, "bad": case_bad}
+CASES = {"reference": case_reference, "invariance": case_invariance, "rollback": case_rollback, "tp": case_tp,
+         "bad": case_bad}
 
 
 def main():

@@ -40,6 +40,7 @@ static const dsp_backend_ops cpu_ops = {
     .gather_rows = dsp_cpu_op_gather_rows,
     .kda_workspace = dsp_cpu_op_kda_workspace,
     .kda = dsp_cpu_op_kda,
+    .kda_copy = dsp_cpu_op_kda_copy,
     .host_alloc = dsp_cpu_op_alloc,
     .host_release = dsp_cpu_op_release,
     .upload_async = dsp_cpu_op_copy,

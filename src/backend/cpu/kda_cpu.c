@@ -76,3 +76,10 @@ dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
                                (dsp_kda_in_bf16){a->z, a->z_tok, V}, a->norm_w, a->eps,
                                (dsp_kda_out_bf16){a->y, a->y_tok, V});
 }
+
+dsp_status dsp_cpu_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                               dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst) {
+  (void)be, (void)dev;
+  DSP_TRY(dsp_kda_state_copy(d, st, src, dst));
+  return dsp_kda_conv_state_copy(cd, cs, src, dst);
+}

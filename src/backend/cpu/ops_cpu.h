@@ -32,5 +32,7 @@ dsp_status dsp_cpu_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *sr
 dsp_status dsp_cpu_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
                                     size_t *bytes);
 dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
+dsp_status dsp_cpu_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                               dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
 
 #endif
