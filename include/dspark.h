@@ -463,6 +463,8 @@ typedef struct {
   const float *temperature;       /* [nseq] or NULL (greedy) */
   const uint64_t *seed;           /* [nseq] or NULL (0) */
   int32_t append_only;            /* 1: append the context rows and propose nothing (a long prompt in pieces) */
+  int32_t ctx_target;             /* 1: ctx_row0 / ctx_count index the rows of the target's last forward, read
+                                     where the target keeps its taps (no host copy); ctx is then unused */
 } dsp_draft_batch;
 
 typedef struct {

@@ -67,8 +67,6 @@ typedef struct {
   int64_t V, H;
   int sampling;
   seq_state *s;
-  dsp_bf16 *taps;             /* [ntaps, rows, H] */
-  int64_t taps_rows;
   int32_t *slot, *count, *tok, *which, *anchor, *row0, *ccount;
   float *temp, *conf;
   uint64_t *seed;
@@ -108,17 +106,14 @@ static dsp_status prefill(spec *c, const int32_t *adm, int32_t na, int32_t *done
       done[i] += k;
       ns++;
     }
-    int64_t sh[3] = {c->ntaps, nt, c->H};
-    dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, sh);
-    tv.stride[0] = c->taps_rows * c->H;
     dsp_target_batch b = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok, .last_only = 1,
                           .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
-    dsp_target_outputs out = {.next = c->next, .taps = &tv};
+    dsp_target_outputs out = {.next = c->next};
     s = dsp_target_forward(t, &b, &out);
     st->prefill_calls++;
-    /* the same rows' taps into the draft's context */
-    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->count,
-                          .append_only = 1};
+    /* the same rows' taps into the draft's context, read where the target keeps them */
+    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->count,
+                          .append_only = 1, .ctx_target = 1};
     dsp_draft_outputs dout = {0};
     if (s == DSP_OK) s = dsp_draft_propose(c->d, &db, &dout);
     for (int32_t r = 0; s == DSP_OK && r < ns; r++) {
@@ -140,8 +135,8 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
                         void *ctx, int32_t *live, dsp_generate_stats *st) {
   const dsp_generate_options *g = &c->o->gen;
   if (c->nfree > 0 && c->next_q < nseq) {
-    /* the prefill reuses the taps buffer: first the running sequences' pending
-     * context rows (from the last verification) go into the draft */
+    /* the prefill replaces the target's taps: first the running sequences'
+     * pending context rows (from the last verification) go into the draft */
     int32_t ns = 0;
     for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop && c->s[q].ctx_count > 0) {
@@ -150,10 +145,8 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
         ns++;
       }
     if (ns > 0) {
-      int64_t tsh[3] = {c->ntaps, c->taps_rows, c->H};
-      dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, tsh);
-      dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->ccount,
-                            .append_only = 1};
+      dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+                            .append_only = 1, .ctx_target = 1};
       dsp_draft_outputs dout = {0};
       const double t0 = dsp_now_ms();
       DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
@@ -224,12 +217,11 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
         c->seed[ns] = g->seeds ? g->seeds[q] : g->seed;
         ns++;
       }
-    int64_t tsh[3] = {c->ntaps, c->taps_rows, c->H};
-    dsp_tensor tv = dsp_tensor_view(c->taps, DSP_BF16, 3, tsh);
     int64_t qsh[3] = {ns, K, c->V};
     dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
-    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &tv, .ctx_row0 = c->row0, .ctx_count = c->ccount,
-                          .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
+    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+                          .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
+                          .ctx_target = 1};
     dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
@@ -247,13 +239,10 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
       for (int32_t i = 0; i < k; i++) c->tok[nt + 1 + i] = (int32_t)c->drafts[r * K + i];
       nt += k + 1;
     }
-    int64_t vsh[3] = {c->ntaps, nt, c->H};
-    dsp_tensor vt = dsp_tensor_view(c->taps, DSP_BF16, 3, vsh);
-    vt.stride[0] = c->taps_rows * c->H;
     dsp_tensor lv = dsp_tensor_2d(c->tlog, DSP_BF16, nt, c->V);
     dsp_target_batch vb = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok,
                            .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
-    dsp_target_outputs vo = {.next = c->next, .taps = &vt, .logits = c->sampling ? &lv : NULL};
+    dsp_target_outputs vo = {.next = c->next, .logits = c->sampling ? &lv : NULL};
     t0 = dsp_now_ms();
     DSP_TRY(dsp_target_forward(t, &vb, &vo));
     st->verify_ms += dsp_now_ms() - t0;
@@ -333,11 +322,10 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
   spec c = {.t = t, .d = d, .o = o, .G = G, .ntaps = di->ntaps, .V = ti->vocab, .H = ti->hidden,
-            .sampling = o->gen.temperature >= 1e-5f, .taps_rows = ti->max_tokens, .nslots = W};
+            .sampling = o->gen.temperature >= 1e-5f, .nslots = W};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
   c.s = calloc((size_t)nseq, sizeof *c.s);
   c.free_slot = malloc(S * 4);
-  c.taps = malloc((size_t)c.ntaps * R * (size_t)c.H * 2);
   c.slot = malloc(S * 4), c.count = malloc(S * 4), c.which = malloc(S * 4), c.anchor = malloc(S * 4);
   c.row0 = malloc(S * 4), c.ccount = malloc(S * 4), c.tok = malloc(R * 4);
   c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
@@ -349,7 +337,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     c.p = malloc(V * 8);
     c.q = malloc(V * 8);
   }
-  dsp_status s = c.s && c.free_slot && c.adm && c.done && c.taps && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
+  dsp_status s = c.s && c.free_slot && c.adm && c.done && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
                          c.conf && c.seed && c.next && c.drafts && c.commit &&
                          (!c.sampling || (c.tlog && c.qlog && c.p && c.q))
                      ? DSP_OK
@@ -367,7 +355,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     st->new_tokens += c.s[q].made;
     if (finished) finished[q] = c.s[q].stop == 2;
   }
-  free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.taps), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
+  free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
   free(c.tlog), free(c.qlog), free(c.p), free(c.q);
   return s;

@@ -41,7 +41,14 @@ static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
     if (b->temperature && (!(b->temperature[s] >= 0.0f) || isinf(b->temperature[s])))
       return dsp_fail(DSP_ERR_RANGE, "draft: temperature[%d] = %g: must be finite and >= 0", s,
                       (double)b->temperature[s]);
-    if (b->ctx_count[s]) {
+    if (b->ctx_count[s] && b->ctx_target) {
+      if (!dr->target->d[0].taps.data)
+        return dsp_fail(DSP_ERR_ARG, "draft: the target was loaded without taps");
+      if (b->ctx_row0[s] < 0 || b->ctx_row0[s] + b->ctx_count[s] > dr->target->ntok)
+        return dsp_fail(DSP_ERR_RANGE, "draft: sequence %d's context rows %d .. %d outside the %lld rows of the "
+                        "target's last call", s, b->ctx_row0[s], b->ctx_row0[s] + b->ctx_count[s],
+                        (long long)dr->target->ntok);
+    } else if (b->ctx_count[s]) {
       const dsp_tensor *c = b->ctx;
       if (!c || !c->data || c->dtype != DSP_BF16 || c->ndim != 3 || c->shape[0] != dr->cfg.ntaps || c->shape[2] != H ||
           c->stride[2] != 1)
@@ -67,7 +74,8 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   for (int32_t s = 0; s < b->nseq; s++) {
     const int64_t sl = b->slot[s], p0 = dr->len[sl];
     for (int32_t i = 0; i < b->ctx_count[s]; i++, n++) {
-      for (int64_t j = 0; j < T; j++)
+      m->csrc[n] = b->ctx_row0[s] + i;
+      for (int64_t j = 0; !b->ctx_target && j < T; j++)
         memcpy(d0->h_feats + (n * T + j) * H,
                (const dsp_bf16 *)b->ctx->data + j * b->ctx->stride[0] + (b->ctx_row0[s] + i) * b->ctx->stride[1],
                (size_t)H * 2);
@@ -86,7 +94,7 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   if (dr->fused) { /* the bucket's padding: inert rows on the spare slot, and the head's row map */
     const dsp_markov_fused *fb = &dr->fb;
     const int64_t spare = dr->opt.max_seqs, Gh = dr->info.gamma;
-    for (; n < (int64_t)fb->size * (G + 1); n++) m->cpos[n] = 0, m->crows[n] = spare * P;
+    for (; n < (int64_t)fb->size * (G + 1); n++) m->cpos[n] = 0, m->crows[n] = spare * P, m->csrc[n] = 0;
     for (; r < (int64_t)fb->size * G; r++) {
       const int64_t k = r % G;
       m->bids[r] = 0, m->bpos[r] = (int32_t)k, m->brows[r] = spare * P + k;
@@ -97,22 +105,33 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   }
   dr->nctx = n;
   dr->nrows = r;
+  dr->ctx_target = b->ctx_target != 0;
   for (int di = 1; di < dr->nd; di++) {
     memcpy(dr->d[di].h_meta, d0->h_meta, d0->meta_bytes);
-    memcpy(dr->d[di].h_feats, d0->h_feats, (size_t)(n * T * H) * 2);
+    if (!dr->ctx_target) memcpy(dr->d[di].h_feats, d0->h_feats, (size_t)(n * T * H) * 2);
   }
 }
 
 /* The context append: ctx = hidden_norm(fc(taps)) of N rows, every layer's K
  * (k_norm, one RoPE over all layers' heads) and V into the stacked cache. */
-static dsp_status append_ctx(dsp_draft *dr, dr_dev *d, int64_t N) {
+static dsp_status append_ctx(dsp_draft *dr, int di, int64_t N) {
+  dr_dev *d = &dr->d[di];
   dsp_backend *be = dr->be;
   const int dev = d->dev;
   const dsp_hf_config *c = &dr->cfg;
   const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D;
   const float eps = (float)c->eps;
-  DSP_TRY(dsp_op_upload_async(be, dev, d->feats.data, d->h_feats, (size_t)(N * c->ntaps * H) * 2));
   dsp_tensor f = dsp_dec_rows(d->feats, N), x = dsp_dec_rows(d->ctx, N), kv = dsp_dec_rows(d->ckv, N);
+  if (dr->ctx_target) { /* each tap's rows straight from the target's buffer on this device */
+    const int64_t R = dr->target->opt.max_tokens;
+    for (int64_t j = 0; j < c->ntaps; j++) {
+      dsp_tensor src = dsp_tensor_2d((dsp_bf16 *)dr->target->d[di].taps.data + j * R * H, DSP_BF16, R, H);
+      dsp_tensor dst = dsp_dec_cols(f, j * H, H);
+      DSP_TRY(dsp_op_gather_rows(be, dev, &src, d->dm.csrc, &dst));
+    }
+  } else {
+    DSP_TRY(dsp_op_upload_async(be, dev, d->feats.data, d->h_feats, (size_t)(N * c->ntaps * H) * 2));
+  }
   DSP_TRY(dsp_op_gemm(be, dev, &f, d->fc, &x));
   DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &d->hidden_norm, eps, &x));
   DSP_TRY(dsp_op_gemm(be, dev, &x, d->ctx_kv, &kv));
@@ -157,7 +176,7 @@ static dsp_status propose_dev(void *ctx, int di) {
   dr_dev *d = &dr->d[di];
   const int64_t N = dr->nctx, M = dr->nrows;
   DSP_TRY(dsp_op_upload_async(dr->be, d->dev, d->dm.crows, d->hm.crows, d->meta_bytes));
-  if (N > 0) DSP_TRY(append_ctx(dr, d, N));
+  if (N > 0) DSP_TRY(append_ctx(dr, di, N));
   if (M > 0) {
     DSP_TRY(block_rows(dr, di, M));
     if (di == 0) DSP_TRY(dsp_op_download(dr->be, d->dev, dr->h_hidden, d->a.h.data, (size_t)(M * dr->cfg.hidden) * 2));
@@ -175,7 +194,7 @@ static dsp_status fused_step(dsp_draft *dr) {
   const dsp_markov_fused *fb = &dr->fb;
   const int64_t H = dr->cfg.hidden, M = dr->nrows;
   DSP_TRY(dsp_op_upload_async(be, d->dev, d->dm.crows, d->hm.crows, d->meta_bytes));
-  DSP_TRY(append_ctx(dr, d, dr->nctx));
+  DSP_TRY(append_ctx(dr, 0, dr->nctx));
   DSP_TRY(block_rows(dr, 0, M));
   dsp_tensor h = dsp_dec_rows(d->a.h, M);
   dsp_tensor in = dsp_tensor_2d(fb->hidden, DSP_BF16, dr->info.gamma * fb->rows, H);
@@ -189,7 +208,7 @@ static dsp_status fused_step(dsp_draft *dr) {
  * also readies the products for its row counts), then captures. */
 static dsp_status run_fused(dsp_draft *dr) {
   dr_dev *d = &dr->d[0];
-  dsp_op_graph **g = &d->graph[dr->fb.index][dr->sampling];
+  dsp_op_graph **g = &d->graph[dr->fb.index][dr->sampling + 2 * dr->ctx_target];
   if (*g) {
     DSP_TRY(dsp_op_replay(dr->be, d->dev, *g));
   } else {

@@ -14,6 +14,7 @@ typedef struct {
   int32_t *cpos, *bpos, *bids;      /* [max_ctx] context positions; [max_rows] block positions, ids */
   int32_t *bslot, *bkeys;           /* [max_rows] the slot a block row reads, the keys it sees */
   int64_t *hidx;                    /* [max_head] a captured proposal's head row k * rows + b <- block row b K + k */
+  int64_t *csrc;                    /* [max_ctx] context rows read from the target's taps: its row there */
 } dr_meta;
 
 #define DR_GRAPHS 32 /* captured proposals: one per head bucket, greedy and sampling */
@@ -35,7 +36,7 @@ typedef struct {
   void *h_meta;
   size_t meta_bytes;
   dsp_bf16 *h_feats;                /* staging of feats */
-  dsp_op_graph *graph[DR_GRAPHS][2]; /* the captured proposals (CUDA, TP 1) */
+  dsp_op_graph *graph[DR_GRAPHS][4]; /* the captured proposals (CUDA, TP 1): [bucket][sampling + 2 ctx_target] */
   void *mem[40];
   int nmem;
 } dr_dev;
@@ -59,7 +60,7 @@ struct dsp_draft {
   dsp_bf16 *h_hidden;               /* [max_seqs * block, H] pinned: the block's final states (head, confidence) */
   int graphs;                       /* proposals are captured per head bucket (CUDA, one device, TP 1, DSPARK_GRAPHS) */
   dsp_markov_fused fb;              /* this call's bucket when captured */
-  int fused, sampling;              /* this call runs captured; its variant */
+  int fused, sampling, ctx_target;  /* this call runs captured; its variant; its context from the target */
   int64_t *anchor64, *pos64;        /* [max_seqs] */
   const dsp_draft_batch *batch;
   int64_t nctx, nrows;              /* this call's context rows and block rows */

@@ -113,6 +113,7 @@ size_t dr_meta_layout(void *base, int64_t C, int64_t M, int64_t Hn, dr_meta *m) 
   DR_TAKE(bslot, int32_t, M)
   DR_TAKE(bkeys, int32_t, M)
   DR_TAKE(hidx, int64_t, Hn)
+  DR_TAKE(csrc, int64_t, C)
 #undef DR_TAKE
   return off;
 }
@@ -337,7 +338,7 @@ void dsp_draft_free(dsp_draft *dr) {
     dsp_op_host_release(dr->be, d->dev, d->h_meta);
     dsp_op_host_release(dr->be, d->dev, d->h_feats);
     for (int i = 0; i < DR_GRAPHS; i++)
-      for (int v = 0; v < 2; v++)
+      for (int v = 0; v < 4; v++)
         if (d->graph[i][v]) dsp_op_graph_free(dr->be, d->graph[i][v]);
   }
   dsp_markov_head_free(dr->head);

@@ -38,7 +38,7 @@ static dsp_status step(dsp_target *t, int di) {
     io.v_cache = L->v_cache;
     DSP_TRY(dsp_dec_layer_forward(be, dev, &L->w, &d->s, &d->a, M, &io));
     for (int i = 0; i < t->opt.ntaps; i++)
-      if (t->taps[i] == l && di == 0 && d->taps.data) { /* the residual stream is replicated: device 0's */
+      if (t->taps[i] == l && d->taps.data) { /* the residual stream is replicated: each device's own */
         char *dst = (char *)d->taps.data + (size_t)i * (size_t)t->opt.max_tokens * (size_t)in->hidden * 2;
         DSP_TRY(dsp_op_copy(be, dev, dst, x.data, (size_t)(M * in->hidden) * 2));
       }

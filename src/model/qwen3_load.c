@@ -118,7 +118,7 @@ static dsp_status load_dev(void *ctx, int di) {
   DSP_TRY(dsp_dec_act_alloc(t->be, d->dev, &d->s, T, &d->a, d->mem, &d->nmem));
   DSP_TRY(dev_alloc(t, d, (size_t)(T * d->vr) * 2, &m));
   d->logits = dsp_tensor_2d(m, DSP_BF16, T, d->vreal); /* the padding columns past this rank's real rows are never written */
-  if (t->opt.ntaps && di == 0) {
+  if (t->opt.ntaps) { /* every device's: a draft on it reads them there */
     DSP_TRY(dev_alloc(t, d, (size_t)(t->opt.ntaps * T * H) * 2, &m));
     d->taps = dsp_tensor_2d(m, DSP_BF16, t->opt.ntaps * T, H);
   }
