@@ -703,6 +703,36 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Seconds per call of call(ctx): one warm-up, then the median of 5 timed groups of reps. */
+static double median_time(dsp_status (*call)(void *), void *ctx, int reps) {
+  double t[5];
+  assert_int_equal(call(ctx), DSP_OK);
+  for (int g = 0; g < 5; g++) {
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    const double t0 = now_s();
+    for (int r = 0; r < reps; r++) assert_int_equal(call(ctx), DSP_OK);
+    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
+    t[g] = (now_s() - t0) / reps;
+  }
+  for (int i = 1; i < 5; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      const double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  return t[2];
+}
+
+typedef struct {
+  dsp_tensor *a;
+  dsp_weight *w;
+  dsp_tensor *c;
+} gemm_call;
+static dsp_status run_gemm_call(void *p) {
+  gemm_call *g = p;
+  return dsp_op_gemm(g_be, 0, g->a, g->w, g->c);
+}
+static dsp_status run_att_call(void *p) { return dsp_op_attention(g_be, 0, p); }
+
 /* Seconds per call of gemm (m, n, k), median of 5 timed groups. */
 static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
   uint16_t *w = malloc((size_t)(n * k) * 2), *a = malloc((size_t)(m * k) * 2);
@@ -713,26 +743,14 @@ static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
   assert_int_equal(dsp_op_weight_create(g_be, 0, &wv, 0, &wt), DSP_OK);
   void *da = dev_put(g_be, a, (size_t)(m * k) * 2), *dc = dev_put(g_be, NULL, (size_t)(m * n) * 2);
   dsp_tensor av = dsp_tensor_2d(da, DSP_BF16, m, k), cv = dsp_tensor_2d(dc, DSP_BF16, m, n);
-  double t[5];
-  assert_int_equal(dsp_op_gemm(g_be, 0, &av, wt, &cv), DSP_OK);
-  for (int g = 0; g < 5; g++) {
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    const double t0 = now_s();
-    for (int r = 0; r < reps; r++) assert_int_equal(dsp_op_gemm(g_be, 0, &av, wt, &cv), DSP_OK);
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    t[g] = (now_s() - t0) / reps;
-  }
-  for (int i = 1; i < 5; i++)
-    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      const double x = t[j];
-      t[j] = t[j - 1], t[j - 1] = x;
-    }
+  gemm_call gc = {&av, wt, &cv};
+  const double med = median_time(run_gemm_call, &gc, reps);
   dsp_op_release(g_be, 0, da);
   dsp_op_release(g_be, 0, dc);
   dsp_op_weight_free(g_be, wt);
   free(w);
   free(a);
-  return t[2];
+  return med;
 }
 
 /* Bytes per second of a device copy (read + written). */
@@ -773,25 +791,12 @@ static double time_att(int64_t T, int64_t run, int block, int64_t nk, int hint, 
                              .kv_stride = W, .row_slot = ds, .row_keys = dr, .scale = 0.0884f, .out = &ov,
                              .row_group = hint};
   const int reps = g_cuda ? 50 : 2;
-  double t[5];
-  assert_int_equal(dsp_op_attention(g_be, 0, &a), DSP_OK);
-  for (int g = 0; g < 5; g++) {
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    const double t0 = now_s();
-    for (int r = 0; r < reps; r++) assert_int_equal(dsp_op_attention(g_be, 0, &a), DSP_OK);
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    t[g] = (now_s() - t0) / reps;
-  }
-  for (int i = 1; i < 5; i++)
-    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      const double x = t[j];
-      t[j] = t[j - 1], t[j - 1] = x;
-    }
+  const double med = median_time(run_att_call, &a, reps);
   *bytes = (double)slots * (double)(nk + run) * (double)W * 4.0;
   void *all[] = {dq, dk, dv, ds, dr, dout};
   for (int i = 0; i < 6; i++) dsp_op_release(g_be, 0, all[i]);
   free(h), free(rs), free(rk);
-  return t[2];
+  return med;
 }
 
 /* One table row: ms per product against its floor (bytes over bw, flops over peak, the larger). */

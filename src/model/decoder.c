@@ -10,16 +10,22 @@
 #include "core/status.h"
 #include "core/tensor.h"
 
+dsp_status dsp_dec_lookup(const dsp_hf_dir *dir, const char *name, int f32_ok, dsp_st_file **f, dsp_dtype *dt,
+                          int32_t *nd, int64_t sh[DSP_MAX_DIMS]) {
+  DSP_TRY(dsp_hf_dir_find(dir, name, f));
+  DSP_TRY(dsp_st_info(*f, name, dt, nd, sh));
+  if (*dt != DSP_BF16 && !(f32_ok && *dt == DSP_F32))
+    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights%s", dsp_st_path(*f), name,
+                    dsp_dtype_name(*dt), f32_ok ? " (or F32 here)" : "");
+  return DSP_OK;
+}
+
 dsp_status dsp_dec_tensor(const dsp_hf_dir *dir, const char *name, int64_t rows, int64_t cols, dsp_tensor *t) {
   dsp_st_file *f;
-  DSP_TRY(dsp_hf_dir_find(dir, name, &f));
   dsp_dtype dt;
   int32_t nd;
   int64_t sh[DSP_MAX_DIMS];
-  DSP_TRY(dsp_st_info(f, name, &dt, &nd, sh));
-  if (dt != DSP_BF16)
-    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights", dsp_st_path(f), name,
-                    dsp_dtype_name(dt));
+  DSP_TRY(dsp_dec_lookup(dir, name, 0, &f, &dt, &nd, sh));
   const int want_nd = cols ? 2 : 1;
   if (nd != want_nd || sh[0] != rows || (cols && sh[1] != cols))
     return dsp_fail(DSP_ERR_SHAPE, "%s: tensor '%s' has shape [%lld%s%lld], config.json says [%lld%s%lld]",

@@ -37,6 +37,9 @@ typedef struct {
   int row_group;                   /* runs of this many rows read one slot (a draft block): a speed hint */
 } dsp_dec_io;
 
+/* Tensor `name` of dir: its file, dtype and shape; refused unless BF16 (or F32 when f32_ok). */
+dsp_status dsp_dec_lookup(const dsp_hf_dir *dir, const char *name, int f32_ok, dsp_st_file **f, dsp_dtype *dt,
+                          int32_t *nd, int64_t sh[DSP_MAX_DIMS]);
 /* A BF16 tensor of a checkpoint directory with the shape expected (cols 0: a vector). */
 dsp_status dsp_dec_tensor(const dsp_hf_dir *dir, const char *name, int64_t rows, int64_t cols, dsp_tensor *t);
 /* A device vector from a host view; *mem is what to release. */

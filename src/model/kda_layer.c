@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "io/hf_dir.h"
 #include "io/kda_config.h"
+#include "model/decoder.h"
 
 struct dsp_kda_layer {
   dsp_backend *be;
@@ -41,14 +42,10 @@ struct dsp_kda_layer {
 static dsp_status find_tensor(const dsp_hf_dir *dir, const char *name, int32_t n1, const int64_t *s1, int32_t n2,
                               const int64_t *s2, int f32_ok, dsp_tensor *t) {
   dsp_st_file *f;
-  DSP_TRY(dsp_hf_dir_find(dir, name, &f));
   dsp_dtype dt;
   int32_t nd;
   int64_t sh[DSP_MAX_DIMS];
-  DSP_TRY(dsp_st_info(f, name, &dt, &nd, sh));
-  if (dt != DSP_BF16 && !(f32_ok && dt == DSP_F32))
-    return dsp_fail(DSP_ERR_DTYPE, "%s: tensor '%s' is %s; dspark runs BF16 weights%s", dsp_st_path(f), name,
-                    dsp_dtype_name(dt), f32_ok ? " (or F32 here)" : "");
+  DSP_TRY(dsp_dec_lookup(dir, name, f32_ok, &f, &dt, &nd, sh));
   int ok = nd == n1 && !memcmp(sh, s1, (size_t)n1 * 8);
   ok |= n2 && nd == n2 && !memcmp(sh, s2, (size_t)n2 * 8);
   if (!ok) {
