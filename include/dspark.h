@@ -481,6 +481,8 @@ const dsp_draft_info *dsp_draft_info_of(const dsp_draft *d);
 /* A draft directory's config alone (its taps, to load the target with them). */
 dsp_status dsp_draft_read_info(const char *dir, dsp_draft_info *out);
 const char *dsp_draft_report(const dsp_draft *d);
+/* Proposal graphs captured so far (CUDA, one device, TP 1: one per head bucket and variant; 0 on the CPU). */
+int32_t dsp_draft_graphs(const dsp_draft *d);
 /* Collective. */
 dsp_status dsp_draft_propose(dsp_draft *d, const dsp_draft_batch *b, dsp_draft_outputs *out);
 int64_t dsp_draft_length(const dsp_draft *d, int32_t slot);

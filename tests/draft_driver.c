@@ -155,6 +155,7 @@ int main(int argc, char **argv) {
   free(all), free(one), free(ids), free(otok), free(olog), free(oconf), free(slot), free(row0), free(count);
   free(anchor), free(ctemp), free(cseed), free(tk), free(lg), free(cf2), free(toks), free(lens), free(starts);
   free(temp), free(seed), free(g), free(slots), free(tonly);
+  if (dsp_comm_rank(comm) == 0) fprintf(stderr, "draft_driver: %d captured proposals\n", (int)dsp_draft_graphs(d));
   dsp_draft_free(d);
   dsp_target_free(t);
   dsp_backend_free(be);

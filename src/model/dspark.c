@@ -219,6 +219,7 @@ static dsp_status run_fused(dsp_draft *dr) {
     dsp_status e = dsp_op_capture_end(dr->be, d->dev, g);
     DSP_TRY(s);
     DSP_TRY(e);
+    dr->ngraphs++;
     DSP_TRY(dsp_op_replay(dr->be, d->dev, *g)); /* the captured run is the one whose results are read */
   }
   return dsp_op_sync(dr->be, d->dev);
@@ -303,6 +304,8 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
   for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
   return DSP_OK;
 }
+
+int32_t dsp_draft_graphs(const dsp_draft *d) { return d ? d->ngraphs : 0; }
 
 int64_t dsp_draft_length(const dsp_draft *d, int32_t slot) {
   return d && slot >= 0 && slot < d->opt.max_seqs ? d->len[slot] : -1;

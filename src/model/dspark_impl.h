@@ -64,6 +64,7 @@ struct dsp_draft {
   int64_t *anchor64, *pos64;        /* [max_seqs] */
   const dsp_draft_batch *batch;
   int64_t nctx, nrows;              /* this call's context rows and block rows */
+  int32_t ngraphs;                  /* proposals captured */
   char report[512];
 };
 

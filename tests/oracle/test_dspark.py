@@ -25,6 +25,7 @@ Checked:
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -208,28 +209,48 @@ def case_sampling(c):
 def case_graphs(c):
     """CUDA: proposals replayed from the captured graphs (the default) equal the
     eager path's (DSPARK_GRAPHS=0) bit for bit, proposal after proposal with new
-    anchors, positions and context rows each time, in the buckets of 3 and 1
-    sequences, for the greedy variant (tokens only) and the sampling one. The
-    proposals of a run differ among themselves, so a replay that read stale
-    inputs (the first proposal's) would fail."""
+    anchors, positions and context rows each time, for batches of 1, 2 and 4
+    sequences (the head's buckets for them; each run's first proposal appends a
+    long context and runs eagerly, the others are captured), the greedy variant
+    (tokens only) and the sampling one. The driver reports the graphs captured: at least one
+    with graphs, none without, so an eager run cannot stand in for a replay;
+    and the proposals of a run differ among themselves, so a replay that read
+    stale inputs (the first proposal's) would fail."""
     if c.backend != "cuda":
         print("graphs: not run (the CPU has no graphs)")
         return
     tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
                               {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
                                "block_size": 5, "seed": 1})
-    toks = token_batch(np.random.default_rng(24), t.V)
-    temp, seed = [0.8, 1.5, 0.0], [7, 2 ** 33 + 1, 9]
-    for rows in ((0, 3), (1, 2)):
-        r = slice(*rows)
+    rng = np.random.default_rng(24)
+    for n in (1, 2, 4):
+        toks = token_batch(rng, t.V, n)
+        lens = [int(x) for x in rng.integers(14, L + 1, n)]
+        # the first proposal appends a long context (an eager call), the next ones 1 .. 3 rows (captured)
+        starts = []
+        for ln in lens:
+            s0 = int(rng.integers(3, ln - 9))
+            starts.append([s0 + int(v) for v in np.cumsum([0] + list(rng.integers(1, 4, len(STARTS[0]) - 1)))])
+        temp = [float(x) for x in rng.choice([0.0, 0.8, 1.5], n)]
+        seed = [int(x) for x in rng.integers(0, 2 ** 40, n)]
         for variant in ("greedy", "sampling"):
-            extra = {"tokens_only": [1]} if variant == "greedy" else {"temperature": temp[r], "seed": seed[r]}
-            inp = inputs(toks[r], lens=LENS[r], starts=STARTS[r], **extra)
-            label = "%d sequences, %s" % (rows[1] - rows[0], variant)
-            g = c.ok(label + ", graphs", tdir, ddir, inp)
-            e = c.ok(label + ", eager", tdir, ddir, inp, env={"DSPARK_GRAPHS": "0"})
-            if g is None or e is None:
+            extra = {"tokens_only": [1]} if variant == "greedy" else {"temperature": temp, "seed": seed}
+            inp = inputs(toks, lens=lens, starts=starts, **extra)
+            label = "%d sequences, %s" % (n, variant)
+            out = {}
+            for mode, env in (("graphs", None), ("eager", {"DSPARK_GRAPHS": "0"})):
+                rc, o, se = c.run(tdir, ddir, inp, env=env)
+                if rc != 0:
+                    c.tally.fail("%s, %s: exit %s: %s" % (label, mode, rc, se.strip()[-600:]))
+                    break
+                m = re.search(r"draft_driver: (\d+) captured proposals", se)
+                got = int(m.group(1)) if m else -1
+                if (mode == "graphs" and got < 1) or (mode == "eager" and got != 0):
+                    c.tally.fail("%s, %s: the driver reports %d captured proposals" % (label, mode, got))
+                out[mode] = o
+            if len(out) < 2:
                 continue
+            g, e = out["graphs"], out["eager"]
             c.tally.tokens_eq("%s: captured vs eager tokens" % label, g["tokens"], e["tokens"])
             c.tally.logits_eq("%s: captured vs eager confidence" % label, g["confidence"], e["confidence"])
             if variant == "sampling":
