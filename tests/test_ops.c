@@ -302,7 +302,6 @@ static int ulps16(uint16_t a, uint16_t b) { /* distance in bf16 steps (same sign
   const int ia = a & 0x8000 ? -(int)(a & 0x7fff) : (int)a, ib = b & 0x8000 ? -(int)(b & 0x7fff) : (int)b;
   return abs(ia - ib);
 }
-static uint16_t round16(float f) { return f32_to_bf(f); }
 
 typedef struct {
   long exact, near, bad, cross;
@@ -373,7 +372,7 @@ static void t_rmsnorm(void) {
         const double inv = 1.0 / sqrt(ss / (double)D + (double)1e-6f);
         for (int64_t d = 0; d < D; d++) {
           const uint16_t xn = to_bf((double)bf(xr[d]) * inv);
-          const uint16_t want = round16(bf(w[d]) * bf(xn));
+          const uint16_t want = f32_to_bf(bf(w[d]) * bf(xn));
           const int64_t i = r * ld + h * D + d;
           op_cmp(&t, o[i], g_cpu ? oc[i] : o[i], want, 0, "rmsnorm", i);
         }
@@ -419,9 +418,9 @@ static void t_rope(void) {
           const uint16_t *xr = x + r * ld + h * D;
           const int64_t j = d % hf;
           const float c0 = bf(co[pos[r] * hf + j]), s0 = bf(si[pos[r] * hf + j]);
-          const float a = bf(round16(bf(xr[d]) * c0));
-          const float b = bf(round16(bf(xr[d < hf ? d + hf : d - hf]) * s0));
-          want = round16(d < hf ? a - b : a + b);
+          const float a = bf(f32_to_bf(bf(xr[d]) * c0));
+          const float b = bf(f32_to_bf(bf(xr[d < hf ? d + hf : d - hf]) * s0));
+          want = f32_to_bf(d < hf ? a - b : a + b);
         }
         op_cmp(&t, o[r * ld + i], g_cpu ? oc[r * ld + i] : o[r * ld + i], want, 1, "rope", r * ld + i);
       }
@@ -491,12 +490,12 @@ static void t_elementwise(void) {
         if (c < N && (k != EW_SCATTER || src >= 0)) {
           const float x = bf(a[i < V * ld ? i : 0]), y = bf(b[r < M ? i : 0]);
           switch (k) {
-          case EW_ADD: want = round16(x + y); break;
+          case EW_ADD: want = f32_to_bf(x + y); break;
           case EW_SILU:
             want = to_bf((double)bf(to_bf((double)x / (1.0 + exp(-(double)x)))) * (double)y);
             exact = 0;
             break;
-          case EW_ROUND_ADD: want = round16(x + bf(round16(p[i]))); break;
+          case EW_ROUND_ADD: want = f32_to_bf(x + bf(f32_to_bf(p[i]))); break;
           case EW_EMBED: want = a[ids[r] * ld + c]; break;
           case EW_GATHER: want = a[idx[r] * ld + c]; break;
           case EW_SCATTER: want = b[src * ld + c]; break;

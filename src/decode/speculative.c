@@ -63,8 +63,8 @@ typedef struct {
   dsp_target *t;
   dsp_draft *d;
   const dsp_spec_options *o;
-  int32_t G, ntaps;
-  int64_t V, H;
+  int32_t G;
+  int64_t V;
   int sampling;
   seq_state *s;
   int32_t *slot, *count, *tok, *which, *anchor, *row0, *ccount;
@@ -321,7 +321,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
       return dsp_fail(DSP_ERR_RANGE, "speculate: prompt %d with %d new tokens needs %lld draft context positions; the "
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
-  spec c = {.t = t, .d = d, .o = o, .G = G, .ntaps = di->ntaps, .V = ti->vocab, .H = ti->hidden,
+  spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
             .sampling = o->gen.temperature >= 1e-5f, .nslots = W};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
   c.s = calloc((size_t)nseq, sizeof *c.s);

@@ -187,7 +187,7 @@ static dsp_status propose_dev(void *ctx, int di) {
 /* A captured proposal (one device, TP 1): the staged metadata and the
  * bucket's context rows in, the append, the block, its states gathered into
  * the head's static input, the head; tokens (and logits) land in pinned
- * memory, the block's states too when the draft has a confidence head. */
+ * memory, the block's states too when the call asks for confidences. */
 static dsp_status fused_step(dsp_draft *dr) {
   dr_dev *d = &dr->d[0];
   dsp_backend *be = dr->be;
@@ -200,7 +200,7 @@ static dsp_status fused_step(dsp_draft *dr) {
   dsp_tensor in = dsp_tensor_2d(fb->hidden, DSP_BF16, dr->info.gamma * fb->rows, H);
   in.stride[0] = fb->ld;
   DSP_TRY(dsp_op_gather_rows(be, d->dev, &h, d->dm.hidx, &in));
-  if (dr->conf_w) DSP_TRY(dsp_op_download_async(be, d->dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
+  if (dr->want_conf) DSP_TRY(dsp_op_download_async(be, d->dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
   return be->ops->markov_fused_enqueue(be, d->dev, dr->head->x[0], fb->size, dr->sampling);
 }
 
@@ -208,7 +208,7 @@ static dsp_status fused_step(dsp_draft *dr) {
  * also readies the products for its row counts), then captures. */
 static dsp_status run_fused(dsp_draft *dr) {
   dr_dev *d = &dr->d[0];
-  dsp_op_graph **g = &d->graph[dr->fb.index][dr->sampling + 2 * dr->ctx_target];
+  dsp_op_graph **g = &d->graph[dr->fb.index][dr->sampling + 2 * dr->ctx_target + 4 * dr->want_conf];
   if (*g) {
     DSP_TRY(dsp_op_replay(dr->be, d->dev, *g));
   } else {
@@ -242,6 +242,7 @@ static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_o
   for (int32_t s = 0; b->temperature && s < b->nseq; s++) sampling |= b->temperature[s] > 0.0f;
   dr->fb = fb;
   dr->sampling = sampling;
+  dr->want_conf = out->confidence != NULL;
   dr->fused = 1;
   return 1;
 }

@@ -36,7 +36,8 @@ typedef struct {
   void *h_meta;
   size_t meta_bytes;
   dsp_bf16 *h_feats;                /* staging of feats */
-  dsp_op_graph *graph[DR_GRAPHS][4]; /* the captured proposals (CUDA, TP 1): [bucket][sampling + 2 ctx_target] */
+  dsp_op_graph *graph[DR_GRAPHS][8]; /* the captured proposals (CUDA, TP 1): [bucket][sampling + 2 ctx_target
+                                        + 4 confidence] */
   void *mem[40];
   int nmem;
 } dr_dev;
@@ -61,6 +62,7 @@ struct dsp_draft {
   int graphs;                       /* proposals are captured per head bucket (CUDA, one device, TP 1, DSPARK_GRAPHS) */
   dsp_markov_fused fb;              /* this call's bucket when captured */
   int fused, sampling, ctx_target;  /* this call runs captured; its variant; its context from the target */
+  int want_conf;                    /* this call returns confidences: the block's states come to the host */
   int64_t *anchor64, *pos64;        /* [max_seqs] */
   const dsp_draft_batch *batch;
   int64_t nctx, nrows;              /* this call's context rows and block rows */

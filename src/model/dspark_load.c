@@ -338,7 +338,7 @@ void dsp_draft_free(dsp_draft *dr) {
     dsp_op_host_release(dr->be, d->dev, d->h_meta);
     dsp_op_host_release(dr->be, d->dev, d->h_feats);
     for (int i = 0; i < DR_GRAPHS; i++)
-      for (int v = 0; v < 4; v++)
+      for (int v = 0; v < 8; v++)
         if (d->graph[i][v]) dsp_op_graph_free(dr->be, d->graph[i][v]);
   }
   dsp_markov_head_free(dr->head);

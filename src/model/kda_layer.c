@@ -38,6 +38,12 @@ struct dsp_kda_layer {
   char report[400];
 };
 
+/* This rank's heads as the KDA kernels see them (Kimi-Linear: value heads = heads, V = K). */
+static dsp_kda_dims dims_of(const dsp_kda_layer *L) {
+  const int32_t K = (int32_t)L->info.head_dim;
+  return (dsp_kda_dims){.num_heads = L->hl, .num_v_heads = L->hl, .head_k = K, .head_v = K};
+}
+
 /* A tensor of dir with one of two shapes (n2 == 0: one form), BF16 (or F32 when f32_ok). */
 static dsp_status find_tensor(const dsp_hf_dir *dir, const char *name, int32_t n1, const int64_t *s1, int32_t n2,
                               const int64_t *s2, int f32_ok, dsp_tensor *t) {
@@ -137,8 +143,7 @@ static dsp_status alloc_state(dsp_kda_layer *L) {
              {&L->z, (size_t)(T * hl * K) * 2}, {&L->y, (size_t)(T * hl * K) * 2},
              {&L->out, (size_t)(T * Hd) * (L->tp > 1 ? 4 : 2)}};
   for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) DSP_TRY(dsp_op_alloc(be, 0, buf[i].bytes, buf[i].p));
-  const dsp_kda_dims d = {.num_heads = (int32_t)hl, .num_v_heads = (int32_t)hl, .head_k = (int32_t)K,
-                          .head_v = (int32_t)K};
+  const dsp_kda_dims d = dims_of(L);
   DSP_TRY(dsp_op_kda_workspace(be, &d, (int32_t)L->info.conv_width, T, &L->ws_bytes));
   DSP_TRY(dsp_op_alloc(be, 0, L->ws_bytes, &L->ws));
   /* slots 0 .. S-1 the sequences'; then `verify` per sequence for a kept call's per-token states */
@@ -151,9 +156,9 @@ static dsp_status alloc_state(dsp_kda_layer *L) {
   L->has = calloc((size_t)S, 1);
   L->tok_slot = malloc((size_t)T * 4);
   L->kept = calloc((size_t)S, 4);
-  if (!L->tok_slot || !L->kept) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
   L->part = L->tp > 1 ? malloc((size_t)(T * Hd) * 4) : NULL;
-  if (!L->cu || !L->has || (L->tp > 1 && !L->part)) return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
+  if (!L->cu || !L->has || !L->tok_slot || !L->kept || (L->tp > 1 && !L->part))
+    return dsp_fail(DSP_ERR_NOMEM, "kda layer: out of memory");
   return DSP_OK;
 }
 
@@ -274,7 +279,7 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
   const dsp_kda_seqs seqs = {.num_seqs = b->nseq, .cu_seqlens = L->cu, .slot = b->slot, .has_state = L->has,
                              .write_final = 1, .token_slot = b->keep ? L->tok_slot : NULL};
   dsp_op_kda_args a = {
-      .dims = {.num_heads = hl, .num_v_heads = hl, .head_k = (int32_t)K, .head_v = (int32_t)K},
+      .dims = dims_of(L),
       .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = &seqs,
       .qkv = L->p, .qkv_tok = L->n1, .conv_w = L->conv_w, .f = L->f, .f_tok = HK, .A_log = L->a_log,
       .dt_bias = L->dt_bias,
@@ -316,9 +321,8 @@ dsp_status dsp_kda_layer_accept(dsp_kda_layer *L, int32_t slot, int32_t n) {
   if (n < 1 || n > L->kept[slot])
     return dsp_fail(DSP_ERR_RANGE, "kda layer accept: slot %d's last kept call ran %d tokens; cannot keep %d", slot,
                     L->kept[slot], n);
-  const int32_t K = (int32_t)L->info.head_dim;
-  const dsp_kda_dims d = {.num_heads = L->hl, .num_v_heads = L->hl, .head_k = K, .head_v = K};
-  const dsp_kda_conv_dims cd = {.channels = 3 * L->hl * K, .width = (int32_t)L->info.conv_width};
+  const dsp_kda_dims d = dims_of(L);
+  const dsp_kda_conv_dims cd = {.channels = 3 * L->hl * d.head_k, .width = (int32_t)L->info.conv_width};
   DSP_TRY(dsp_op_kda_copy(L->be, 0, &d, &cd, &L->st, &L->cs, L->opt.max_seqs + slot * L->opt.verify + n - 1, slot));
   L->kept[slot] = 0; /* one accept per kept call */
   return DSP_OK;
