@@ -4,14 +4,18 @@
  * and shard invariance, fresh inputs on every replay, every execution plan
  * (persistent, per-step, eager, NCCL collectives on one rank) bit-identical.
  * Exits 77 (skipped) when no CUDA device is visible. Optional argument: a
- * cmocka test-name filter (used for the compute-sanitizer runs). */
+ * cmocka test-name filter (used for the compute-sanitizer runs), or
+ * --contended: the whole suite while a second process keeps the GPU busy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <cuda_runtime.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/cuda/markov_cuda.h"
 #include "kernels/cuda/common/device.h"
@@ -974,8 +978,43 @@ static void t_errors(void **st) {
   tr_model_free(&m);
 }
 
+/* The second process of --contended: 8192^3 products back to back until its
+ * parent is gone. The GPU then time-slices between the two contexts, which
+ * delays our copies and kernels against each other: work enqueued on a stream
+ * that does not wait for a copy reads stale memory (a head once uploaded its
+ * weights on the legacy stream and packed them on its own before they landed). */
+static void contend(pid_t parent) {
+  const int64_t n = 8192;
+  dsp_cuda_gemm *g = NULL;
+  void *a = NULL, *o = NULL;
+  if (dsp_cuda_gemm_create(n, n, 0, DSP_GEMM_WGMMA, &g) != DSP_OK || dsp_cuda_gemm_prepare(g, n) != DSP_OK ||
+      cudaMalloc(&a, (size_t)(n * n) * 2) != cudaSuccess || cudaMalloc(&o, (size_t)(n * n) * 2) != cudaSuccess ||
+      cudaMemset(a, 0, (size_t)(n * n) * 2) != cudaSuccess) {
+    fprintf(stderr, "load process: %s\n", dsp_error_message());
+    _exit(2);
+  }
+  while (getppid() == parent) {
+    if (dsp_cuda_gemm_run(g, a, n, a, o, n, n, 0) != DSP_OK || cudaDeviceSynchronize() != cudaSuccess) _exit(3);
+  }
+  _exit(0);
+}
+
 int main(int argc, char **argv) {
+  pid_t load = -1;
+  if (argc > 1 && !strcmp(argv[1], "--contended")) { /* before this process touches CUDA: fork is unsafe after */
+    const pid_t self = getpid();
+    load = fork();
+    if (load == 0) contend(self);
+    if (load < 0) {
+      perror("fork");
+      return 1;
+    }
+    argc = 1;
+    sleep(2); /* its products are running */
+  }
   if (dsp_cuda_device_count() == 0) {
+    if (load > 0) kill(load, SIGKILL);
+    if (load > 0) waitpid(load, NULL, 0);
     dsp_markov_config c = cfg_base(16, 16, 64, 32, 1, 1);
     tr_model m;
     tr_model_make(&m, &c, 1, 1);
@@ -1001,5 +1040,18 @@ int main(int argc, char **argv) {
       cmocka_unit_test(t_wgmma_check),
       cmocka_unit_test(t_resident),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  const int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  if (load > 0) { /* the suite ran contended only if the load is still running */
+    int status = 0;
+    const pid_t done = waitpid(load, &status, WNOHANG);
+    kill(load, SIGKILL);
+    waitpid(load, NULL, 0);
+    if (done != 0) {
+      fprintf(stderr, "--contended: the load process ended early (status %d): the suite did not run contended\n",
+              status);
+      return 1;
+    }
+    printf("--contended: the load process ran throughout\n");
+  }
+  return failed;
 }

@@ -128,7 +128,8 @@ static dsp_status dev_alloc(dsp_cuda_head *h, void **p, size_t bytes) {
                     cudaGetErrorString(e));
   }
   h->bytes_buffers += bytes;
-  DSP_CUDA_TRY(cudaMemset(*p, 0, bytes));
+  /* on the head's stream: it does not wait for the legacy default stream */
+  DSP_CUDA_TRY(cudaMemsetAsync(*p, 0, bytes, h->stream));
   return DSP_OK;
 }
 
@@ -186,13 +187,17 @@ static dsp_status parse_buckets(const char *s, int max_batch, int *out, int *n) 
 
 /* Rows [r0, r0 + rows) x cols of a host view (any strides) into a device
  * matrix with row stride dst_ld elements. */
+/* Host rows into device rows on `stream`, complete on return: a plain
+ * cudaMemcpy2D from pageable memory may return before its DMA lands, and the
+ * head's non-blocking stream would not wait for it. */
 static dsp_status upload_rows(uint16_t *dst, int64_t dst_ld, const dsp_tensor *t, int64_t r0, int64_t rows,
-                              int64_t cols) {
+                              int64_t cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return DSP_OK;
   if (t->stride[1] == 1 && t->stride[0] >= cols) {
     const uint16_t *src = (const uint16_t *)t->data + r0 * t->stride[0];
-    DSP_CUDA_TRY(cudaMemcpy2D(dst, (size_t)dst_ld * 2, src, (size_t)t->stride[0] * 2, (size_t)cols * 2, (size_t)rows,
-                              cudaMemcpyHostToDevice));
+    DSP_CUDA_TRY(cudaMemcpy2DAsync(dst, (size_t)dst_ld * 2, src, (size_t)t->stride[0] * 2, (size_t)cols * 2,
+                                   (size_t)rows, cudaMemcpyHostToDevice, stream));
+    DSP_CUDA_TRY(cudaStreamSynchronize(stream));
     return DSP_OK;
   }
   int64_t chunk = (64 << 20) / (cols * 2);
@@ -206,8 +211,9 @@ static dsp_status upload_rows(uint16_t *dst, int64_t dst_ld, const dsp_tensor *t
     for (int64_t i = 0; i < n; i++)
       for (int64_t c = 0; c < cols; c++)
         buf[i * cols + c] = ((const uint16_t *)t->data)[(r0 + r + i) * t->stride[0] + c * t->stride[1]];
-    cudaError_t e = cudaMemcpy2D(dst + r * dst_ld, (size_t)dst_ld * 2, buf, (size_t)cols * 2, (size_t)cols * 2,
-                                 (size_t)n, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy2DAsync(dst + r * dst_ld, (size_t)dst_ld * 2, buf, (size_t)cols * 2, (size_t)cols * 2,
+                                      (size_t)n, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream); /* buf is refilled next */
     if (e != cudaSuccess)
       s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaMemcpy2D: %s", __FILE__, __LINE__, cudaGetErrorString(e));
   }
@@ -435,25 +441,26 @@ static dsp_status setup_comm(dsp_cuda_head *h, dsp_comm *comm) {
 static dsp_status upload_weights(dsp_cuda_head *h, const dsp_markov_weights *w) {
   const int64_t H = h->cfg.hidden, R = h->cfg.rank, Vp = h->cfg.vocab_padded;
   DSP_TRY(dev_alloc(h, (void **)&h->d_lm, (size_t)(h->vrp * h->hp) * 2));
-  DSP_TRY(upload_rows(h->d_lm, h->hp, &w->lm_local, 0, h->rows_real, H));
+  DSP_TRY(upload_rows(h->d_lm, h->hp, &w->lm_local, 0, h->rows_real, H, h->stream));
   DSP_TRY(dev_alloc(h, (void **)&h->d_w1, (size_t)Vp * DSP_MK_RP * 2));
-  DSP_TRY(upload_rows(h->d_w1, DSP_MK_RP, &w->w1, 0, Vp, R));
+  DSP_TRY(upload_rows(h->d_w1, DSP_MK_RP, &w->w1, 0, Vp, R, h->stream));
   if (h->multi && h->has_full) {
     /* every rank's W2 segment, each padded to vrp rows: the full-vocabulary product */
     DSP_TRY(dev_alloc(h, (void **)&h->d_w2_full, (size_t)(h->P * h->vrp) * DSP_MK_RP * 2));
     for (int s = 0; s < h->P; s++) {
       int64_t r0, vr, real;
       dsp_markov_rows(Vp, h->P, s, &r0, &vr, &real);
-      DSP_TRY(upload_rows(h->d_w2_full + (size_t)(s * h->vrp) * DSP_MK_RP, DSP_MK_RP, &w->w2_full, r0, real, R));
+      DSP_TRY(upload_rows(h->d_w2_full + (size_t)(s * h->vrp) * DSP_MK_RP, DSP_MK_RP, &w->w2_full, r0, real, R,
+                          h->stream));
     }
     h->d_w2_local = h->d_w2_full + (size_t)(h->rank * h->vrp) * DSP_MK_RP;
   } else {
     DSP_TRY(dev_alloc(h, (void **)&h->d_w2_local, (size_t)h->vrp * DSP_MK_RP * 2));
     h->w2_local_owned = 1;
     if (w->has_w2_full)
-      DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_full, h->row0, h->rows_real, R));
+      DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_full, h->row0, h->rows_real, R, h->stream));
     else
-      DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R));
+      DSP_TRY(upload_rows(h->d_w2_local, DSP_MK_RP, &w->w2_local, 0, h->rows_real, R, h->stream));
     if (!h->multi) h->d_w2_full = h->d_w2_local;
   }
   if (h->strict || h->tune.kernel == DSP_TAIL_REGISTER) return DSP_OK; /* no ring kernel to feed */

@@ -86,8 +86,13 @@ extern "C" dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const 
     cudaGetLastError();
     s = dsp_fail(DSP_ERR_NOMEM, "cuda weight: no device memory for [%lld, %lld]", (long long)w->n, (long long)w->k);
   }
-  if (s == DSP_OK && cudaMemcpy2D(w->d, (size_t)w->k * 2, host->data, (size_t)host->stride[0] * 2, (size_t)w->k * 2,
-                                  (size_t)w->n, cudaMemcpyHostToDevice) != cudaSuccess)
+  /* on the backend's stream and complete on return: a plain cudaMemcpy2D from
+     pageable memory may return before its DMA lands, and the backend's
+     non-blocking stream would not wait for the legacy stream's copy */
+  cudaStream_t st = dsp_cuda_stream(be, dev);
+  if (s == DSP_OK && (cudaMemcpy2DAsync(w->d, (size_t)w->k * 2, host->data, (size_t)host->stride[0] * 2,
+                                        (size_t)w->k * 2, (size_t)w->n, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+                      cudaStreamSynchronize(st) != cudaSuccess))
     s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda weight upload: %s", __FILE__, __LINE__,
                  cudaGetErrorString(cudaGetLastError()));
   if (s == DSP_OK) s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA, &w->g);
