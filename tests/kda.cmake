@@ -13,3 +13,6 @@ endif()
 dsp_cmd_test(oracle_kda_layer
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_kda_layer.py --driver $<TARGET_FILE:kda_layer_driver>
   LABELS oracle TIMEOUT 300)
+dsp_cmd_test(oracle_kda_layer_cuda
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_kda_layer.py --driver $<TARGET_FILE:kda_layer_driver> --backend cuda
+  LABELS gpu oracle TIMEOUT 300)

@@ -2,7 +2,7 @@
  * states run through one Kimi-Linear KDA layer in calls given by a schedule,
  * writing every token's output (rank 0).
  *
- * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors
+ * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]
  *   IN: x [T, hidden] BF16 (sequence 0's tokens, then sequence 1's, ...),
  *       lengths [B] I64, layer [1] I64 (0-based), chunks [C] I64 (call c brings
  *       min(chunks[c], left) tokens of every unfinished sequence; the last chunk
@@ -51,10 +51,12 @@ static void *read_t(dsp_st_file *f, const char *name, dsp_dtype dt, int64_t *n, 
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors\n");
+  const int backend_arg = argc == 6 && !strcmp(argv[4], "--backend");
+  if (argc != 4 && !(backend_arg && (!strcmp(argv[5], "cpu") || !strcmp(argv[5], "cuda")))) {
+    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]\n");
     return 2;
   }
+  const dsp_backend_kind kind = backend_arg && !strcmp(argv[5], "cuda") ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU;
   dsp_comm *comm;
   TRY(dsp_comm_auto_create(&comm));
   dsp_st_file *in;
@@ -84,7 +86,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kda_layer_driver: lengths must add up to x's rows, chunks must be given\n");
     return 1;
   }
-  dsp_backend_config bc = {.kind = DSP_BACKEND_CPU, .comm = comm};
+  dsp_backend_config bc = {.kind = kind, .comm = comm};
   dsp_backend *be;
   TRY(dsp_backend_create(&bc, &be));
   dsp_kda_layer_options o = {.layer = (int32_t)layer[0], .max_seqs = (int32_t)maxslot + 1, .max_tokens = (int32_t)cap,

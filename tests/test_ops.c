@@ -6,6 +6,7 @@
  *   test_ops cuda           the CUDA backend against the contract and the CPU
  *                           (exit 77, skipped, where no GPU is visible)
  *   test_ops cpu|cuda perf  time per op against its floor
+ *   a third argument: a cmocka test-name filter (t_perf_kda: the KDA rows alone)
  *
  * Tolerances. On grid inputs (small integers times powers of two) every
  * partial sum of a product is exact in fp32, so the contract fixes the result
@@ -30,13 +31,14 @@
 
 #include "backend/ops.h"
 #include "dspark.h"
+#include "test_ops.h"
 
-static dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
-static int g_cuda, g_perf;
-static long long g_compared;
+dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
+int g_cuda, g_perf;
+long long g_compared;
 
 /* ---- the contract, written here from DESIGN §2 (not from the library) ---- */
-static float bf(uint16_t h) {
+float bf(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, 4);
@@ -51,7 +53,7 @@ static uint16_t to_bf(double d) {
   uint32_t lsb = (u >> 16) & 1u;
   return (uint16_t)((u + 0x7fffu + lsb) >> 16);
 }
-static uint16_t f32_to_bf(float f) { return to_bf((double)f); }
+uint16_t f32_to_bf(float f) { return to_bf((double)f); }
 static int is_nan16(uint16_t h) { return (h & 0x7fff) > 0x7f80; }
 /* Contract 4's order: NaN first (lowest id among NaNs), then larger value, then lower id; -0 == +0. */
 static int better(float av, int64_t ai, float bv, int64_t bi) {
@@ -62,22 +64,22 @@ static int better(float av, int64_t ai, float bv, int64_t bi) {
 }
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
+uint64_t rnd(void) {
   g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
   return g_rng;
 }
 /* Grid values: integers in [-8, 8] times 2^-3 (exact products and sums in fp32 for K <= 2^12). */
 static uint16_t grid_val(void) { return f32_to_bf((float)((int)(rnd() % 17) - 8) * 0.125f); }
-static uint16_t rand_val(void) { return f32_to_bf((float)((double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1)); }
+uint16_t rand_val(void) { return f32_to_bf((float)((double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1)); }
 
 /* ---- backend buffers ------------------------------------------------------ */
-static void *dev_put(dsp_backend *be, const void *h, size_t bytes) {
+void *dev_put(dsp_backend *be, const void *h, size_t bytes) {
   void *d = NULL;
   assert_int_equal(dsp_op_alloc(be, 0, bytes, &d), DSP_OK);
   if (h) assert_int_equal(dsp_op_upload(be, 0, d, h, bytes), DSP_OK);
   return d;
 }
-static void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes) {
+void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes) {
   assert_int_equal(dsp_op_sync(be, 0), DSP_OK);
   assert_int_equal(dsp_op_download(be, 0, h, d, bytes), DSP_OK);
 }
@@ -298,7 +300,7 @@ static void t_attention(void **st) {
  * silu_mul sum or take expf in fp32 where the reference uses double: within one
  * bf16 ulp of it, so the backends within two of each other. Selection:
  * the id the contract's order and Philox noise pick, exactly. */
-static int ulps16(uint16_t a, uint16_t b) { /* distance in bf16 steps (same sign region) */
+int ulps16(uint16_t a, uint16_t b) { /* distance in bf16 steps (same sign region) */
   const int ia = a & 0x8000 ? -(int)(a & 0x7fff) : (int)a, ib = b & 0x8000 ? -(int)(b & 0x7fff) : (int)b;
   return abs(ia - ib);
 }
@@ -703,7 +705,7 @@ static double now_s(void) {
 }
 
 /* Seconds per call of call(ctx): one warm-up, then the median of 5 timed groups of reps. */
-static double median_time(dsp_status (*call)(void *), void *ctx, int reps) {
+double median_time(dsp_status (*call)(void *), void *ctx, int reps) {
   double t[5];
   assert_int_equal(call(ctx), DSP_OK);
   for (int g = 0; g < 5; g++) {
@@ -753,7 +755,7 @@ static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
 }
 
 /* Bytes per second of a device copy (read + written). */
-static double copy_rate(void) {
+double copy_rate(void) {
   const size_t n = g_cuda ? (size_t)1 << 30 : (size_t)1 << 28;
   void *a = dev_put(g_be, NULL, n), *b = dev_put(g_be, NULL, n);
   assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
@@ -864,12 +866,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rc;
+  if (argc > 3) cmocka_set_test_filter(argv[3]);
   if (g_perf) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf), cmocka_unit_test(t_perf_kda)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_markov_step),
-                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_layers)};
+                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_layers),
+                                       cmocka_unit_test(t_kda)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }
   dsp_backend_free(g_cpu);

@@ -6,7 +6,10 @@ checkpoints written with Kimi-Linear's tensor names and shapes
 (model.layers.N.self_attn.*, conv weights [D, 1, W], A_log [1, 1, H, 1] and
 dt_bias in F32, config.json's linear_attn_config with 1-based layer lists).
 
-  test_kda_layer.py --driver PATH [--only CASE]
+  test_kda_layer.py --driver PATH [--backend cpu|cuda] [--only CASE]
+
+With --backend cuda (one GPU) the layer runs on the CUDA backend and the cases
+that need several ranks (TP 2, the TP 3 refusal) are left out.
 
 Checked:
 - against the oracle, per sequence: the relative RMS error of the layer's
@@ -77,8 +80,8 @@ def make(path, cfg, seed, lower_bound=None, edit_config=None, edit_tensors=None)
 
 
 class Ctx:
-    def __init__(self, driver, wd):
-        self.driver, self.wd = driver, wd
+    def __init__(self, driver, backend, wd):
+        self.driver, self.backend, self.wd = driver, backend, wd
         self.tally = harness.Tally()
         self.n = 0
 
@@ -93,7 +96,8 @@ class Ctx:
             d["slots"] = np.asarray(slots, np.int64)
         d.update(extra or {})
         st.save(inp, d)
-        rc, _, se, _ = harness.run([self.driver, mdir, inp, out], np_=np_, timeout=180)
+        args = [self.driver, mdir, inp, out] + (["--backend", self.backend] if self.backend else [])
+        rc, _, se, _ = harness.run(args, np_=np_, timeout=180)
         self.tally.runs += 1
         if rc != 0:
             return rc, None, se
@@ -249,7 +253,8 @@ def case_bad(c):
             edit_tensors=lambda t, p: t.update({p + "o_norm.weight": np.ones(cfg.K + 1, np.float32)}))
     refused("an F16 projection", ["q_proj.weight", "F16"],
             edit_tensors=lambda t, p: t.update({p + "q_proj.weight": t[p + "q_proj.weight"].astype(np.float16)}))
-    refused("TP 3 for 4 heads", ["num_heads"], np_=3)
+    if c.backend != "cuda":  # one GPU: no multi-rank refusals
+        refused("TP 3 for 4 heads", ["num_heads"], np_=3)
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "rollback": case_rollback, "tp": case_tp,
@@ -259,10 +264,15 @@ CASES = {"reference": case_reference, "invariance": case_invariance, "rollback":
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--driver", required=True)
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     a = ap.parse_args()
+    cases = dict(CASES)
+    if a.backend == "cuda":
+        harness.cuda_or_skip()
+        del cases["tp"]  # one GPU: TP 2 needs two ranks
     with harness.Workdir() as wd:
-        return harness.run_cases(Ctx(a.driver, wd), CASES, a.only, "test_kda_layer")
+        return harness.run_cases(Ctx(a.driver, a.backend, wd), cases, a.only, "test_kda_layer")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_replay,        dsp_cuda_op_graph_free,
     dsp_cuda_markov_fused_bucket, dsp_cuda_markov_fused_stage, dsp_cuda_markov_fused_enqueue,
     dsp_cuda_markov_fused_collect,
+    dsp_cuda_op_kda_workspace, dsp_cuda_op_kda,          dsp_cuda_op_kda_copy,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

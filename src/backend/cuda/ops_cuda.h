@@ -41,6 +41,12 @@ dsp_status dsp_cuda_op_capture_begin(dsp_backend *be, int dev);
 dsp_status dsp_cuda_op_capture_end(dsp_backend *be, int dev, dsp_op_graph **out);
 dsp_status dsp_cuda_op_replay(dsp_backend *be, int dev, dsp_op_graph *g);
 void dsp_cuda_op_graph_free(dsp_backend *be, dsp_op_graph *g);
+/* Kimi Delta Attention (kda_cuda.cu) */
+dsp_status dsp_cuda_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
+                                     size_t *bytes);
+dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
+dsp_status dsp_cuda_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
+                                dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The peer for the KDA operation: flash-linear-attention's Triton kernels
+(fla-core, `fla.ops.kda`) at Kimi-Linear's heads (32 of 128 x 128), timed on
+the GPU the way a serving engine calls them: `fused_recurrent_kda` for decode
+(one token per sequence, states read and written in place, q/k L2-normalised
+in the kernel), eagerly and replayed from a CUDA graph, and `chunk_kda` for a
+prefill at batch 1, eagerly. Prints a table with the state- and
+activation-byte floor at the copy rate measured in the same run, the same
+floor test_ops' `kda op` rows print.
+
+  fla_peer_kda.py [--decode 1,32,256] [--prefill 4096,16384]
+
+The fla-core wheel (and einops) travel to the device as wheels: see
+scripts/device_env.sh's notes and the device README."""
+import argparse
+import sys
+
+import torch
+
+
+def copy_rate():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    best = 1e30
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        best = min(best, e0.elapsed_time(e1) * 1e-3)
+    return 2.0 * n / best
+
+
+def median_ms(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            fn()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) / reps)
+    return sorted(times)[2]
+
+
+def inputs(B, T, H=32, K=128, V=128, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, T, H, K, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, T, H, K, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, T, H, V, device="cuda", dtype=torch.bfloat16, generator=g)
+    gate = -torch.nn.functional.softplus(torch.randn(B, T, H, K, device="cuda", generator=g)).float()
+    beta = torch.sigmoid(torch.randn(B, T, H, device="cuda", generator=g)).to(torch.bfloat16)
+    return q, k, v, gate, beta
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--decode", default="1,32,256")
+    ap.add_argument("--prefill", default="4096,16384")
+    a = ap.parse_args()
+    try:
+        from fla.ops.kda import chunk_kda, fused_recurrent_kda
+    except ImportError as e:
+        print("flash-linear-attention (fla-core) is not importable here: %s" % e)
+        return 1
+    H, K, V = 32, 128, 128
+    bw = copy_rate()
+    print("# fla-core KDA peer on %s: copy %.0f GB/s" % (torch.cuda.get_device_name(), bw * 1e-9))
+    print("| call | fla ms (eager) | fla ms (CUDA graph) | floor ms |")
+    print("|---|---|---|---|")
+    for B in [int(x) for x in a.decode.split(",") if x]:
+        try:
+            decode_row(B, H, K, V, bw, fused_recurrent_kda)
+        except Exception as e:  # report and go on to the next row
+            print("| decode, batch %d | failed: %s | | |" % (B, str(e).splitlines()[0][:120]))
+    for T in [int(x) for x in a.prefill.split(",") if x]:
+        try:
+            prefill_row(T, H, K, V, bw, chunk_kda)
+        except Exception as e:
+            print("| prefill, batch 1 of %d tokens | failed: %s | | |" % (T, str(e).splitlines()[0][:120]))
+    return 0
+
+
+def decode_row(B, H, K, V, bw, fused_recurrent_kda):
+    q, k, v, g, beta = inputs(B, 1)
+    q, k, v, g, beta = (t.reshape(1, B, *t.shape[2:]) for t in (q, k, v, g, beta))
+    h0 = torch.randn(B, H, K, V, device="cuda") * 0.1
+    cu = torch.arange(B + 1, device="cuda", dtype=torch.long)
+
+    def step():
+        return fused_recurrent_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                   use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+
+    eager = median_ms(step, 20)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    replay = median_ms(graph.replay, 20)
+    nbytes = B * (2 * H * K * V * 4) + B * (2 * H * K + H * V + H) * 2 + B * H * K * 4 + B * H * V * 2
+    print("| decode, batch %d | %.4f | %.4f | %.4f |" % (B, eager, replay, nbytes / bw * 1e3))
+
+
+def prefill_row(T, H, K, V, bw, chunk_kda):
+    q, k, v, g, beta = inputs(1, T)
+
+    def pre():
+        return chunk_kda(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+    eager = median_ms(pre, 3)
+    nbytes = T * (2 * H * K + H * V + H) * 2 + T * H * K * 4 + T * H * V * 2 + H * K * V * 4
+    print("| prefill, batch 1 of %d tokens | %.4f | — | %.4f |" % (T, eager, nbytes / bw * 1e3))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

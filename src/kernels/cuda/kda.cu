@@ -1,0 +1,295 @@
+/* Kimi Delta Attention on the GPU (kda.h). */
+#include "kernels/cuda/kda.h"
+
+#include <math.h>
+
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/common/devmath.cuh"
+
+#define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
+
+static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+__device__ __forceinline__ float bfv(uint16_t h) { return dsp_dev_bf16_val(h); }
+
+/* ---- the batch's token -> sequence map ------------------------------------------ */
+__global__ void k_token_seqs(dsp_cu_kda_seqs s, int32_t *tok_seq) {
+  if (!s.cu) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < s.num_seqs) tok_seq[t] = (int32_t)t;
+    return;
+  }
+  const int32_t n = blockIdx.x;
+  for (int32_t t = s.cu[n] + (int32_t)threadIdx.x; t < s.cu[n + 1]; t += blockDim.x) tok_seq[t] = n;
+}
+
+extern "C" dsp_status dsp_cu_kda_token_seqs(const dsp_cu_kda_seqs *s, int32_t *tok_seq, cudaStream_t st) {
+  if (s->num_seqs < 1) return DSP_OK;
+  if (s->cu)
+    k_token_seqs<<<(unsigned)s->num_seqs, 256, 0, st>>>(*s, tok_seq);
+  else
+    k_token_seqs<<<blocks_for(s->num_seqs, 256), 256, 0, st>>>(*s, tok_seq);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+__device__ __forceinline__ void seq_span(const dsp_cu_kda_seqs &s, int32_t n, int64_t &t0, int64_t &t1) {
+  t0 = s.cu ? s.cu[n] : n;
+  t1 = s.cu ? s.cu[n + 1] : n + 1;
+}
+
+/* ---- short conv + SiLU --------------------------------------------------------------
+ * The input at time tau of a sequence starting at t0: x's row when tau >= t0,
+ * else conv-state row W-1 - (t0 - tau) (zeros without a state). */
+__device__ __forceinline__ uint16_t conv_in(const uint16_t *x, int64_t x_tok, const uint16_t *old, int32_t D,
+                                            int32_t W1, int64_t t0, int64_t tau, int32_t c, bool has) {
+  if (tau >= t0) return x[tau * x_tok + c];
+  return has ? old[(int64_t)(W1 - (t0 - tau)) * D + c] : (uint16_t)0;
+}
+
+__global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok,
+                           const float *weight, const float *bias, const uint16_t *state, int64_t slot_stride,
+                           uint16_t *y, int64_t y_tok) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= s.tokens * D) return;
+  const int64_t t = i / D;
+  const int32_t c = (int32_t)(i % D), n = s.tok_seq[t], slot = s.slot[n], W1 = W - 1;
+  if (slot < 0) return;
+  int64_t t0, t1;
+  seq_span(s, n, t0, t1);
+  const bool has = !s.has || s.has[n];
+  const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
+  const float *w = weight + (int64_t)c * W;
+  float acc = bias ? bias[c] : 0.0f;
+  for (int32_t j = 0; j < W1; j++)
+    acc = __fadd_rn(acc, __fmul_rn(w[j], bfv(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
+  acc = __fadd_rn(acc, __fmul_rn(w[W1], bfv(x[t * x_tok + c])));
+  y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+}
+
+/* The window after token t (inputs t-W1+1 .. t, oldest first) into dst. Row r
+ * reads input t-W1+1+r: when dst is the sequence's own slot, that is old row
+ * r + (t - t0 + 1) > r, not yet overwritten (rows go in ascending order). */
+__device__ __forceinline__ void conv_put(uint16_t *dst, const uint16_t *x, int64_t x_tok, const uint16_t *old,
+                                         int32_t D, int32_t W1, int64_t t0, int64_t t, int32_t c, bool has) {
+  for (int32_t r = 0; r < W1; r++) dst[(int64_t)r * D + c] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + 1 + r, c, has);
+}
+
+/* One thread per (sequence, channel), after k_conv_out has read the old states. */
+__global__ void k_conv_state(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok,
+                             uint16_t *state, int64_t slot_stride) {
+  const int32_t n = blockIdx.y, c = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x), W1 = W - 1;
+  if (c >= D) return;
+  const int32_t slot = s.slot[n];
+  if (slot < 0) return;
+  int64_t t0, t1;
+  seq_span(s, n, t0, t1);
+  const bool has = !s.has || s.has[n];
+  uint16_t *own = state + (int64_t)slot * slot_stride;
+  if (s.token_slot)
+    for (int64_t t = t0; t < t1; t++)
+      if (s.token_slot[t] >= 0)
+        conv_put(state + (int64_t)s.token_slot[t] * slot_stride, x, x_tok, own, D, W1, t0, t, c, has);
+  if (s.write_final) conv_put(own, x, x_tok, own, D, W1, t0, t1 - 1, c, has);
+}
+
+extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seqs *s, const uint16_t *x,
+                                      int64_t x_tok, const float *weight, const float *bias, uint16_t *state,
+                                      int64_t slot_stride, uint16_t *y, int64_t y_tok, cudaStream_t st) {
+  if (W < 1 || W > KDA_MAX_WIDTH) return dsp_fail(DSP_ERR_SHAPE, "cuda kda conv: width %d", (int)W);
+  if (s->tokens > 0) {
+    k_conv_out<<<blocks_for(s->tokens * D, 256), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
+                                                                y, y_tok);
+    DSP_CUDA_TRY_LAUNCH();
+  }
+  if (W > 1 && s->num_seqs > 0) {
+    if (s->num_seqs > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d sequences", (int)s->num_seqs);
+    k_conv_state<<<dim3(blocks_for(D, 128), (unsigned)s->num_seqs), 128, 0, st>>>(D, W, *s, x, x_tok, state,
+                                                                                  slot_stride);
+    DSP_CUDA_TRY_LAUNCH();
+  }
+  return DSP_OK;
+}
+
+/* ---- gate and beta ----------------------------------------------------------------- */
+__device__ __forceinline__ float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok, int64_t f_head,
+                       const float *A_log, const float *dt_bias, float bound, float *g) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * HV * K) return;
+  const int64_t t = i / ((int64_t)HV * K);
+  const int32_t h = (int32_t)((i / K) % HV), d = (int32_t)(i % K);
+  float x = bfv(f[t * f_tok + h * f_head + d]);
+  if (dt_bias) x = __fadd_rn(x, dt_bias[(int64_t)h * K + d]);
+  const float a = A_log ? expf(A_log[h]) : 1.0f;
+  /* each form on its own; never the sigmoid of a softplus */
+  g[i] = bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, softplus20(x));
+}
+
+extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok,
+                                      int64_t f_head, const float *A_log, const float *dt_bias, float lower_bound,
+                                      float *g, cudaStream_t st) {
+  if (T * HV * K == 0) return DSP_OK;
+  k_gate<<<blocks_for(T * HV * K, 256), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+__global__ void k_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, int64_t b_head, float *beta) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * HV) return;
+  const int64_t t = i / HV, h = i % HV;
+  beta[i] = 1.0f / (1.0f + expf(-bfv(b[t * b_tok + h * b_head])));
+}
+
+extern "C" dsp_status dsp_cu_kda_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, int64_t b_head,
+                                      float *beta, cudaStream_t st) {
+  if (T * HV == 0) return DSP_OK;
+  k_beta<<<blocks_for(T * HV, 256), 256, 0, st>>>(T, HV, b, b_tok, b_head, beta);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+/* ---- the recurrence ------------------------------------------------------------------
+ * Block (sequence, value head, tile of value columns); thread j owns column
+ * v0 + j of the state, kept in shared memory S[K][tile] (column j's values in
+ * bank j). Per token: q, k and exp(g) into shared memory, the two sums of
+ * squares by one thread each (d in order), then each column's k^T S and q^T S
+ * in d order, as the CPU. */
+struct rec_args {
+  int32_t H, HV, K, V, tile, qk_raw;
+  float scale;
+  dsp_cu_kda_seqs s;
+  dsp_cu_kda_in q, k, v;
+  const float *g, *beta;
+  uint16_t *o;
+  int64_t o_tok, o_head;
+  float *state;
+  int64_t slot_stride;
+};
+
+__device__ __forceinline__ float l2_root(const float *x, int32_t K) {
+  float ss = 0.0f;
+  for (int32_t i = 0; i < K; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+  return sqrtf(__fadd_rn(ss, 1e-6f));
+}
+
+__global__ void k_recurrent(rec_args a) {
+  extern __shared__ float sm[];
+  const int32_t n = blockIdx.x, hv = blockIdx.y, j = threadIdx.x, tile = a.tile, K = a.K, V = a.V;
+  const int32_t v = (int32_t)blockIdx.z * tile + j, h = hv / (a.HV / a.H);
+  const bool active = j < tile && v < V;
+  const int32_t slot = a.s.slot[n];
+  if (slot < 0) return; /* padding: the whole block leaves */
+  int64_t t0, t1;
+  seq_span(a.s, n, t0, t1);
+  const bool has = !a.s.has || a.s.has[n];
+  float *S = sm, *q = S + (size_t)K * tile, *k = q + K, *eg = k + K, *root = eg + K;
+  const int64_t KV = (int64_t)K * V, head_off = (int64_t)hv * KV;
+  float *own = a.state + (int64_t)slot * a.slot_stride + head_off;
+  for (int32_t i = 0; i < K; i++) S[i * tile + j] = active && has ? own[(int64_t)i * V + v] : 0.0f;
+  for (int64_t t = t0; t < t1; t++) {
+    __syncthreads(); /* the previous token's q, k and exp(g) are no longer read */
+    const uint16_t *qr = a.q.data + t * a.q.tok + h * a.q.head, *kr = a.k.data + t * a.k.tok + h * a.k.head;
+    const float *gr = a.g + (t * a.HV + hv) * K;
+    for (int32_t i = j; i < K; i += blockDim.x) {
+      q[i] = bfv(qr[i]);
+      k[i] = bfv(kr[i]);
+      eg[i] = expf(gr[i]);
+    }
+    __syncthreads();
+    if (!a.qk_raw && (j == 0 || j == 32)) { /* two warps where there are two */
+      if (j == 0) root[0] = l2_root(q, K);
+      if (j == 32 || blockDim.x <= 32) root[1] = l2_root(k, K);
+    }
+    __syncthreads();
+    for (int32_t i = j; i < K; i += blockDim.x) {
+      q[i] = a.qk_raw ? __fmul_rn(q[i], a.scale) : __fmul_rn(q[i] / root[0], a.scale);
+      k[i] = a.qk_raw ? k[i] : k[i] / root[1]; /* (x / r) * 1.0f is x / r */
+    }
+    __syncthreads();
+    if (!active) continue;
+    float acc = 0.0f;
+    for (int32_t i = 0; i < K; i++) { /* decay, then k^T S of the decayed state */
+      const float x = __fmul_rn(S[i * tile + j], eg[i]);
+      S[i * tile + j] = x;
+      acc = __fadd_rn(acc, __fmul_rn(k[i], x));
+    }
+    const float u = __fmul_rn(a.beta[t * a.HV + hv], __fsub_rn(bfv(a.v.data[t * a.v.tok + hv * a.v.head + v]), acc));
+    acc = 0.0f;
+    for (int32_t i = 0; i < K; i++) { /* rank-1 update, then q^T S of the updated state */
+      const float x = __fadd_rn(S[i * tile + j], __fmul_rn(k[i], u));
+      S[i * tile + j] = x;
+      acc = __fadd_rn(acc, __fmul_rn(q[i], x));
+    }
+    a.o[t * a.o_tok + hv * a.o_head + v] = dsp_dev_bf16_bits(acc);
+    if (a.s.token_slot && a.s.token_slot[t] >= 0) {
+      float *dst = a.state + (int64_t)a.s.token_slot[t] * a.slot_stride + head_off;
+      for (int32_t i = 0; i < K; i++) dst[(int64_t)i * V + v] = S[i * tile + j];
+    }
+  }
+  if (a.s.write_final && active)
+    for (int32_t i = 0; i < K; i++) own[(int64_t)i * V + v] = S[i * tile + j];
+}
+
+#define REC_SMEM_MAX (200 * 1024)
+
+static size_t rec_smem(int32_t K, int32_t tile) { return ((size_t)K * tile + 3 * (size_t)K + 2) * sizeof(float); }
+
+extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int32_t V, float scale, int32_t qk_raw,
+                                           const dsp_cu_kda_seqs *s, dsp_cu_kda_in q, dsp_cu_kda_in k,
+                                           dsp_cu_kda_in v, const float *g, const float *beta, uint16_t *o_data,
+                                           int64_t o_tok, int64_t o_head, float *state, int64_t slot_stride,
+                                           int32_t tile, cudaStream_t st) {
+  if (s->num_seqs < 1) return DSP_OK;
+  if (tile <= 0) tile = V < 64 ? V : 64;
+  if (tile > V) tile = V;
+  while (tile > 1 && rec_smem(K, tile) > REC_SMEM_MAX) tile /= 2;
+  if (tile > 1024) tile = 1024;
+  const size_t smem = rec_smem(K, tile);
+  /* per call: the attribute belongs to the current device */
+  DSP_CUDA_TRY(cudaFuncSetAttribute(k_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
+  const unsigned threads = (unsigned)((tile + 31) / 32 * 32);
+  const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
+  k_recurrent<<<grid, threads, smem, st>>>(a);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
+
+/* ---- gated output RMSNorm: one warp per (token, value head) row -------------------- */
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x; /* every lane holds the same bits: a + b == b + a */
+}
+
+__global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z, const float *w, float eps,
+                       uint16_t *y, int64_t y_tok, int64_t y_head) {
+  const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= T * HV) return;
+  const int64_t t = row / HV, h = row % HV;
+  const uint16_t *xr = x.data + t * x.tok + h * x.head, *zr = z.data + t * z.tok + h * z.head;
+  uint16_t *yr = y + t * y_tok + h * y_head;
+  float ss = 0.0f;
+  for (int32_t d = lane; d < V; d += 32) {
+    const float e = bfv(xr[d]);
+    ss = __fadd_rn(ss, __fmul_rn(e, e));
+  }
+  ss = warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
+  const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
+  for (int32_t d = lane; d < V; d += 32) {
+    const float sg = 1.0f / (1.0f + expf(-bfv(zr[d])));
+    yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(bfv(xr[d]), r), w[d]), sg));
+  }
+}
+
+extern "C" dsp_status dsp_cu_kda_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z,
+                                      const float *weight, float eps, uint16_t *y_data, int64_t y_tok, int64_t y_head,
+                                      cudaStream_t st) {
+  if (T * HV == 0) return DSP_OK;
+  k_norm<<<blocks_for(T * HV, 8), 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}

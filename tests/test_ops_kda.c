@@ -1,0 +1,372 @@
+/* The op-parity harness's KDA cases (backend/ops.h, dsp_op_kda): the whole
+ * operation (conv + SiLU, gate, beta, recurrence, gated norm) over a varlen
+ * batch with strided views, slot 0 in use, a sequence without a state and
+ * random initial states, on the backend under test.
+ *
+ * Bit for bit on every backend (the contract's invariances): strided views
+ * equal their contiguous copies; a sequence alone equals it inside the batch;
+ * the recurrent form's tokens split over two calls equal one call; a kept call's
+ * state after token j (recurrent and conv) equals a fresh run over tokens 0..j.
+ * CUDA against the CPU (recurrent form): conv states bit for bit (copies of bf16
+ * inputs); outputs within 2 bf16 ulps and states within a relative RMS of 1e-5
+ * (CUDA's expf / log1pf may differ from libm in the last fp32 bits, and the
+ * norm sums x^2 in another order: kernels/cuda/kda.h); on CUDA the chunked form
+ * asked for gives the recurrent form's bits. The values against the
+ * formulas are test_kda_cpu's and oracle_kda_layer's job. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/ops.h"
+#include "dspark.h"
+#include "test_ops.h"
+
+#define MAXS 16
+
+typedef struct {
+  int32_t H, HV, K, V, W;
+} kdims;
+
+/* One call's host inputs. */
+typedef struct {
+  kdims d;
+  int32_t nseq, pool, form, write_final;
+  int32_t len[MAXS], slot[MAXS];
+  uint8_t has[MAXS];
+  int32_t *token_slot; /* [T] or NULL */
+  float lb;            /* 0: the softplus gate, else the lower bound */
+  int64_t qkv_tok, f_tok, b_tok, z_tok, y_tok;
+  const uint16_t *qkv, *f, *b, *z; /* token rows at the strides above */
+  const float *conv_w, *A_log, *dt_bias, *norm_w;
+  const float *state0;     /* [pool][HV K V] */
+  const uint16_t *cstate0; /* [pool][(W-1) D] */
+} kcall;
+
+typedef struct {
+  uint16_t *y; /* [T][y_tok] */
+  float *st;
+  uint16_t *cs;
+} kout;
+
+static int64_t kD(const kdims *d) { return 2 * (int64_t)d->H * d->K + (int64_t)d->HV * d->V; }
+static int64_t kSt(const kdims *d) { return (int64_t)d->HV * d->K * d->V; }
+static int64_t kCs(const kdims *d) { return (int64_t)(d->W - 1) * kD(d); }
+static int64_t kT(const kcall *k) {
+  int64_t T = 0;
+  for (int32_t n = 0; n < k->nseq; n++) T += k->len[n];
+  return T;
+}
+
+static void kout_free(kout *o) { free(o->y), free(o->st), free(o->cs); }
+
+static void run_kda(dsp_backend *be, const kcall *k, kout *o) {
+  const kdims *d = &k->d;
+  const int64_t T = kT(k), D = kD(d), HV = d->HV, K = d->K, V = d->V;
+  int32_t cu[MAXS + 1] = {0};
+  for (int32_t n = 0; n < k->nseq; n++) cu[n + 1] = cu[n] + k->len[n];
+  void *qkv = dev_put(be, k->qkv, (size_t)(T * k->qkv_tok) * 2), *f = dev_put(be, k->f, (size_t)(T * k->f_tok) * 2);
+  void *b = dev_put(be, k->b, (size_t)(T * k->b_tok) * 2), *z = dev_put(be, k->z, (size_t)(T * k->z_tok) * 2);
+  void *cw = dev_put(be, k->conv_w, (size_t)(D * d->W) * 4), *al = dev_put(be, k->A_log, (size_t)HV * 4);
+  void *dt = dev_put(be, k->dt_bias, (size_t)(HV * K) * 4), *nw = dev_put(be, k->norm_w, (size_t)V * 4);
+  void *st = dev_put(be, k->state0, (size_t)(k->pool * kSt(d)) * 4);
+  void *cs = dev_put(be, k->cstate0, (size_t)(k->pool * kCs(d)) * 2);
+  o->y = malloc((size_t)(T * k->y_tok) * 2 + 2);
+  for (int64_t i = 0; i < T * k->y_tok; i++) o->y[i] = 0xbeef; /* the gaps between rows must stay */
+  void *y = dev_put(be, o->y, (size_t)(T * k->y_tok) * 2 + 2);
+  const dsp_kda_dims dims = {d->H, d->HV, d->K, d->V};
+  size_t wsb = 0;
+  assert_int_equal(dsp_op_kda_workspace(be, &dims, d->W, T > k->nseq ? T : k->nseq, &wsb), DSP_OK);
+  void *ws = dev_put(be, NULL, wsb);
+  dsp_kda_state sv = {st, kSt(d), k->pool};
+  dsp_kda_conv_state csv = {cs, kCs(d), k->pool};
+  dsp_kda_seqs sq = {k->nseq, cu, k->slot, k->has, k->write_final, k->token_slot};
+  dsp_op_kda_args a = {.dims = dims, .conv_width = d->W, .form = k->form, .seqs = &sq, .qkv = qkv,
+                       .qkv_tok = k->qkv_tok, .conv_w = cw, .f = f, .f_tok = k->f_tok, .A_log = al, .dt_bias = dt,
+                       .gate = {k->lb < 0 ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS, k->lb}, .b = b,
+                       .b_tok = k->b_tok, .z = z, .z_tok = k->z_tok, .norm_w = nw, .eps = 1e-5f, .state = &sv,
+                       .conv_state = &csv, .y = y, .y_tok = k->y_tok, .ws = ws, .ws_bytes = wsb};
+  if (dsp_op_kda(be, 0, &a) != DSP_OK) fail_msg("kda on %s: %s", dsp_backend_describe(be), dsp_error_message());
+  o->st = malloc((size_t)(k->pool * kSt(d)) * 4);
+  o->cs = malloc((size_t)(k->pool * kCs(d)) * 2 + 2);
+  dev_get(be, o->y, y, (size_t)(T * k->y_tok) * 2);
+  dev_get(be, o->st, st, (size_t)(k->pool * kSt(d)) * 4);
+  dev_get(be, o->cs, cs, (size_t)(k->pool * kCs(d)) * 2);
+  void *all[] = {qkv, f, b, z, cw, al, dt, nw, st, cs, y, ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dsp_op_release(be, 0, all[i]);
+}
+
+/* Random inputs for T tokens at the strides in k (rows of qkv, f, b, z). */
+typedef struct {
+  uint16_t *qkv, *f, *b, *z, *cs0;
+  float *cw, *al, *dt, *nw, *st0;
+} kdata;
+
+static void kdata_make(kdata *x, kcall *k, int64_t T) {
+  const kdims *d = &k->d;
+  const int64_t D = kD(d);
+  x->qkv = malloc((size_t)(T * k->qkv_tok) * 2 + 2), x->f = malloc((size_t)(T * k->f_tok) * 2 + 2);
+  x->b = malloc((size_t)(T * k->b_tok) * 2 + 2), x->z = malloc((size_t)(T * k->z_tok) * 2 + 2);
+  for (int64_t i = 0; i < T * k->qkv_tok; i++) x->qkv[i] = rand_val();
+  for (int64_t i = 0; i < T * k->f_tok; i++) x->f[i] = f32_to_bf(3.0f * bf(rand_val()));
+  for (int64_t i = 0; i < T * k->b_tok; i++) x->b[i] = f32_to_bf(2.0f * bf(rand_val()));
+  for (int64_t i = 0; i < T * k->z_tok; i++) x->z[i] = f32_to_bf(2.0f * bf(rand_val()));
+  x->cw = malloc((size_t)(D * d->W) * 4), x->al = malloc((size_t)d->HV * 4);
+  x->dt = malloc((size_t)(d->HV * d->K) * 4), x->nw = malloc((size_t)d->V * 4);
+  for (int64_t i = 0; i < D * d->W; i++) x->cw[i] = 0.6f * bf(rand_val());
+  for (int32_t i = 0; i < d->HV; i++) x->al[i] = 1.5f * bf(rand_val()); /* mild to strong decays */
+  for (int64_t i = 0; i < d->HV * d->K; i++) x->dt[i] = bf(rand_val());
+  for (int32_t i = 0; i < d->V; i++) x->nw[i] = 1.0f + 0.5f * bf(rand_val());
+  x->st0 = malloc((size_t)(k->pool * kSt(d)) * 4);
+  x->cs0 = malloc((size_t)(k->pool * kCs(d)) * 2 + 2);
+  for (int64_t i = 0; i < k->pool * kSt(d); i++) x->st0[i] = 0.5f * bf(rand_val());
+  for (int64_t i = 0; i < k->pool * kCs(d); i++) x->cs0[i] = rand_val();
+  k->qkv = x->qkv, k->f = x->f, k->b = x->b, k->z = x->z, k->conv_w = x->cw, k->A_log = x->al, k->dt_bias = x->dt;
+  k->norm_w = x->nw, k->state0 = x->st0, k->cstate0 = x->cs0;
+}
+
+static void kdata_free(kdata *x) {
+  free(x->qkv), free(x->f), free(x->b), free(x->z), free(x->cs0);
+  free(x->cw), free(x->al), free(x->dt), free(x->nw), free(x->st0);
+}
+
+/* Rows [r0, r0 + n) of a [T][ld] array with ld' columns kept: a contiguous copy. */
+static uint16_t *rows_copy(const uint16_t *src, int64_t ld, int64_t r0, int64_t n, int64_t cols) {
+  uint16_t *o = malloc((size_t)(n * cols) * 2 + 2);
+  for (int64_t r = 0; r < n; r++) memcpy(o + r * cols, src + (r0 + r) * ld, (size_t)cols * 2);
+  return o;
+}
+
+/* y rows of a run (ld ya) against rows of another (ld yb): bitwise. */
+static long y_differ(const uint16_t *ya, int64_t lda, int64_t ra, const uint16_t *yb, int64_t ldb, int64_t rb, int64_t n,
+                     int64_t cols) {
+  long d = 0;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < cols; c++) d += ya[(ra + r) * lda + c] != yb[(rb + r) * ldb + c];
+  g_compared += n * cols;
+  return d;
+}
+
+static long st_differ(const float *a, const float *b, int64_t n) {
+  long d = 0;
+  for (int64_t i = 0; i < n; i++) d += memcmp(a + i, b + i, 4) != 0;
+  g_compared += n;
+  return d;
+}
+
+/* A sub-call of k over tokens [t0, t0 + n) of sequence s (its own rows copied). */
+static void sub_call(const kcall *k, int64_t t0, int32_t n, int32_t s, kcall *o, uint16_t **own) {
+  *o = *k;
+  o->nseq = 1, o->len[0] = n, o->slot[0] = k->slot[s], o->has[0] = k->has[s], o->token_slot = NULL;
+  own[0] = rows_copy(k->qkv, k->qkv_tok, t0, n, k->qkv_tok), own[1] = rows_copy(k->f, k->f_tok, t0, n, k->f_tok);
+  own[2] = rows_copy(k->b, k->b_tok, t0, n, k->b_tok), own[3] = rows_copy(k->z, k->z_tok, t0, n, k->z_tok);
+  o->qkv = own[0], o->f = own[1], o->b = own[2], o->z = own[3];
+}
+
+static void check_case(const kdims *dm, float lb) {
+  kcall k;
+  memset(&k, 0, sizeof k);
+  k.d = *dm;
+  const int32_t lens[3] = {37, 5, 70}, slots[3] = {2, 0, 4};
+  k.nseq = 3, k.pool = 6, k.form = DSP_KDA_RECURRENT, k.write_final = 1, k.lb = lb;
+  for (int n = 0; n < 3; n++) k.len[n] = lens[n], k.slot[n] = slots[n], k.has[n] = n != 1;
+  const int64_t D = kD(dm), HVV = (int64_t)dm->HV * dm->V, T = kT(&k);
+  k.qkv_tok = D + 8, k.f_tok = (int64_t)dm->HV * dm->K + 4, k.b_tok = dm->HV + 3, k.z_tok = HVV + 6, k.y_tok = HVV + 2;
+  kdata x;
+  kdata_make(&x, &k, T);
+  char what[96];
+  snprintf(what, sizeof what, "kda H %d HV %d K %d V %d W %d, %s gate", dm->H, dm->HV, dm->K, dm->V, dm->W,
+           lb < 0 ? "lower-bound" : "softplus");
+  kout base;
+  run_kda(g_be, &k, &base);
+  long pad = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = HVV; c < k.y_tok; c++) pad += base.y[t * k.y_tok + c] != 0xbeef;
+  if (pad) fail_msg("%s: %ld values between output rows written", what, pad);
+
+  /* strided views = their contiguous copies */
+  kcall c = k;
+  uint16_t *cq = rows_copy(k.qkv, k.qkv_tok, 0, T, D), *cf = rows_copy(k.f, k.f_tok, 0, T, (int64_t)dm->HV * dm->K);
+  uint16_t *cb = rows_copy(k.b, k.b_tok, 0, T, dm->HV), *cz = rows_copy(k.z, k.z_tok, 0, T, HVV);
+  c.qkv = cq, c.f = cf, c.b = cb, c.z = cz;
+  c.qkv_tok = D, c.f_tok = (int64_t)dm->HV * dm->K, c.b_tok = dm->HV, c.z_tok = HVV, c.y_tok = HVV;
+  kout co;
+  run_kda(g_be, &c, &co);
+  long dif = y_differ(co.y, HVV, 0, base.y, k.y_tok, 0, T, HVV) + st_differ(co.st, base.st, k.pool * kSt(dm));
+  if (dif) fail_msg("%s: strided views vs contiguous copies: %ld values differ", what, dif);
+  kout_free(&co);
+  free(cq), free(cf), free(cb), free(cz);
+
+  /* each sequence alone; and its tokens split over two calls */
+  int64_t t0 = 0;
+  for (int32_t n = 0; n < 3; t0 += k.len[n], n++) {
+    kcall s;
+    uint16_t *own[4];
+    sub_call(&k, t0, k.len[n], n, &s, own);
+    kout so;
+    run_kda(g_be, &s, &so);
+    const int64_t off = (int64_t)k.slot[n] * kSt(dm);
+    dif = y_differ(so.y, k.y_tok, 0, base.y, k.y_tok, t0, k.len[n], HVV) + st_differ(so.st + off, base.st + off, kSt(dm));
+    if (dif) fail_msg("%s: sequence %d alone vs in the batch: %ld values differ", what, n, dif);
+    kout_free(&so);
+    for (int i = 0; i < 4; i++) free(own[i]);
+    if (k.len[n] < 2) continue;
+    const int32_t h1 = k.len[n] / 2;
+    kcall s1, s2;
+    uint16_t *o1[4], *o2[4];
+    sub_call(&k, t0, h1, n, &s1, o1);
+    kout r1;
+    run_kda(g_be, &s1, &r1);
+    sub_call(&k, t0 + h1, k.len[n] - h1, n, &s2, o2);
+    s2.has[0] = 1, s2.state0 = r1.st, s2.cstate0 = r1.cs; /* continue from the first call's states */
+    kout r2;
+    run_kda(g_be, &s2, &r2);
+    dif = y_differ(r1.y, k.y_tok, 0, base.y, k.y_tok, t0, h1, HVV) +
+          y_differ(r2.y, k.y_tok, 0, base.y, k.y_tok, t0 + h1, k.len[n] - h1, HVV) +
+          st_differ(r2.st + off, base.st + off, kSt(dm));
+    if (dif) fail_msg("%s: sequence %d in two calls vs one: %ld values differ", what, n, dif);
+    dif = memcmp(r2.cs + (int64_t)k.slot[n] * kCs(dm), base.cs + (int64_t)k.slot[n] * kCs(dm), (size_t)kCs(dm) * 2);
+    if (dif) fail_msg("%s: sequence %d in two calls vs one: conv states differ", what, n);
+    kout_free(&r1), kout_free(&r2);
+    for (int i = 0; i < 4; i++) free(o1[i]), free(o2[i]);
+  }
+
+  /* a kept call: the state after token j of sequence 0 (in slot 5) = a fresh run over tokens 0..j */
+  {
+    int32_t *ts = malloc((size_t)T * 4);
+    for (int64_t t = 0; t < T; t++) ts[t] = -1;
+    const int32_t j = 9;
+    ts[j] = 5;
+    kcall kk = k;
+    kk.token_slot = ts;
+    kout ko;
+    run_kda(g_be, &kk, &ko);
+    kcall s;
+    uint16_t *own[4];
+    sub_call(&k, 0, j + 1, 0, &s, own);
+    kout so;
+    run_kda(g_be, &s, &so);
+    const int64_t o0 = (int64_t)k.slot[0] * kSt(dm), o5 = 5 * kSt(dm);
+    dif = st_differ(ko.st + o5, so.st + o0, kSt(dm)) +
+          (memcmp(ko.cs + 5 * kCs(dm), so.cs + (int64_t)k.slot[0] * kCs(dm), (size_t)kCs(dm) * 2) != 0) +
+          y_differ(ko.y, k.y_tok, 0, base.y, k.y_tok, 0, T, HVV);
+    if (dif) fail_msg("%s: kept state after token %d vs a fresh run: %ld values differ", what, j, dif);
+    kout_free(&ko), kout_free(&so);
+    for (int i = 0; i < 4; i++) free(own[i]);
+    free(ts);
+  }
+
+  if (g_cpu) { /* CUDA against the CPU; the chunked form asked of CUDA */
+    kout cpu;
+    run_kda(g_cpu, &k, &cpu);
+    long far = 0, ydiff = 0;
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < HVV; i++) {
+        const uint16_t a = base.y[t * k.y_tok + i], b = cpu.y[t * k.y_tok + i];
+        ydiff += a != b;
+        far += ulps16(a, b) > 2;
+      }
+    double se = 0, sr = 0;
+    for (int64_t i = 0; i < k.pool * kSt(dm); i++) {
+      const double e = (double)base.st[i] - (double)cpu.st[i];
+      se += e * e, sr += (double)cpu.st[i] * cpu.st[i];
+    }
+    const double rms = sqrt(se / (sr > 0 ? sr : 1));
+    const int cdif = memcmp(base.cs, cpu.cs, (size_t)(k.pool * kCs(dm)) * 2) != 0;
+    g_compared += T * HVV + k.pool * (kSt(dm) + kCs(dm));
+    print_message("  %s: CUDA vs CPU: %ld of %lld outputs differ (%ld by more than 2 bf16 ulps), states' relative "
+                  "RMS %.2e, conv states %s\n",
+                  what, ydiff, (long long)(T * HVV), far, rms, cdif ? "differ" : "identical");
+    if (far || !(rms <= 1e-5) || cdif) fail_msg("%s: CUDA vs CPU beyond the tolerance", what);
+    kout_free(&cpu);
+    kcall ch = k;
+    ch.form = DSP_KDA_CHUNKED;
+    kout co2;
+    run_kda(g_be, &ch, &co2);
+    dif = y_differ(co2.y, k.y_tok, 0, base.y, k.y_tok, 0, T, HVV) + st_differ(co2.st, base.st, k.pool * kSt(dm));
+    if (dif) fail_msg("%s: the chunked form on CUDA is not the recurrent form's bits (%ld differ)", what, dif);
+    kout_free(&co2);
+  }
+  kout_free(&base);
+  kdata_free(&x);
+}
+
+void t_kda(void **st) {
+  (void)st;
+  const long long before = g_compared;
+  const kdims cases[] = {{2, 2, 64, 64, 4}, {2, 4, 128, 128, 4}, {1, 1, 32, 48, 2}, {2, 2, 40, 72, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], i == 1 ? -5.0f : 0.0f);
+  check_case(&cases[0], -5.0f);
+  print_message("kda: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
+}
+
+/* ---- perf: Kimi-Linear's heads (32 of 128 x 128), conv 4 --------------------------- */
+typedef struct {
+  dsp_op_kda_args *a;
+} kda_call;
+static dsp_status run_kda_call(void *p) { return dsp_op_kda(g_be, 0, ((kda_call *)p)->a); }
+
+/* ms per call of B sequences of L tokens each (L 1: decode) and the floor:
+ * state and activation bytes over the copy rate. */
+static void perf_kda_row(int32_t B, int32_t L, double bw) {
+  const kdims d = {32, 32, 128, 128, 4};
+  const int64_t T = (int64_t)B * L, D = kD(&d), HK = 32 * 128, HV = 32;
+  const int64_t sb = kSt(&d), cb = kCs(&d);
+  uint16_t *h = malloc((size_t)(T * D) * 2);
+  for (int64_t i = 0; i < T * D; i++) h[i] = f32_to_bf(0.1f * bf(rand_val()));
+  float *fw = malloc((size_t)(D * 4) * 4);
+  for (int64_t i = 0; i < D * 4; i++) fw[i] = 0.25f;
+  void *qkv = dev_put(g_be, h, (size_t)(T * D) * 2), *f = dev_put(g_be, h, (size_t)(T * HK) * 2);
+  void *b = dev_put(g_be, h, (size_t)(T * HV) * 2), *z = dev_put(g_be, h, (size_t)(T * HK) * 2);
+  void *y = dev_put(g_be, NULL, (size_t)(T * HK) * 2), *cw = dev_put(g_be, fw, (size_t)(D * 4) * 4);
+  void *al = dev_put(g_be, fw, 32 * 4), *dt = dev_put(g_be, fw, (size_t)HK * 4), *nw = dev_put(g_be, fw, 128 * 4);
+  void *stt = dev_put(g_be, NULL, (size_t)(B * sb) * 4), *cs = dev_put(g_be, NULL, (size_t)(B * cb) * 2);
+  const dsp_kda_dims dims = {32, 32, 128, 128};
+  size_t wsb = 0;
+  assert_int_equal(dsp_op_kda_workspace(g_be, &dims, 4, T, &wsb), DSP_OK);
+  void *ws = dev_put(g_be, NULL, wsb);
+  int32_t *cu = malloc((size_t)(B + 1) * 4), *slot = malloc((size_t)B * 4);
+  for (int32_t n = 0; n <= B; n++) cu[n] = n * L;
+  for (int32_t n = 0; n < B; n++) slot[n] = n;
+  dsp_kda_state sv = {stt, sb, B};
+  dsp_kda_conv_state csv = {cs, cb, B};
+  dsp_kda_seqs sq = {B, L > 1 ? cu : NULL, slot, NULL, 1, NULL};
+  dsp_op_kda_args a = {.dims = dims, .conv_width = 4, .form = L > 1 ? DSP_KDA_CHUNKED : DSP_KDA_RECURRENT,
+                       .seqs = &sq, .qkv = qkv, .qkv_tok = D, .conv_w = cw, .f = f, .f_tok = HK, .A_log = al,
+                       .dt_bias = dt, .gate = {DSP_KDA_GATE_SOFTPLUS, 0}, .b = b, .b_tok = HV, .z = z, .z_tok = HK,
+                       .norm_w = nw, .eps = 1e-5f, .state = &sv, .conv_state = &csv, .y = y, .y_tok = HK, .ws = ws,
+                       .ws_bytes = wsb};
+  kda_call kc = {&a};
+  const double t = median_time(run_kda_call, &kc, g_cuda ? (L > 1 ? 3 : 20) : 1);
+  /* states read and written, conv states likewise, the activations read (qkv, f, b, z) and written (y) */
+  const double bytes = (double)B * (2.0 * sb * 4 + 2.0 * cb * 2) + (double)T * (D + 2 * HK + HV + HK) * 2;
+  char name[64];
+  if (L > 1)
+    snprintf(name, sizeof name, "prefill, batch %d of %d tokens", B, L);
+  else
+    snprintf(name, sizeof name, "decode, batch %d", B);
+  printf("%-44s %10.4f %10.4f %8.2f\n", name, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
+  void *all[] = {qkv, f, b, z, y, cw, al, dt, nw, stt, cs, ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dsp_op_release(g_be, 0, all[i]);
+  free(h), free(fw), free(cu), free(slot);
+}
+
+void t_perf_kda(void **st) {
+  (void)st;
+  const double bw = copy_rate();
+  printf("%-44s %10s %10s %8s\n", "kda op (32 heads of 128 x 128, conv 4)", "ms", "floor ms", "x floor");
+  perf_kda_row(1, 1, bw);
+  if (g_cuda) {
+    perf_kda_row(32, 1, bw);
+    perf_kda_row(256, 1, bw);
+    perf_kda_row(1, 4096, bw);
+  } else {
+    perf_kda_row(1, 256, bw);
+  }
+}
