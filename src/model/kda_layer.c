@@ -23,7 +23,8 @@ struct dsp_kda_layer {
   dsp_kda_layer_options opt;
   dsp_kda_layer_info info;
   int32_t tp, rank, hl;          /* TP size, rank, this rank's heads */
-  int64_t n1;                    /* columns of P: 3 hl K + hl + 2 K */
+  int64_t n1;                    /* columns of P: 2 K + 3 hl K + hl */
+  int64_t ld1;                   /* P's row stride: n1 rounded up to 8 (the CUDA products' operand rule) */
   dsp_weight *w1, *wf, *wg, *wo; /* [n1, hidden], [hl K, K] x 2, [hidden, hl K] */
   float *conv_w, *a_log, *dt_bias, *norm_w; /* backend copies: [3 hl K][W], [hl], [hl K], [K] */
   void *x, *p, *f, *z, *y, *out, *ws; /* backend buffers of max_tokens rows */
@@ -105,9 +106,10 @@ static dsp_status load_weights(dsp_kda_layer *L, const dsp_hf_dir *dir, dsp_bf16
   DSP_TRY(find_tensor(dir, NAME("dt_bias"), 1, sdt, 0, NULL, 1, &dtb));
   DSP_TRY(find_tensor(dir, NAME("o_norm.weight"), 1, sn, 0, NULL, 1, &nw));
 #undef NAME
-  /* P's rows: this rank's q, k, v and b rows, then f_a and g_a */
-  const dsp_tensor *rows[6] = {&q, &k, &v, &b, &fa, &ga};
-  const int64_t from[6] = {r0 * K, r0 * K, r0 * K, r0, 0, 0}, count[6] = {hl * K, hl * K, hl * K, hl, K, K};
+  /* P's rows: f_a and g_a first (the next products read them at an aligned column),
+     then this rank's q, k, v and b rows */
+  const dsp_tensor *rows[6] = {&fa, &ga, &q, &k, &v, &b};
+  const int64_t from[6] = {0, 0, r0 * K, r0 * K, r0 * K, r0}, count[6] = {K, K, hl * K, hl * K, hl * K, hl};
   int64_t at = 0;
   for (int i = 0; i < 6; i++) {
     memcpy(host + at * Hd, (const dsp_bf16 *)rows[i]->data + from[i] * Hd, (size_t)(count[i] * Hd) * 2);
@@ -139,7 +141,7 @@ static dsp_status alloc_state(dsp_kda_layer *L) {
   const struct {
     void **p;
     size_t bytes;
-  } buf[] = {{&L->x, (size_t)(T * Hd) * 2}, {&L->p, (size_t)(T * L->n1) * 2}, {&L->f, (size_t)(T * hl * K) * 2},
+  } buf[] = {{&L->x, (size_t)(T * Hd) * 2}, {&L->p, (size_t)(T * L->ld1) * 2}, {&L->f, (size_t)(T * hl * K) * 2},
              {&L->z, (size_t)(T * hl * K) * 2}, {&L->y, (size_t)(T * hl * K) * 2},
              {&L->out, (size_t)(T * Hd) * (L->tp > 1 ? 4 : 2)}};
   for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++) DSP_TRY(dsp_op_alloc(be, 0, buf[i].bytes, buf[i].p));
@@ -185,6 +187,7 @@ static dsp_status load(dsp_kda_layer *L, const char *dir) {
   L->hl = (int32_t)(c.heads / L->tp);
   const int64_t K = c.head_dim, Hd = c.hidden;
   L->n1 = 3 * L->hl * K + L->hl + 2 * K;
+  L->ld1 = (L->n1 + 7) / 8 * 8;
   dsp_hf_dir *hd;
   DSP_TRY(dsp_hf_dir_open(dir, &hd));
   const int64_t cells = L->n1 * Hd > Hd * L->hl * K ? L->n1 * Hd : Hd * L->hl * K;
@@ -262,9 +265,10 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
     DSP_TRY(dsp_op_upload(be, 0, (dsp_bf16 *)L->x + t * Hd, (const dsp_bf16 *)x->data + t * x->stride[0],
                           (size_t)Hd * 2));
   dsp_tensor xv = dsp_tensor_2d(L->x, DSP_BF16, T, Hd), pv = dsp_tensor_2d(L->p, DSP_BF16, T, L->n1);
+  pv.stride[0] = L->ld1;
   DSP_TRY(dsp_op_gemm(be, 0, &xv, L->w1, &pv));
-  dsp_tensor fa = dsp_tensor_2d((dsp_bf16 *)L->p + 3 * HK + hl, DSP_BF16, T, K), ga = fa;
-  fa.stride[0] = ga.stride[0] = L->n1;
+  dsp_tensor fa = dsp_tensor_2d(L->p, DSP_BF16, T, K), ga = fa;
+  fa.stride[0] = ga.stride[0] = L->ld1;
   ga.data = (dsp_bf16 *)fa.data + K;
   dsp_tensor fv = dsp_tensor_2d(L->f, DSP_BF16, T, HK), zv = dsp_tensor_2d(L->z, DSP_BF16, T, HK);
   DSP_TRY(dsp_op_gemm(be, 0, &fa, L->wf, &fv));
@@ -281,11 +285,11 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
   dsp_op_kda_args a = {
       .dims = dims_of(L),
       .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = &seqs,
-      .qkv = L->p, .qkv_tok = L->n1, .conv_w = L->conv_w, .f = L->f, .f_tok = HK, .A_log = L->a_log,
+      .qkv = (dsp_bf16 *)L->p + 2 * K, .qkv_tok = L->ld1, .conv_w = L->conv_w, .f = L->f, .f_tok = HK, .A_log = L->a_log,
       .dt_bias = L->dt_bias,
       .gate = {.form = L->info.lower_bound_gate ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS,
                .lower_bound = (float)L->info.lower_bound},
-      .b = (dsp_bf16 *)L->p + 3 * HK, .b_tok = L->n1, .z = L->z, .z_tok = HK, .norm_w = L->norm_w,
+      .b = (dsp_bf16 *)L->p + 2 * K + 3 * HK, .b_tok = L->ld1, .z = L->z, .z_tok = HK, .norm_w = L->norm_w,
       .eps = (float)L->info.eps, .state = &L->st, .conv_state = &L->cs, .y = L->y, .y_tok = HK, .ws = L->ws,
       .ws_bytes = L->ws_bytes};
   DSP_TRY(dsp_op_kda(be, 0, &a));
