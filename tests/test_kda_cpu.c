@@ -25,6 +25,8 @@
 
 #include "core/bf16.h"
 #include "kernels/cpu/kda.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/matmul.h"
 
 /* Stated tolerances (KDA_NOTES.md lists what the kernels reach). */
 #define TOL_STATE_RMS 1e-5   /* fp32 state against fp64 */
@@ -716,6 +718,32 @@ static void test_value_tile(void **st) {
   case_free(&c);
 }
 
+/* The AVX-512 recurrence (16 value columns in the lanes) against the scalar
+ * path: bit for bit, V a multiple of 16 and not, GQA, with per-token states. */
+static void test_recurrent_isa(void **st) {
+  (void)st;
+  if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) {
+    print_message("no AVX-512 on this CPU: only the scalar recurrence runs (nothing to compare)\n");
+    return;
+  }
+  const dsp_kda_dims dims[] = {{2, 2, 128, 128}, {1, 2, 64, 40}, {1, 1, 32, 72}};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+    kcase c;
+    case_make(&c, dims[di], 4, LENS, (int)(di % 3), 900 + di);
+    krun r[2];
+    for (int p = 0; p < 2; p++) {
+      run_init(&r[p], &c);
+      assert_int_equal(dsp_cpu_kernel_force(p ? "scalar" : "avx512"), DSP_OK);
+      assert_int_equal(run_form(0, &c, &r[p], NULL, 0, NULL), DSP_OK);
+    }
+    assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+    assert_memory_equal(r[0].o, r[1].o, sizeof(dsp_bf16) * (size_t)(c.T * r[0].otok));
+    assert_memory_equal(r[0].pool, r[1].pool, sizeof(float) * (size_t)(r[0].nslots * r[0].stride));
+    for (int p = 0; p < 2; p++) run_free(&r[p]);
+    case_free(&c);
+  }
+}
+
 static void test_varlen_equals_alone(void **st) {
   (void)st;
   for (int form = 0; form < 2; form++) {
@@ -1173,7 +1201,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gate_forms),          cmocka_unit_test(test_beta_strided),
       cmocka_unit_test(test_gate_once),           cmocka_unit_test(test_norm_strided),
       cmocka_unit_test(test_conv_prefill_ref),    cmocka_unit_test(test_conv_decode_verify),
-      cmocka_unit_test(test_recurrent_ref),       cmocka_unit_test(test_chunked_ref),
+      cmocka_unit_test(test_recurrent_ref),       cmocka_unit_test(test_recurrent_isa),       cmocka_unit_test(test_chunked_ref),
       cmocka_unit_test(test_chunked_vs_recurrent), cmocka_unit_test(test_value_tile),
       cmocka_unit_test(test_varlen_equals_alone), cmocka_unit_test(test_prefill_then_decode),
       cmocka_unit_test(test_verify_accept),       cmocka_unit_test(test_padding_and_fresh_state),

@@ -314,7 +314,7 @@ static dsp_status run_kda_call(void *p) { return dsp_op_kda(g_be, 0, ((kda_call 
 
 /* ms per call of B sequences of L tokens each (L 1: decode) and the floor:
  * state and activation bytes over the copy rate. */
-static void perf_kda_row(int32_t B, int32_t L, double bw) {
+static void perf_kda_row(int32_t B, int32_t L, int form, double bw) {
   const kdims d = {32, 32, 128, 128, 4};
   const int64_t T = (int64_t)B * L, D = kD(&d), HK = 32 * 128, HV = 32;
   const int64_t sb = kSt(&d), cb = kCs(&d);
@@ -337,7 +337,7 @@ static void perf_kda_row(int32_t B, int32_t L, double bw) {
   dsp_kda_state sv = {stt, sb, B};
   dsp_kda_conv_state csv = {cs, cb, B};
   dsp_kda_seqs sq = {B, L > 1 ? cu : NULL, slot, NULL, 1, NULL};
-  dsp_op_kda_args a = {.dims = dims, .conv_width = 4, .form = L > 1 ? DSP_KDA_CHUNKED : DSP_KDA_RECURRENT,
+  dsp_op_kda_args a = {.dims = dims, .conv_width = 4, .form = form,
                        .seqs = &sq, .qkv = qkv, .qkv_tok = D, .conv_w = cw, .f = f, .f_tok = HK, .A_log = al,
                        .dt_bias = dt, .gate = {DSP_KDA_GATE_SOFTPLUS, 0}, .b = b, .b_tok = HV, .z = z, .z_tok = HK,
                        .norm_w = nw, .eps = 1e-5f, .state = &sv, .conv_state = &csv, .y = y, .y_tok = HK, .ws = ws,
@@ -348,7 +348,8 @@ static void perf_kda_row(int32_t B, int32_t L, double bw) {
   const double bytes = (double)B * (2.0 * sb * 4 + 2.0 * cb * 2) + (double)T * (D + 2 * HK + HV + HK) * 2;
   char name[64];
   if (L > 1)
-    snprintf(name, sizeof name, "prefill, batch %d of %d tokens", B, L);
+    snprintf(name, sizeof name, "prefill, batch %d of %d tokens, %s", B, L,
+             form == DSP_KDA_CHUNKED ? "chunked" : "recurrent");
   else
     snprintf(name, sizeof name, "decode, batch %d", B);
   printf("%-44s %10.4f %10.4f %8.2f\n", name, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
@@ -361,12 +362,13 @@ void t_perf_kda(void **st) {
   (void)st;
   const double bw = copy_rate();
   printf("%-44s %10s %10s %8s\n", "kda op (32 heads of 128 x 128, conv 4)", "ms", "floor ms", "x floor");
-  perf_kda_row(1, 1, bw);
+  perf_kda_row(1, 1, DSP_KDA_RECURRENT, bw);
   if (g_cuda) {
-    perf_kda_row(32, 1, bw);
-    perf_kda_row(256, 1, bw);
-    perf_kda_row(1, 4096, bw);
+    perf_kda_row(32, 1, DSP_KDA_RECURRENT, bw);
+    perf_kda_row(256, 1, DSP_KDA_RECURRENT, bw);
+    perf_kda_row(1, 4096, DSP_KDA_CHUNKED, bw);
   } else {
-    perf_kda_row(1, 256, bw);
+    perf_kda_row(1, 256, DSP_KDA_CHUNKED, bw);
+    perf_kda_row(1, 256, DSP_KDA_RECURRENT, bw);
   }
 }

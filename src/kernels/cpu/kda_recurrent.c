@@ -2,8 +2,11 @@
  * prefill, one task per (sequence, value head). fp32 state in a per-thread
  * workspace copy; per token the order in kda.h: normalise q, k; decay each state
  * row and accumulate k^T S (d ascending); u = beta (v - k^T S); add k u^T and
- * accumulate q^T S (d ascending); round o to bf16 once. The value loop is the
- * inner one, so it vectorises without changing any sum's order. */
+ * accumulate q^T S (d ascending); round o to bf16 once. Value columns are
+ * independent, so the AVX-512 path (16 columns in the lanes, each lane the
+ * scalar path's chain of separate multiplies and adds) is bit-identical to the
+ * scalar one, which stays for other CPUs. */
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -11,6 +14,9 @@
 #include "core/bf16.h"
 #include "core/status.h"
 #include "kernels/cpu/kda.h"
+#include "kernels/cpu/kernel.h"
+
+#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -23,6 +29,72 @@ size_t dsp_kda_recurrent_workspace_size(const dsp_kda_dims *d, int32_t threads) 
   if (dsp_kda_dims_check(d) != DSP_OK) return 0;
   if (threads <= 0) threads = omp_get_max_threads();
   return (size_t)threads * per_thread_bytes(d) + 64;
+}
+
+/* One token of one head on the state S [K][V]; a gets q^T S of the updated state. */
+static void token_scalar(float *S, int32_t K, int32_t V, const float *eg, const float *k, const float *q, float b,
+                         const dsp_bf16 *vr, float *a, float *u) {
+  for (int32_t j = 0; j < V; j++) a[j] = 0.0f;
+  for (int32_t i = 0; i < K; i++) { /* decay, then k^T S of the decayed state */
+    float *row = S + (int64_t)i * V;
+    const float e = eg[i], ki = k[i];
+    for (int32_t j = 0; j < V; j++) {
+      row[j] *= e;
+      a[j] += ki * row[j];
+    }
+  }
+  for (int32_t j = 0; j < V; j++) {
+    u[j] = b * (dsp_bf16_to_f32(vr[j]) - a[j]);
+    a[j] = 0.0f;
+  }
+  for (int32_t i = 0; i < K; i++) { /* rank-1 update, then q^T S of the updated state */
+    float *row = S + (int64_t)i * V;
+    const float ki = k[i], qi = q[i];
+    for (int32_t j = 0; j < V; j++) {
+      row[j] += ki * u[j];
+      a[j] += qi * row[j];
+    }
+  }
+}
+
+/* The same per column, 64 columns (four vectors, masked at the tail) at a time. */
+DSP_AVX512 static void token_avx512(float *S, int32_t K, int32_t V, const float *eg, const float *k, const float *q,
+                                    float b, const dsp_bf16 *vr, float *a) {
+  for (int32_t j0 = 0; j0 < V; j0 += 64) {
+    __mmask16 m[4];
+    for (int w = 0; w < 4; w++) {
+      const int32_t left = V - j0 - 16 * w;
+      m[w] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
+    }
+    __m512 acc[4], uu[4];
+    for (int w = 0; w < 4; w++) acc[w] = _mm512_setzero_ps();
+    for (int32_t i = 0; i < K; i++) {
+      float *row = S + (int64_t)i * V + j0;
+      const __m512 e = _mm512_set1_ps(eg[i]), ki = _mm512_set1_ps(k[i]);
+      for (int w = 0; w < 4; w++) {
+        const __m512 r = _mm512_mul_ps(_mm512_maskz_loadu_ps(m[w], row + 16 * w), e);
+        _mm512_mask_storeu_ps(row + 16 * w, m[w], r);
+        acc[w] = _mm512_add_ps(acc[w], _mm512_mul_ps(ki, r));
+      }
+    }
+    const __m512 bb = _mm512_set1_ps(b);
+    for (int w = 0; w < 4; w++) {
+      const __m256i raw = _mm256_maskz_loadu_epi16(m[w], vr + j0 + 16 * w);
+      const __m512 vv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      uu[w] = _mm512_mul_ps(bb, _mm512_sub_ps(vv, acc[w]));
+      acc[w] = _mm512_setzero_ps();
+    }
+    for (int32_t i = 0; i < K; i++) {
+      float *row = S + (int64_t)i * V + j0;
+      const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+      for (int w = 0; w < 4; w++) {
+        const __m512 r = _mm512_add_ps(_mm512_maskz_loadu_ps(m[w], row + 16 * w), _mm512_mul_ps(ki, uu[w]));
+        _mm512_mask_storeu_ps(row + 16 * w, m[w], r);
+        acc[w] = _mm512_add_ps(acc[w], _mm512_mul_ps(qi, r));
+      }
+    }
+    for (int w = 0; w < 4; w++) _mm512_mask_storeu_ps(a + j0 + 16 * w, m[w], acc[w]);
+  }
 }
 
 dsp_status dsp_kda_recurrent(const dsp_kda_dims *d, const dsp_kda_opts *opt, const dsp_kda_seqs *s,
@@ -38,6 +110,7 @@ dsp_status dsp_kda_recurrent(const dsp_kda_dims *d, const dsp_kda_opts *opt, con
   const float scale = opt && opt->scale != 0.0f ? opt->scale : (float)(1.0 / sqrt((double)K));
   const int32_t raw = opt ? opt->qk_raw : 0;
   const int64_t tasks = (int64_t)s->num_seqs * HV, KV = (int64_t)K * V;
+  const int avx512 = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512;
 
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t task = 0; task < tasks; task++) {
@@ -59,27 +132,10 @@ dsp_status dsp_kda_recurrent(const dsp_kda_dims *d, const dsp_kda_opts *opt, con
       for (int32_t i = 0; i < K; i++) eg[i] = expf(g[i]);
       const float b = io->beta[t * HV + hv];
       const dsp_bf16 *vr = io->v.data + t * io->v.tok + hv * io->v.head;
-      for (int32_t j = 0; j < V; j++) a[j] = 0.0f;
-      for (int32_t i = 0; i < K; i++) { /* decay, then k^T S of the decayed state */
-        float *row = S + (int64_t)i * V;
-        const float e = eg[i], ki = k[i];
-        for (int32_t j = 0; j < V; j++) {
-          row[j] *= e;
-          a[j] += ki * row[j];
-        }
-      }
-      for (int32_t j = 0; j < V; j++) {
-        u[j] = b * (dsp_bf16_to_f32(vr[j]) - a[j]);
-        a[j] = 0.0f;
-      }
-      for (int32_t i = 0; i < K; i++) { /* rank-1 update, then q^T S of the updated state */
-        float *row = S + (int64_t)i * V;
-        const float ki = k[i], qi = q[i];
-        for (int32_t j = 0; j < V; j++) {
-          row[j] += ki * u[j];
-          a[j] += qi * row[j];
-        }
-      }
+      if (avx512)
+        token_avx512(S, K, V, eg, k, q, b, vr, a);
+      else
+        token_scalar(S, K, V, eg, k, q, b, vr, a, u);
       dsp_bf16 *orow = io->o.data + t * io->o.tok + hv * io->o.head;
       for (int32_t j = 0; j < V; j++) orow[j] = dsp_f32_to_bf16(a[j]);
       if (s->token_slot && s->token_slot[t] >= 0)
