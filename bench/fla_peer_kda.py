@@ -10,12 +10,17 @@ floor test_ops' `kda op` rows print.
 
   fla_peer_kda.py [--decode 1,32,256] [--prefill 4096,16384]
 
-The fla-core wheel (and einops) travel to the device as wheels: see
-scripts/device_env.sh's notes and the device README."""
+fla-core and einops are not in the device image: download their wheels into
+.whl/ (pip download --no-deps, py3-none-any), carry .whl, and pip install them
+with --target into a directory on PYTHONPATH before running this."""
 import argparse
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_graph import capture  # noqa: E402
 
 
 def copy_rate():
@@ -98,15 +103,7 @@ def decode_row(B, H, K, V, bw, fused_recurrent_kda):
                                    use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
 
     eager = median_ms(step, 20)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture(step)
     replay = median_ms(graph.replay, 20)
     nbytes = B * (2 * H * K * V * 4) + B * (2 * H * K + H * V + H) * 2 + B * H * K * 4 + B * H * V * 2
     print("| decode, batch %d | %.4f | %.4f | %.4f |" % (B, eager, replay, nbytes / bw * 1e3))

@@ -18,12 +18,16 @@ usage: python3 bench/torch_peer_draft.py [--hidden 4096 --heads 32 --kv-heads 8 
        --context 1024 --new-rows 4 --batch 1,32 --reps 30] [--device cpu]
 """
 import argparse
+import os
 import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_graph import capture  # noqa: E402
 
 
 def rms(x, w, eps=1e-6):
@@ -164,15 +168,7 @@ def main():
             eager = timed(p, dev, a.reps)
             gms = float("nan")
             if dev == "cuda":
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(2):
-                        p()
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    out = p()
+                g, out = capture(p, warmups=2)
                 gms = timed(g.replay, dev, a.reps)
                 if not torch.equal(out, p()):  # the graph and the eager path draft the same tokens
                     print("graph tokens differ from eager", file=sys.stderr)
