@@ -987,6 +987,7 @@ static void contend(pid_t parent) {
   const int64_t n = 8192;
   dsp_cuda_gemm *g = NULL;
   void *a = NULL, *o = NULL;
+  if (dsp_cuda_device_count() == 0) _exit(77); /* no GPU: the parent skips */
   if (dsp_cuda_gemm_create(n, n, 0, DSP_GEMM_WGMMA, &g) != DSP_OK || dsp_cuda_gemm_prepare(g, n) != DSP_OK ||
       cudaMalloc(&a, (size_t)(n * n) * 2) != cudaSuccess || cudaMalloc(&o, (size_t)(n * n) * 2) != cudaSuccess ||
       cudaMemset(a, 0, (size_t)(n * n) * 2) != cudaSuccess) {
@@ -1001,6 +1002,7 @@ static void contend(pid_t parent) {
 
 int main(int argc, char **argv) {
   pid_t load = -1;
+  int load_done = 0; /* the load process has ended and been reaped */
   if (argc > 1 && !strcmp(argv[1], "--contended")) { /* before this process touches CUDA: fork is unsafe after */
     const pid_t self = getpid();
     load = fork();
@@ -1010,11 +1012,13 @@ int main(int argc, char **argv) {
       return 1;
     }
     argc = 1;
-    sleep(2); /* its products are running */
+    for (int i = 0; i < 40 && !load_done; i++) { /* its products start (or, without a GPU, it ends) */
+      load_done = waitpid(load, NULL, WNOHANG) == load;
+      if (!load_done) usleep(50000);
+    }
   }
   if (dsp_cuda_device_count() == 0) {
-    if (load > 0) kill(load, SIGKILL);
-    if (load > 0) waitpid(load, NULL, 0);
+    if (load > 0 && !load_done) kill(load, SIGKILL), waitpid(load, NULL, 0);
     dsp_markov_config c = cfg_base(16, 16, 64, 32, 1, 1);
     tr_model m;
     tr_model_make(&m, &c, 1, 1);
@@ -1043,9 +1047,8 @@ int main(int argc, char **argv) {
   const int failed = cmocka_run_group_tests(tests, NULL, NULL);
   if (load > 0) { /* the suite ran contended only if the load is still running */
     int status = 0;
-    const pid_t done = waitpid(load, &status, WNOHANG);
-    kill(load, SIGKILL);
-    waitpid(load, NULL, 0);
+    const pid_t done = load_done ? load : waitpid(load, &status, WNOHANG);
+    if (!load_done) kill(load, SIGKILL), waitpid(load, NULL, 0);
     if (done != 0) {
       fprintf(stderr, "--contended: the load process ended early (status %d): the suite did not run contended\n",
               status);
