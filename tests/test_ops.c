@@ -31,6 +31,8 @@
 
 #include "backend/ops.h"
 #include "dspark.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/matmul.h"
 #include "test_ops.h"
 
 dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
@@ -239,7 +241,15 @@ static void check_att(const att_case *c) {
     run_att(g_be, c, 1, q + (size_t)t * (size_t)(Hq * D), kc, vc, SLOTS, rs + t, rk + t, 7,
             o[3] + (size_t)t * (size_t)(Hq * D));
   if (g_cpu) run_att(g_cpu, c, T, q, kc, vc, SLOTS, rs, rk, 0, o[4]);
-  long bad = 0, launch = 0, cross = 0;
+  long bad = 0, launch = 0, cross = 0, isa = 0;
+  if (!g_cuda && dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) { /* the scalar path: the AVX-512 one's bits */
+    uint16_t *os = malloc(qn * 2);
+    assert_int_equal(dsp_cpu_kernel_force("scalar"), DSP_OK);
+    run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 0, os);
+    assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+    for (size_t i = 0; i < qn; i++) isa += os[i] != o[0][i];
+    free(os);
+  }
   double *sc = malloc((size_t)P * sizeof *sc);
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < Hq; h++) {
@@ -273,10 +283,10 @@ static void check_att(const att_case *c) {
         g_compared++;
       }
     }
-  if (bad || launch || cross)
+  if (bad || launch || cross || isa)
     fail_msg("attention Hq %lld Hkv %lld D %lld stride x%lld: %ld beyond the tolerance, %ld differ between launches "
-             "(hints, rows alone), %ld CPU values beyond it",
-             (long long)Hq, (long long)Hkv, (long long)D, (long long)c->stride_mul, bad, launch, cross);
+             "(hints, rows alone), %ld CPU values beyond it, %ld differ between the CPU's AVX-512 and scalar paths",
+             (long long)Hq, (long long)Hkv, (long long)D, (long long)c->stride_mul, bad, launch, cross, isa);
   free(sc), free(q), free(kc), free(vc);
   for (int i = 0; i < 5; i++) free(o[i]);
 }

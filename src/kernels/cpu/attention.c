@@ -3,7 +3,9 @@
  * read each key once. The AVX-512 path puts 16 keys in the lanes of a vector,
  * so each key's q.k is still one fp32 chain in order over d, and p.v puts 16
  * dims in the lanes, each a chain in key order: bit-identical to the scalar
- * path, which stays for CPUs without AVX-512 and for odd head dims. */
+ * path, which stays for CPUs without AVX-512 and for odd head dims. p.v runs
+ * every head of a KV head at once (one load of a value row for all), and the
+ * softmax's rounding passes run 16 keys at a time. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -14,12 +16,13 @@
 #include "kernels/cpu/layers.h"
 
 #define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define DSP_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 /* Per thread: q of the item's heads in fp32 (rep x D), their scores (rep x
- * max_len), one row of output accumulators (D). */
+ * max_len), their output accumulators (rep x D). */
 size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int nthreads) {
   const int64_t rep = kv_heads > 0 ? (q_heads + kv_heads - 1) / kv_heads : q_heads;
-  const size_t per = (size_t)(rep * head_dim + rep * max_len + head_dim + 16);
+  const size_t per = (size_t)(rep * head_dim + rep * max_len + rep * head_dim + 16);
   return (per + 15) / 16 * 16 * (size_t)nthreads;
 }
 
@@ -43,11 +46,27 @@ static void scores_scalar(const item *it) {
 
 static void pv_scalar(const item *it, int64_t r) {
   const float *p = it->e + r * it->nk;
-  for (int64_t d = 0; d < it->D; d++) it->acc[d] = 0.0f;
+  float *acc = it->acc + r * it->D;
+  for (int64_t d = 0; d < it->D; d++) acc[d] = 0.0f;
   for (int64_t j = 0; j < it->nk; j++) {
     const dsp_bf16 *vr = it->vb + j * it->kst;
-    for (int64_t d = 0; d < it->D; d++) it->acc[d] = fmaf(p[j], dsp_bf16_to_f32(vr[d]), it->acc[d]);
+    for (int64_t d = 0; d < it->D; d++) acc[d] = fmaf(p[j], dsp_bf16_to_f32(vr[d]), acc[d]);
   }
+}
+
+/* Scores into probabilities for head r, in place: s = bf16(bf16(s) * scale),
+ * e = expf(s - max), z = the sum of e in key order, p = bf16(e / z). */
+static void softmax_scalar(const item *it, int64_t r, float scale) {
+  float *e = it->e + r * it->nk, m = -INFINITY, z = 0.0f;
+  for (int64_t j = 0; j < it->nk; j++) {
+    e[j] = dsp_round_bf16(dsp_round_bf16(e[j]) * scale);
+    m = e[j] > m ? e[j] : m;
+  }
+  for (int64_t j = 0; j < it->nk; j++) {
+    e[j] = expf(e[j] - m);
+    z += e[j];
+  }
+  for (int64_t j = 0; j < it->nk; j++) e[j] = dsp_round_bf16(e[j] / z);
 }
 
 /* 16 keys per vector; a 32-bit gather at an even d brings (d, d + 1) of every
@@ -79,28 +98,101 @@ DSP_AVX512 static void scores_avx512(const item *it) {
   }
 }
 
-DSP_AVX512 static void pv_avx512(const item *it, int64_t r) {
-  const float *p = it->e + r * it->nk;
+/* p.v of heads r0 .. r0 + rc - 1 (rc <= HG) over dims d0 .. d0 + 16 NV - 1: 16
+ * dims in the lanes, each (head, dim) one fmaf chain in key order as the scalar
+ * path; NV x HG <= 16 chains in flight share each value row's load. NV and HG
+ * are constants at every call site, so the loops unroll and acc stays in
+ * registers. */
+DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const int HG, int64_t r0, int rc,
+                                const __mmask16 *m) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < NV * HG; i++) acc[i] = _mm512_setzero_ps();
+  const float *p = it->e + r0 * it->nk;
+  for (int64_t j = 0; j < it->nk; j++) {
+    const dsp_bf16 *vr = it->vb + j * it->kst + d0;
+    __m512 v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; c++)
+      v[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[c], vr + 16 * c)), 16));
+#pragma GCC unroll 16
+    for (int h = 0; h < HG; h++)
+      if (h < rc) {
+        const __m512 pj = _mm512_set1_ps(p[h * it->nk + j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) acc[h * NV + c] = _mm512_fmadd_ps(pj, v[c], acc[h * NV + c]);
+      }
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < HG; h++)
+    if (h < rc)
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(it->acc + (r0 + h) * it->D + d0 + 16 * c, m[c], acc[h * NV + c]);
+}
+
+/* p.v of every head of the item, 64 dims at a time. */
+DSP_AVX512 static void pv_avx512(const item *it) {
   for (int64_t d0 = 0; d0 < it->D; d0 += 64) {
     const int64_t n = it->D - d0 < 64 ? it->D - d0 : 64;
+    const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, heads per group */
     __mmask16 m[4];
-    __m512 acc[4];
     for (int c = 0; c < 4; c++) {
       const int64_t w = n - 16 * c;
       m[c] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1u);
-      acc[c] = _mm512_setzero_ps();
     }
-    for (int64_t j = 0; j < it->nk; j++) {
-      const dsp_bf16 *vr = it->vb + j * it->kst + d0;
-      const __m512 pj = _mm512_set1_ps(p[j]);
-      for (int c = 0; c < 4; c++) {
-        if (!m[c]) break;
-        const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[c], vr + 16 * c));
-        acc[c] = _mm512_fmadd_ps(pj, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), acc[c]);
+    for (int64_t r0 = 0; r0 < it->rep; r0 += hg) {
+      const int rc = (int)(it->rep - r0 < hg ? it->rep - r0 : hg);
+      switch (nv) {
+        case 4: pv_group(it, d0, 4, 4, r0, rc, m); break;
+        case 3: pv_group(it, d0, 3, 5, r0, rc, m); break;
+        case 2: pv_group(it, d0, 2, 8, r0, rc, m); break;
+        default: pv_group(it, d0, 1, 16, r0, rc, m); break;
       }
     }
-    for (int c = 0; c < 4; c++)
-      if (m[c]) _mm512_mask_storeu_ps(it->acc + d0 + 16 * c, m[c], acc[c]);
+  }
+}
+
+/* bf16 rounding of 16 finite or infinite values (core/bf16.h's, as integers). */
+DSP_AVX512 static inline __m512 round_bf16_16(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* softmax_scalar's bits: the rounding passes 16 keys at a time; the max over
+ * lanes (equal values may differ only in the sign of a zero, which no e = expf(s
+ * - max) sees); expf and z in key order as the scalar path. A row with a NaN
+ * score gives NaN probabilities, as the scalar path's NaN z does. */
+DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
+  float *e = it->e + r * it->nk;
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < it->nk; j += 16) {
+    const int64_t w = it->nk - j;
+    const __mmask16 live = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(live, e + j);
+    nan |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
+    const __m512 y = round_bf16_16(_mm512_mul_ps(round_bf16_16(x), sc));
+    _mm512_mask_storeu_ps(e + j, live, y);
+    mv = _mm512_mask_max_ps(mv, live, mv, y);
+  }
+  if (nan) { /* the scalar path's z is then NaN, and so is every probability */
+    for (int64_t j = 0; j < it->nk; j++) e[j] = NAN;
+    return;
+  }
+  const float m = _mm512_reduce_max_ps(mv);
+  float z = 0.0f;
+  for (int64_t j = 0; j < it->nk; j++) {
+    e[j] = expf(e[j] - m);
+    z += e[j];
+  }
+  const __m512 zv = _mm512_set1_ps(z);
+  for (int64_t j = 0; j < it->nk; j += 16) {
+    const int64_t w = it->nk - j;
+    const __mmask16 live = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);
+    _mm512_mask_storeu_ps(e + j, live, round_bf16_16(_mm512_div_ps(_mm512_maskz_loadu_ps(live, e + j), zv)));
   }
 }
 
@@ -122,26 +214,20 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
         const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + (g * rep + r) * q->stride[1];
         for (int64_t d = 0; d < D; d++) it.qf[r * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
       }
-      if (vec) scores_avx512(&it);
-      else scores_scalar(&it);
+      if (vec) {
+        scores_avx512(&it);
+        for (int64_t r = 0; r < rep; r++) softmax_avx512(&it, r, a->scale);
+        pv_avx512(&it);
+      } else {
+        scores_scalar(&it);
+        for (int64_t r = 0; r < rep; r++) softmax_scalar(&it, r, a->scale), pv_scalar(&it, r);
+      }
       for (int64_t r = 0; r < rep; r++) {
-        float *e = it.e + r * nk, m = -INFINITY, z = 0.0f;
-        for (int64_t j = 0; j < nk; j++) {
-          e[j] = dsp_round_bf16(dsp_round_bf16(e[j]) * a->scale);
-          m = e[j] > m ? e[j] : m;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-          e[j] = expf(e[j] - m);
-          z += e[j];
-        }
-        for (int64_t j = 0; j < nk; j++) e[j] = dsp_round_bf16(e[j] / z);
-        if (vec) pv_avx512(&it, r);
-        else pv_scalar(&it, r);
         const int64_t h = g * rep + r;
         dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
                                            : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
         const int64_t oc = a->out->stride[a->out->ndim - 1];
-        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(it.acc[d]);
+        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(it.acc[r * D + d]);
       }
     }
 }
