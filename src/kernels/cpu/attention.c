@@ -3,9 +3,10 @@
  * read each key once. The AVX-512 path puts 16 keys in the lanes of a vector,
  * so each key's q.k is still one fp32 chain in order over d, and p.v puts 16
  * dims in the lanes, each a chain in key order: bit-identical to the scalar
- * path, which stays for CPUs without AVX-512 and for odd head dims. p.v runs
- * every head of a KV head at once (one load of a value row for all), and the
- * softmax's rounding passes run 16 keys at a time. */
+ * path, which stays for CPUs without AVX-512 and for odd head dims. q.k runs
+ * the rows of a run on one slot together (one key gather for all their heads),
+ * p.v every head of a KV head at once (one load of a value row for all), and
+ * the softmax's rounding passes 16 keys at a time. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -18,34 +19,37 @@
 #define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define DSP_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
-/* Per thread: q of the item's heads in fp32 (rep x D), their scores (rep x
- * max_len), their output accumulators (rep x D). */
+enum { RUN = 8 }; /* rows of one slot whose q.k share each key load */
+
+/* Per thread: q of a run's (row, head) pairs in fp32 (RUN x rep x D), their
+ * scores (RUN x rep x max_len), one row's output accumulators (rep x D). */
 size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int nthreads) {
   const int64_t rep = kv_heads > 0 ? (q_heads + kv_heads - 1) / kv_heads : q_heads;
-  const size_t per = (size_t)(rep * head_dim + rep * max_len + rep * head_dim + 16);
+  const size_t per = (size_t)(RUN * rep * head_dim + RUN * rep * max_len + rep * head_dim + 16);
   return (per + 15) / 16 * 16 * (size_t)nthreads;
 }
 
 typedef struct {
-  const dsp_bf16 *kb, *vb; /* this row's slot, at kv head kvh */
+  const dsp_bf16 *kb, *vb; /* the slot's cache at kv head g */
   int64_t nk, D, rep, kst; /* keys, head dim, heads per kv head, elements per cache row */
+  int64_t nq, es;          /* q vectors in qf (scores), floats from one q vector's scores to the next */
   float *qf, *e, *acc;     /* scratch */
 } item;
 
 static void scores_scalar(const item *it) {
   for (int64_t j = 0; j < it->nk; j++) {
     const dsp_bf16 *kr = it->kb + j * it->kst;
-    for (int64_t r = 0; r < it->rep; r++) {
+    for (int64_t r = 0; r < it->nq; r++) {
       const float *q = it->qf + r * it->D;
       float s = 0.0f;
       for (int64_t d = 0; d < it->D; d++) s = fmaf(q[d], dsp_bf16_to_f32(kr[d]), s);
-      it->e[r * it->nk + j] = s;
+      it->e[r * it->es + j] = s;
     }
   }
 }
 
 static void pv_scalar(const item *it, int64_t r) {
-  const float *p = it->e + r * it->nk;
+  const float *p = it->e + r * it->es;
   float *acc = it->acc + r * it->D;
   for (int64_t d = 0; d < it->D; d++) acc[d] = 0.0f;
   for (int64_t j = 0; j < it->nk; j++) {
@@ -57,7 +61,7 @@ static void pv_scalar(const item *it, int64_t r) {
 /* Scores into probabilities for head r, in place: s = bf16(bf16(s) * scale),
  * e = expf(s - max), z = the sum of e in key order, p = bf16(e / z). */
 static void softmax_scalar(const item *it, int64_t r, float scale) {
-  float *e = it->e + r * it->nk, m = -INFINITY, z = 0.0f;
+  float *e = it->e + r * it->es, m = -INFINITY, z = 0.0f;
   for (int64_t j = 0; j < it->nk; j++) {
     e[j] = dsp_round_bf16(dsp_round_bf16(e[j]) * scale);
     m = e[j] > m ? e[j] : m;
@@ -70,31 +74,42 @@ static void softmax_scalar(const item *it, int64_t r, float scale) {
 }
 
 /* 16 keys per vector; a 32-bit gather at an even d brings (d, d + 1) of every
- * key (D is even, so it never reads past a key's row). Up to 8 heads at once. */
-DSP_AVX512 static void scores_avx512(const item *it) {
+ * key (D is even, so it never reads past a key's row). Each gather serves up to
+ * 16 q vectors (a run's rows times the kv head's query heads), each still one
+ * fmaf chain in order over d per key; the group is unrolled so acc stays in
+ * registers. */
+DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, __m512i idx, __mmask16 live, int64_t j0,
+                                    int64_t r0, int rc) {
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  const float *q = it->qf + r0 * it->D;
+  for (int64_t d = 0; d < it->D; d += 2) {
+    const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
+    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      if (i < rc) {
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d]), lo, acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d + 1]), hv, acc[i]);
+      }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++)
+    if (i < rc) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->es + j0, live, acc[i]);
+}
+
+DSP_AVX512 static void scores_avx512(const item *it) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
   for (int64_t j0 = 0; j0 < it->nk; j0 += 16) {
     const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
     const __mmask16 live = (__mmask16)((1u << nb) - 1u);
-    const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
     const dsp_bf16 *base = it->kb + j0 * it->kst;
-    for (int64_t r0 = 0; r0 < it->rep; r0 += 8) {
-      const int rc = (int)(it->rep - r0 < 8 ? it->rep - r0 : 8);
-      __m512 acc[8];
-      for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
-      for (int64_t d = 0; d < it->D; d += 2) {
-        const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
-        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-        const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
-        for (int i = 0; i < rc; i++) {
-          const float *q = it->qf + (r0 + i) * it->D + d;
-          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[0]), lo, acc[i]);
-          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[1]), hv, acc[i]);
-        }
-      }
-      for (int i = 0; i < rc; i++) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->nk + j0, live, acc[i]);
-    }
+    for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
+      scores_group(it, base, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
   }
 }
 
@@ -108,7 +123,7 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < NV * HG; i++) acc[i] = _mm512_setzero_ps();
-  const float *p = it->e + r0 * it->nk;
+  const float *p = it->e + r0 * it->es;
   for (int64_t j = 0; j < it->nk; j++) {
     const dsp_bf16 *vr = it->vb + j * it->kst + d0;
     __m512 v[4];
@@ -118,7 +133,7 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
 #pragma GCC unroll 16
     for (int h = 0; h < HG; h++)
       if (h < rc) {
-        const __m512 pj = _mm512_set1_ps(p[h * it->nk + j]);
+        const __m512 pj = _mm512_set1_ps(p[h * it->es + j]);
 #pragma GCC unroll 4
         for (int c = 0; c < NV; c++) acc[h * NV + c] = _mm512_fmadd_ps(pj, v[c], acc[h * NV + c]);
       }
@@ -165,7 +180,7 @@ DSP_AVX512 static inline __m512 round_bf16_16(__m512 x) {
  * - max) sees); expf and z in key order as the scalar path. A row with a NaN
  * score gives NaN probabilities, as the scalar path's NaN z does. */
 DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
-  float *e = it->e + r * it->nk;
+  float *e = it->e + r * it->es;
   const __m512 sc = _mm512_set1_ps(scale);
   __m512 mv = _mm512_set1_ps(-INFINITY);
   __mmask16 nan = 0;
@@ -196,38 +211,62 @@ DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
   }
 }
 
+static int64_t clamp_slot(const dsp_cpu_attention_args *a, int64_t t) {
+  return a->row_slot[t] < 0 ? 0 : a->row_slot[t] >= a->slots ? a->slots - 1 : a->row_slot[t];
+}
+static int64_t clamp_keys(const dsp_cpu_attention_args *a, int64_t t) {
+  return a->row_keys[t] < 1 ? 1 : a->row_keys[t] > a->max_len ? a->max_len : a->row_keys[t];
+}
+
+/* Work items: (RUN rows, kv head). Inside one, each run of consecutive rows on
+ * one slot (a verify call's tokens, a draft block) computes its q.k together
+ * over the run's most keys; each row then takes its own keys' scores, so no
+ * row's result depends on the others (the scalar path runs rows one by one). */
 void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
   const dsp_tensor *q = a->q;
   const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
-  const int64_t kstride_s = a->max_len * a->kv_stride;
+  const int64_t kstride_s = a->max_len * a->kv_stride, chunks = (T + RUN - 1) / RUN;
   const int vec = D % 2 == 0 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512;
   const size_t per = dsp_cpu_attention_scratch(a->max_len, Hq, Hkv, D, 1);
-#pragma omp parallel for collapse(2) schedule(static) if (T * Hkv > 1)
-  for (int64_t t = 0; t < T; t++)
+#pragma omp parallel for collapse(2) schedule(static) if (chunks * Hkv > 1)
+  for (int64_t c = 0; c < chunks; c++)
     for (int64_t g = 0; g < Hkv; g++) {
       float *sc = a->scratch + (size_t)omp_get_thread_num() * per;
-      const int64_t slot = a->row_slot[t] < 0 ? 0 : a->row_slot[t] >= a->slots ? a->slots - 1 : a->row_slot[t];
-      const int64_t nk = a->row_keys[t] < 1 ? 1 : a->row_keys[t] > a->max_len ? a->max_len : a->row_keys[t];
-      item it = {.kb = a->k + slot * kstride_s + g * D, .vb = a->v + slot * kstride_s + g * D, .nk = nk, .D = D,
-                 .rep = rep, .kst = a->kv_stride, .qf = sc, .e = sc + rep * D, .acc = sc + rep * D + rep * nk};
-      for (int64_t r = 0; r < rep; r++) {
-        const dsp_bf16 *qr = (const dsp_bf16 *)q->data + t * q->stride[0] + (g * rep + r) * q->stride[1];
-        for (int64_t d = 0; d < D; d++) it.qf[r * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
-      }
-      if (vec) {
-        scores_avx512(&it);
-        for (int64_t r = 0; r < rep; r++) softmax_avx512(&it, r, a->scale);
-        pv_avx512(&it);
-      } else {
-        scores_scalar(&it);
-        for (int64_t r = 0; r < rep; r++) softmax_scalar(&it, r, a->scale), pv_scalar(&it, r);
-      }
-      for (int64_t r = 0; r < rep; r++) {
-        const int64_t h = g * rep + r;
-        dsp_bf16 *orow = a->out->ndim == 3 ? (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * a->out->stride[1]
-                                           : (dsp_bf16 *)a->out->data + t * a->out->stride[0] + h * D;
-        const int64_t oc = a->out->stride[a->out->ndim - 1];
-        for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(it.acc[r * D + d]);
+      const int64_t end = c * RUN + RUN < T ? c * RUN + RUN : T;
+      for (int64_t t0 = c * RUN, t1; t0 < end; t0 = t1) {
+        const int64_t slot = clamp_slot(a, t0);
+        int64_t nk = clamp_keys(a, t0);
+        for (t1 = t0 + 1; vec && t1 < end && clamp_slot(a, t1) == slot; t1++) nk = clamp_keys(a, t1) > nk ? clamp_keys(a, t1) : nk;
+        const int64_t nr = t1 - t0;
+        item it = {.kb = a->k + slot * kstride_s + g * D, .vb = a->v + slot * kstride_s + g * D, .nk = nk, .D = D,
+                   .rep = rep, .kst = a->kv_stride, .nq = nr * rep, .es = nk, .qf = sc, .e = sc + RUN * rep * D,
+                   .acc = sc + RUN * rep * D + RUN * rep * a->max_len};
+        for (int64_t r = 0; r < nr; r++)
+          for (int64_t h = 0; h < rep; h++) {
+            const dsp_bf16 *qr = (const dsp_bf16 *)q->data + (t0 + r) * q->stride[0] + (g * rep + h) * q->stride[1];
+            for (int64_t d = 0; d < D; d++) it.qf[(r * rep + h) * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
+          }
+        if (vec) scores_avx512(&it);
+        else scores_scalar(&it);
+        for (int64_t r = 0; r < nr; r++) {
+          item ir = it; /* row r: its scores, its keys */
+          ir.e = it.e + r * rep * it.es;
+          ir.nk = clamp_keys(a, t0 + r);
+          if (vec) {
+            for (int64_t h = 0; h < rep; h++) softmax_avx512(&ir, h, a->scale);
+            pv_avx512(&ir);
+          } else {
+            for (int64_t h = 0; h < rep; h++) softmax_scalar(&ir, h, a->scale), pv_scalar(&ir, h);
+          }
+          for (int64_t h = 0; h < rep; h++) {
+            const int64_t hq = g * rep + h;
+            dsp_bf16 *orow = a->out->ndim == 3
+                                 ? (dsp_bf16 *)a->out->data + (t0 + r) * a->out->stride[0] + hq * a->out->stride[1]
+                                 : (dsp_bf16 *)a->out->data + (t0 + r) * a->out->stride[0] + hq * D;
+            const int64_t oc = a->out->stride[a->out->ndim - 1];
+            for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(ir.acc[h * D + d]);
+          }
+        }
       }
     }
 }
