@@ -235,7 +235,7 @@ static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_o
   dsp_markov_fused fb;
   if (dr->be->ops->markov_fused_bucket(dr->head->x[0], b->nseq, &fb) != DSP_OK) return 0;
   const int64_t K = dr->cfg.block_size;
-  if (fb.index >= DR_GRAPHS || fb.size > dr->opt.max_seqs || fb.size * (K + 1) > dr->opt.max_ctx ||
+  if (fb.index >= DR_GRAPHS || fb.size > dr->rows_cap || fb.size * (K + 1) > dr->ctx_cap ||
       nctx > fb.size * (K + 1))
     return 0;
   int sampling = out->logits != NULL;

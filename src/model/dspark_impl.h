@@ -31,7 +31,7 @@ typedef struct {
   dsp_tensor *k_norms;              /* [L] the layers' k_norm vectors (views of layer[l].w.k_norm) */
   dsp_bf16 *k_cache, *v_cache;      /* [(max_seqs + 1) * max_len][L * Wk]: layer l at column l * Wk */
   dsp_tensor feats, ctx, ckv;       /* [max_ctx, ntaps H], [max_ctx, H], [max_ctx, 2 L Wk] */
-  dsp_dec_act a;                    /* [max_seqs * gamma] block rows */
+  dsp_dec_act a;                    /* [rows_cap * gamma] block rows */
   dr_meta dm, hm;
   void *h_meta;
   size_t meta_bytes;
@@ -60,6 +60,9 @@ struct dsp_draft {
   int64_t *len;                     /* [max_seqs] context positions per slot */
   dsp_bf16 *h_hidden;               /* [max_seqs * block, H] pinned: the block's final states (head, confidence) */
   int graphs;                       /* proposals are captured per head bucket (CUDA, one device, TP 1, DSPARK_GRAPHS) */
+  int32_t rows_cap;                 /* sequences the block's buffers hold: max_seqs, or with graphs the head's bucket
+                                       for it (a captured proposal's padded rows) */
+  int64_t ctx_cap;                  /* context rows the buffers hold: max_ctx, and a padded bucket's block + 1 each */
   dsp_markov_fused fb;              /* this call's bucket when captured */
   int fused, sampling, ctx_target;  /* this call runs captured; its variant; its context from the target */
   int want_conf;                    /* this call returns confidences: the block's states come to the host */

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/dspark_impl.h"
+#include "model/markov_head_impl.h"
 #include "model/qwen3_impl.h"
 
 static dsp_status dev_alloc(dr_dev *d, dsp_backend *be, size_t bytes, void **p) {
@@ -124,7 +125,7 @@ static dsp_status load_dev(void *ctx, int di) {
   dsp_backend *be = dr->be;
   const dsp_hf_config *c = &dr->cfg;
   const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, G = c->block_size;
-  const int64_t M = (int64_t)dr->opt.max_seqs * G, C = dr->opt.max_ctx, P = dr->opt.max_len;
+  const int64_t M = (int64_t)dr->rows_cap * G, C = dr->ctx_cap, P = dr->opt.max_len;
   d->layer = calloc((size_t)L, sizeof *d->layer);
   d->k_norms = calloc((size_t)L, sizeof *d->k_norms);
   const int64_t fused = (d->s.hq + 2 * d->s.hkv) * D > 2 * d->s.inter ? (d->s.hq + 2 * d->s.hkv) * D : 2 * d->s.inter;
@@ -187,7 +188,7 @@ static dsp_status load_dev(void *ctx, int di) {
   d->ctx = dsp_tensor_2d(m, DSP_BF16, C, H);
   DSP_TRY(dev_alloc(d, be, (size_t)(C * 2 * L * Wk) * 2, &m));
   d->ckv = dsp_tensor_2d(m, DSP_BF16, C, 2 * L * Wk);
-  const int64_t Hn = G * ((dr->opt.max_seqs + 15) / 16 * 16); /* the head's rows: batches padded to 16 */
+  const int64_t Hn = G * ((dr->rows_cap + 15) / 16 * 16); /* the head's rows: batches padded to 16 */
   d->meta_bytes = dr_meta_layout(NULL, C, M, Hn, &d->dm);
   DSP_TRY(dev_alloc(d, be, d->meta_bytes, &m));
   dr_meta_layout(m, C, M, Hn, &d->dm);
@@ -296,8 +297,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     s = load_all(dr, dir);
   }
   s = dsp_comm_agree(be->comm, s);
-  if (s == DSP_OK) s = dsp_comm_agree(be->comm, dsp_backend_each(be, load_dev, dr));
-  if (s == DSP_OK) {
+  if (s == DSP_OK) { /* the head first: with graphs its bucket for max_seqs sizes the block's buffers */
     const dsp_hf_config *c = &dr->cfg;
     dsp_markov_config mc = {.vocab = c->vocab, .vocab_padded = c->vocab, .hidden = c->hidden, .rank = c->markov_rank,
                             .gamma = dr->info.gamma, .max_batch = opt->max_seqs, .path = opt->path,
@@ -306,7 +306,15 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     s = dsp_markov_head_create(be, &mc, head_weights, &hc, &dr->head);
     dr->graphs = s == DSP_OK && dsp_op_has_graphs(be) && dsp_env_get()->graphs && be->ops->markov_fused_bucket &&
                  dr->nd == 1 && dr->tp == 1;
+    dr->rows_cap = opt->max_seqs;
+    dsp_markov_fused fb;
+    if (dr->graphs && be->ops->markov_fused_bucket(dr->head->x[0], opt->max_seqs, &fb) == DSP_OK &&
+        fb.size > dr->rows_cap)
+      dr->rows_cap = fb.size;
+    const int64_t blk = (int64_t)dr->rows_cap * (c->block_size + 1);
+    dr->ctx_cap = dr->graphs && blk > opt->max_ctx ? blk : opt->max_ctx;
   }
+  if (s == DSP_OK) s = dsp_comm_agree(be->comm, dsp_backend_each(be, load_dev, dr));
   if (s != DSP_OK) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dsp_error_message());

@@ -209,9 +209,11 @@ def case_sampling(c):
 def case_graphs(c):
     """CUDA: proposals replayed from the captured graphs (the default) equal the
     eager path's (DSPARK_GRAPHS=0) bit for bit, proposal after proposal with new
-    anchors, positions and context rows each time, for batches of 1, 2 and 4
-    sequences (the head's buckets for them; each run's first proposal appends a
-    long context and runs eagerly, the others are captured), the greedy variant
+    anchors, positions and context rows each time, for batches of 1, 2, 4 and 5
+    sequences (the head's buckets for them; 5 pads to the bucket of 8, above the
+    driver's 7 draft slots, so the draft's buffers must hold the bucket's rows;
+    each run's first proposal appends a long context and runs eagerly, the
+    others are captured), the greedy variant
     (tokens only) and the sampling one. The driver reports the graphs captured: at least one
     with graphs, none without, so an eager run cannot stand in for a replay;
     and the proposals of a run differ among themselves, so a replay that read
@@ -223,7 +225,7 @@ def case_graphs(c):
                               {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
                                "block_size": 5, "seed": 1})
     rng = np.random.default_rng(24)
-    for n in (1, 2, 4):
+    for n in (1, 2, 4, 5):
         toks = token_batch(rng, t.V, n)
         lens = [int(x) for x in rng.integers(14, L + 1, n)]
         # the first proposal appends a long context (an eager call), the next ones 1 .. 3 rows (captured)
