@@ -91,6 +91,7 @@ static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
       m->bkeys[r] = (int32_t)(start + G);
     }
   }
+  dr->nreal = r;
   if (dr->fused) { /* the bucket's padding: inert rows on the spare slot, and the head's row map */
     const dsp_markov_fused *fb = &dr->fb;
     const int64_t spare = dr->opt.max_seqs, Gh = dr->info.gamma;
@@ -200,7 +201,8 @@ static dsp_status fused_step(dsp_draft *dr) {
   dsp_tensor in = dsp_tensor_2d(fb->hidden, DSP_BF16, dr->info.gamma * fb->rows, H);
   in.stride[0] = fb->ld;
   DSP_TRY(dsp_op_gather_rows(be, d->dev, &h, d->dm.hidx, &in));
-  if (dr->want_conf) DSP_TRY(dsp_op_download_async(be, d->dev, dr->h_hidden, h.data, (size_t)(M * H) * 2));
+  /* the real sequences' block states only: the bucket's padding rows may exceed max_seqs (h_hidden's rows) */
+  if (dr->want_conf) DSP_TRY(dsp_op_download_async(be, d->dev, dr->h_hidden, h.data, (size_t)(dr->nreal * H) * 2));
   return be->ops->markov_fused_enqueue(be, d->dev, dr->head->x[0], fb->size, dr->sampling);
 }
 

@@ -67,8 +67,8 @@ struct dsp_draft {
   int fused, sampling, ctx_target;  /* this call runs captured; its variant; its context from the target */
   int want_conf;                    /* this call returns confidences: the block's states come to the host */
   int64_t *anchor64, *pos64;        /* [max_seqs] */
-  const dsp_draft_batch *batch;
   int64_t nctx, nrows;              /* this call's context rows and block rows */
+  int64_t nreal;                    /* its block rows of real sequences (before a bucket's padding rows) */
   int32_t ngraphs;                  /* proposals captured */
   char report[512];
 };
