@@ -13,11 +13,10 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/layers.h"
 
-#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
-#define DSP_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 enum { RUN = 8 }; /* rows of one slot whose q.k share each key load */
 
@@ -106,7 +105,7 @@ DSP_AVX512 static void scores_avx512(const item *it) {
   const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
   for (int64_t j0 = 0; j0 < it->nk; j0 += 16) {
     const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
-    const __mmask16 live = (__mmask16)((1u << nb) - 1u);
+    const __mmask16 live = dsp_avx512_lanes(nb);
     const dsp_bf16 *base = it->kb + j0 * it->kst;
     for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
       scores_group(it, base, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
@@ -151,10 +150,7 @@ DSP_AVX512 static void pv_avx512(const item *it) {
     const int64_t n = it->D - d0 < 64 ? it->D - d0 : 64;
     const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, heads per group */
     __mmask16 m[4];
-    for (int c = 0; c < 4; c++) {
-      const int64_t w = n - 16 * c;
-      m[c] = w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? 0 : (__mmask16)((1u << w) - 1u);
-    }
+    for (int c = 0; c < 4; c++) m[c] = dsp_avx512_lanes(n - 16 * c);
     for (int64_t r0 = 0; r0 < it->rep; r0 += hg) {
       const int rc = (int)(it->rep - r0 < hg ? it->rep - r0 : hg);
       switch (nv) {
@@ -167,14 +163,6 @@ DSP_AVX512 static void pv_avx512(const item *it) {
   }
 }
 
-/* bf16 rounding of 16 finite or infinite values (core/bf16.h's, as integers). */
-DSP_AVX512 static inline __m512 round_bf16_16(__m512 x) {
-  __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-
 /* softmax_scalar's bits: the rounding passes 16 keys at a time; the max over
  * lanes (equal values may differ only in the sign of a zero, which no e = expf(s
  * - max) sees); expf and z in key order as the scalar path. A row with a NaN
@@ -185,11 +173,10 @@ DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
   __m512 mv = _mm512_set1_ps(-INFINITY);
   __mmask16 nan = 0;
   for (int64_t j = 0; j < it->nk; j += 16) {
-    const int64_t w = it->nk - j;
-    const __mmask16 live = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);
+    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
     const __m512 x = _mm512_maskz_loadu_ps(live, e + j);
     nan |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
-    const __m512 y = round_bf16_16(_mm512_mul_ps(round_bf16_16(x), sc));
+    const __m512 y = dsp_avx512_round_bf16(_mm512_mul_ps(dsp_avx512_round_bf16(x), sc));
     _mm512_mask_storeu_ps(e + j, live, y);
     mv = _mm512_mask_max_ps(mv, live, mv, y);
   }
@@ -205,9 +192,8 @@ DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
   }
   const __m512 zv = _mm512_set1_ps(z);
   for (int64_t j = 0; j < it->nk; j += 16) {
-    const int64_t w = it->nk - j;
-    const __mmask16 live = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);
-    _mm512_mask_storeu_ps(e + j, live, round_bf16_16(_mm512_div_ps(_mm512_maskz_loadu_ps(live, e + j), zv)));
+    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
+    _mm512_mask_storeu_ps(e + j, live, dsp_avx512_round_bf16(_mm512_div_ps(_mm512_maskz_loadu_ps(live, e + j), zv)));
   }
 }
 

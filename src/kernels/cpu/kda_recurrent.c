@@ -13,10 +13,9 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/kernel.h"
-
-#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -62,10 +61,7 @@ DSP_AVX512 static void token_avx512(float *S, int32_t K, int32_t V, const float 
                                     float b, const dsp_bf16 *vr, float *a) {
   for (int32_t j0 = 0; j0 < V; j0 += 64) {
     __mmask16 m[4];
-    for (int w = 0; w < 4; w++) {
-      const int32_t left = V - j0 - 16 * w;
-      m[w] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
-    }
+    for (int w = 0; w < 4; w++) m[w] = dsp_avx512_lanes(V - j0 - 16 * w);
     __m512 acc[4], uu[4];
     for (int w = 0; w < 4; w++) acc[w] = _mm512_setzero_ps();
     for (int32_t i = 0; i < K; i++) {

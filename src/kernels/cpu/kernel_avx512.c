@@ -5,10 +5,9 @@
 #include <immintrin.h>
 #include <stddef.h>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/kernel.h"
 
-#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
-#define DSP_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
 /* MR is a constant at every call site, so the loops unroll and acc stays in
  * registers. */
@@ -74,20 +73,10 @@ DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp,
   }
 }
 
-/* fp32 -> bf16 in the low half of each 32-bit lane: RNE, NaN canonical. */
-DSP_AVX512_INLINE __m512i rne_bf16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-}
-
 DSP_AVX512_INLINE __m512 canon_f32(__m512 v) {
   return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
-
-DSP_AVX512_INLINE __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
 DSP_AVX512 void dsp_cpu_store_avx512(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs,
                                      int64_t cs) {
@@ -95,13 +84,13 @@ DSP_AVX512 void dsp_cpu_store_avx512(const float *tile, int mr, int ncols, void 
     dsp_cpu_store_scalar(tile, mr, ncols, c0, dt, rs, cs);
     return;
   }
-  __mmask16 m0 = lanes(ncols), m1 = lanes(ncols - 16);
+  __mmask16 m0 = dsp_avx512_lanes(ncols), m1 = dsp_avx512_lanes(ncols - 16);
   for (int i = 0; i < mr; i++) {
     __m512 v0 = _mm512_load_ps(tile + i * DSP_CPU_NR), v1 = _mm512_load_ps(tile + i * DSP_CPU_NR + 16);
     if (dt == DSP_BF16) {
       uint16_t *row = (uint16_t *)c0 + i * rs;
-      _mm256_mask_storeu_epi16(row, m0, _mm512_cvtepi32_epi16(rne_bf16(v0)));
-      _mm256_mask_storeu_epi16(row + 16, m1, _mm512_cvtepi32_epi16(rne_bf16(v1)));
+      _mm256_mask_storeu_epi16(row, m0, _mm512_cvtepi32_epi16(dsp_avx512_rne_bf16(v0)));
+      _mm256_mask_storeu_epi16(row + 16, m1, _mm512_cvtepi32_epi16(dsp_avx512_rne_bf16(v1)));
     } else {
       float *row = (float *)c0 + i * rs;
       _mm512_mask_storeu_ps(row, m0, canon_f32(v0));
@@ -113,7 +102,7 @@ DSP_AVX512 void dsp_cpu_store_avx512(const float *tile, int mr, int ncols, void 
 /* 16 columns of one row: logits, and the lane-wise running best. */
 DSP_AVX512_INLINE void markov_half(__m512 acc, const dsp_bf16 *base, int64_t bcs, void *logit, int64_t lcs, int fp32_add,
                                    __mmask16 valid, float *bv, int32_t *bi, int32_t n0) {
-  __m512 bias = _mm512_castsi512_ps(_mm512_slli_epi32(rne_bf16(acc), 16));
+  __m512 bias = _mm512_castsi512_ps(_mm512_slli_epi32(dsp_avx512_rne_bf16(acc), 16));
   __m512i b16;
   if (bcs == 1) {
     b16 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, base));
@@ -138,7 +127,7 @@ DSP_AVX512_INLINE void markov_half(__m512 acc, const dsp_bf16 *base, int64_t bcs
       }
     }
   } else {
-    __m512i h = rne_bf16(s);
+    __m512i h = dsp_avx512_rne_bf16(s);
     v = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
     if (logit) {
       __m256i h16 = _mm512_cvtepi32_epi16(h);
@@ -167,7 +156,7 @@ DSP_AVX512_INLINE void markov_half(__m512 acc, const dsp_bf16 *base, int64_t bcs
 }
 
 DSP_AVX512 void dsp_cpu_markov_avx512(const float *tile, int mr, int nvalid, const dsp_cpu_markov_tile *t) {
-  __mmask16 m0 = lanes(nvalid), m1 = lanes(nvalid - 16);
+  __mmask16 m0 = dsp_avx512_lanes(nvalid), m1 = dsp_avx512_lanes(nvalid - 16);
   size_t lsz = t->fp32_add ? 4 : 2;
   for (int i = 0; i < mr; i++) {
     const dsp_bf16 *base = t->base0 + i * t->base_rs;

@@ -1,0 +1,30 @@
+/* What the CPU kernels' AVX-512 paths share: the target attributes, tail
+ * masks and the bf16 rounding of core/bf16.h on 16 lanes. Include only from
+ * files whose callers check dsp_cpu_isa_current() first. */
+#ifndef DSP_KERNELS_CPU_AVX512_H
+#define DSP_KERNELS_CPU_AVX512_H
+#include <immintrin.h>
+#include <stdint.h>
+
+#define DSP_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define DSP_AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+/* The first n of 16 lanes (none for n <= 0, all for n >= 16). */
+DSP_AVX512_INLINE __mmask16 dsp_avx512_lanes(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* fp32 -> bf16 bits in the low half of each 32-bit lane: RNE, NaN canonical. */
+DSP_AVX512_INLINE __m512i dsp_avx512_rne_bf16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+}
+
+/* fp32 rounded to bf16 and back (dsp_round_bf16 on 16 lanes; NaN canonical). */
+DSP_AVX512_INLINE __m512 dsp_avx512_round_bf16(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(dsp_avx512_rne_bf16(v), 16));
+}
+
+#endif
