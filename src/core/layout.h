@@ -23,6 +23,11 @@ typedef struct {
 dsp_status dsp_layout_bytes(int64_t a, int64_t b, int64_t c, size_t elem, const char *what, size_t *bytes);
 /* Sum of the entries, each rounded up to DSP_LAYOUT_ALIGN; DSP_ERR_RANGE on overflow. */
 dsp_status dsp_layout_total(const dsp_layout_entry *e, int n, size_t *total);
+/* p rounded up to DSP_LAYOUT_ALIGN (a caller's buffer of dsp_layout_total +
+ * DSP_LAYOUT_ALIGN - 1 bytes holds the layout from there). */
+static inline void *dsp_layout_align(void *p) {
+  return (void *)(((uintptr_t)p + DSP_LAYOUT_ALIGN - 1) & ~(uintptr_t)(DSP_LAYOUT_ALIGN - 1));
+}
 /* Hands out the entries from base (DSP_LAYOUT_ALIGN-aligned, dsp_layout_total bytes). */
 void dsp_layout_carve(void *base, const dsp_layout_entry *e, int n);
 

@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/ops_cpu.h"
+#include "core/layout.h"
 #include "core/status.h"
 #include "kernels/cpu/kda.h"
 
@@ -13,32 +14,30 @@ typedef struct {
   size_t ws_bytes;
 } kda_ws;
 
-static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
-
 static size_t kernel_ws(const dsp_kda_dims *d) {
   const size_t r = dsp_kda_recurrent_workspace_size(d, 0), c = dsp_kda_chunked_workspace_size(d, NULL, 0);
   return r > c ? r : c;
 }
 
-/* Carves ws for T tokens (base NULL: sizes only); returns the bytes it needs. */
-static size_t carve(const dsp_kda_dims *d, int64_t T, void *base, kda_ws *w) {
+/* The workspace for T tokens (core/layout.h), from base rounded up to the
+ * layout's alignment (base NULL: sizes only); *bytes: what it needs. */
+static dsp_status carve(const dsp_kda_dims *d, int64_t T, void *base, kda_ws *w, size_t *bytes) {
   const int64_t D = 2 * (int64_t)d->num_heads * d->head_k + (int64_t)d->num_v_heads * d->head_v;
-  const size_t sizes[4] = {up64((size_t)(T * D) * 2), up64((size_t)(T * d->num_v_heads * d->head_v) * 2),
-                           up64((size_t)(T * d->num_v_heads * d->head_k) * 4), up64((size_t)(T * d->num_v_heads) * 4)};
-  char *p = base ? (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63) : NULL;
-  void *at[4];
-  size_t off = 0;
-  for (int i = 0; i < 4; i++) {
-    at[i] = p ? p + off : NULL;
-    off += sizes[i];
-  }
-  const size_t k = kernel_ws(d);
-  if (w) {
-    w->conv = at[0], w->o = at[1], w->g = at[2], w->beta = at[3];
-    w->ws = p ? p + off : NULL;
-    w->ws_bytes = k;
-  }
-  return 63 + off + k;
+  const int64_t HV = d->num_v_heads;
+  kda_ws tmp;
+  if (!w) w = &tmp;
+  w->ws_bytes = kernel_ws(d);
+  size_t b[4];
+  DSP_TRY(dsp_layout_bytes(T, D, 1, 2, "op kda conv", &b[0]));
+  DSP_TRY(dsp_layout_bytes(T, HV, d->head_v, 2, "op kda o", &b[1]));
+  DSP_TRY(dsp_layout_bytes(T, HV, d->head_k, 4, "op kda g", &b[2]));
+  DSP_TRY(dsp_layout_bytes(T, HV, 1, 4, "op kda beta", &b[3]));
+  const dsp_layout_entry e[5] = {{(void **)&w->conv, b[0]}, {(void **)&w->o, b[1]}, {(void **)&w->g, b[2]},
+                                 {(void **)&w->beta, b[3]}, {&w->ws, w->ws_bytes}};
+  DSP_TRY(dsp_layout_total(e, 5, bytes));
+  *bytes += DSP_LAYOUT_ALIGN - 1;
+  if (base) dsp_layout_carve(dsp_layout_align(base), e, 5);
+  return DSP_OK;
 }
 
 dsp_status dsp_cpu_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
@@ -46,8 +45,7 @@ dsp_status dsp_cpu_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int3
   (void)be;
   DSP_TRY(dsp_kda_dims_check(d));
   (void)conv_width;
-  *bytes = carve(d, max_tokens, NULL, NULL);
-  return DSP_OK;
+  return carve(d, max_tokens, NULL, NULL, bytes);
 }
 
 dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
@@ -58,9 +56,12 @@ dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   DSP_TRY(dsp_kda_seqs_check(a->seqs, a->state->num_slots, &T));
   if (T == 0) return DSP_OK;
   kda_ws w;
-  if (carve(d, T, a->ws, &w) > a->ws_bytes)
+  size_t need = 0;
+  DSP_TRY(carve(d, T, NULL, NULL, &need));
+  if (need > a->ws_bytes)
     return dsp_fail(DSP_ERR_NOMEM, "op kda: a workspace of %zu bytes is too small for %lld tokens", a->ws_bytes,
                     (long long)T);
+  DSP_TRY(carve(d, T, a->ws, &w, &need));
   const int32_t H = d->num_heads, HV = d->num_v_heads, K = d->head_k, V = d->head_v;
   const int32_t D = 2 * H * K + HV * V;
   const dsp_kda_conv_dims cd = {.channels = D, .width = a->conv_width};

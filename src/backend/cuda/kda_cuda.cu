@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "core/layout.h"
 #include "core/status.h"
 #include "kernels/cpu/kda.h"
 }
@@ -22,33 +23,30 @@ typedef struct {
   uint8_t *has;
 } kda_ws;
 
-static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
-
-/* Carves ws (base NULL: sizes only) for T tokens of nseq sequences; the bytes it needs. */
-static size_t carve(const dsp_kda_dims *d, int64_t T, int64_t nseq, void *base, kda_ws *w) {
+/* The workspace for T tokens of nseq sequences (core/layout.h), from base
+ * rounded up to the layout's alignment (base NULL: sizes only); *bytes: what it needs. */
+static dsp_status carve(const dsp_kda_dims *d, int64_t T, int64_t nseq, void *base, kda_ws *w, size_t *bytes) {
   const int64_t D = 2 * (int64_t)d->num_heads * d->head_k + (int64_t)d->num_v_heads * d->head_v;
-  const size_t sizes[9] = {up256((size_t)(T * D) * 2),
-                           up256((size_t)(T * d->num_v_heads * d->head_v) * 2),
-                           up256((size_t)(T * d->num_v_heads * d->head_k) * 4),
-                           up256((size_t)(T * d->num_v_heads) * 4),
-                           up256((size_t)(nseq + 1) * 4),
-                           up256((size_t)nseq * 4),
-                           up256((size_t)T * 4),
-                           up256((size_t)T * 4),
-                           up256((size_t)nseq)};
-  char *p = base ? (char *)(((uintptr_t)base + 255) & ~(uintptr_t)255) : NULL;
-  char *at[9];
-  size_t off = 0;
-  for (int i = 0; i < 9; i++) {
-    at[i] = p ? p + off : NULL;
-    off += sizes[i];
-  }
-  if (w) {
-    w->conv = (uint16_t *)at[0], w->o = (uint16_t *)at[1], w->g = (float *)at[2], w->beta = (float *)at[3];
-    w->cu = (int32_t *)at[4], w->slot = (int32_t *)at[5], w->token_slot = (int32_t *)at[6];
-    w->tok_seq = (int32_t *)at[7], w->has = (uint8_t *)at[8];
-  }
-  return 255 + off;
+  const int64_t HV = d->num_v_heads;
+  kda_ws tmp;
+  if (!w) w = &tmp;
+  size_t b[9];
+  DSP_TRY(dsp_layout_bytes(T, D, 1, 2, "op kda (cuda) conv", &b[0]));
+  DSP_TRY(dsp_layout_bytes(T, HV, d->head_v, 2, "op kda (cuda) o", &b[1]));
+  DSP_TRY(dsp_layout_bytes(T, HV, d->head_k, 4, "op kda (cuda) g", &b[2]));
+  DSP_TRY(dsp_layout_bytes(T, HV, 1, 4, "op kda (cuda) beta", &b[3]));
+  DSP_TRY(dsp_layout_bytes(nseq + 1, 1, 1, 4, "op kda (cuda) cu_seqlens", &b[4]));
+  DSP_TRY(dsp_layout_bytes(nseq, 1, 1, 4, "op kda (cuda) slots", &b[5]));
+  DSP_TRY(dsp_layout_bytes(T, 1, 1, 4, "op kda (cuda) token slots", &b[6]));
+  b[7] = b[6];
+  b[8] = (size_t)nseq;
+  const dsp_layout_entry e[9] = {{(void **)&w->conv, b[0]},       {(void **)&w->o, b[1]},       {(void **)&w->g, b[2]},
+                                 {(void **)&w->beta, b[3]},       {(void **)&w->cu, b[4]},      {(void **)&w->slot, b[5]},
+                                 {(void **)&w->token_slot, b[6]}, {(void **)&w->tok_seq, b[7]}, {(void **)&w->has, b[8]}};
+  DSP_TRY(dsp_layout_total(e, 9, bytes));
+  *bytes += DSP_LAYOUT_ALIGN - 1;
+  if (base) dsp_layout_carve(dsp_layout_align(base), e, 9);
+  return DSP_OK;
 }
 
 /* Sized for max_tokens tokens in as many sequences (a call with more sequences
@@ -57,8 +55,7 @@ extern "C" dsp_status dsp_cuda_op_kda_workspace(dsp_backend *be, const dsp_kda_d
                                                 int64_t max_tokens, size_t *bytes) {
   (void)be, (void)conv_width;
   DSP_TRY(dsp_kda_dims_check(d));
-  *bytes = carve(d, max_tokens, max_tokens, NULL, NULL);
-  return DSP_OK;
+  return carve(d, max_tokens, max_tokens, NULL, NULL, bytes);
 }
 
 static dsp_status check_conv(const dsp_op_kda_args *a, int32_t D) {
@@ -100,9 +97,12 @@ extern "C" dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda
     return dsp_fail(DSP_ERR_ARG, "op kda (cuda): NULL qkv, f, b, z, y, conv weight or norm weight");
   const dsp_kda_seqs *hs = a->seqs;
   kda_ws w;
-  if (carve(d, T, hs->num_seqs, a->ws, &w) > a->ws_bytes)
+  size_t need = 0;
+  DSP_TRY(carve(d, T, hs->num_seqs, NULL, NULL, &need));
+  if (need > a->ws_bytes)
     return dsp_fail(DSP_ERR_NOMEM, "op kda (cuda): a workspace of %zu bytes is too small for %lld tokens in %d sequences",
                     a->ws_bytes, (long long)T, (int)hs->num_seqs);
+  DSP_TRY(carve(d, T, hs->num_seqs, a->ws, &w, &need));
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   cudaStream_t s = dsp_cuda_stream(be, dev);
   const size_t ns = (size_t)hs->num_seqs;
