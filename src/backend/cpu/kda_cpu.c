@@ -57,11 +57,10 @@ dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   if (T == 0) return DSP_OK;
   kda_ws w;
   size_t need = 0;
-  DSP_TRY(carve(d, T, NULL, NULL, &need));
+  DSP_TRY(carve(d, T, a->ws, &w, &need)); /* pointers used only if it fits */
   if (need > a->ws_bytes)
     return dsp_fail(DSP_ERR_NOMEM, "op kda: a workspace of %zu bytes is too small for %lld tokens", a->ws_bytes,
                     (long long)T);
-  DSP_TRY(carve(d, T, a->ws, &w, &need));
   const int32_t H = d->num_heads, HV = d->num_v_heads, K = d->head_k, V = d->head_v;
   const int32_t D = 2 * H * K + HV * V;
   const dsp_kda_conv_dims cd = {.channels = D, .width = a->conv_width};

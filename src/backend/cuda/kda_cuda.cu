@@ -98,11 +98,10 @@ extern "C" dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda
   const dsp_kda_seqs *hs = a->seqs;
   kda_ws w;
   size_t need = 0;
-  DSP_TRY(carve(d, T, hs->num_seqs, NULL, NULL, &need));
+  DSP_TRY(carve(d, T, hs->num_seqs, a->ws, &w, &need)); /* pointers used only if it fits */
   if (need > a->ws_bytes)
     return dsp_fail(DSP_ERR_NOMEM, "op kda (cuda): a workspace of %zu bytes is too small for %lld tokens in %d sequences",
                     a->ws_bytes, (long long)T, (int)hs->num_seqs);
-  DSP_TRY(carve(d, T, hs->num_seqs, a->ws, &w, &need));
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   cudaStream_t s = dsp_cuda_stream(be, dev);
   const size_t ns = (size_t)hs->num_seqs;

@@ -8,10 +8,6 @@
 
 #define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
 
-static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
-
-__device__ __forceinline__ float bfv(uint16_t h) { return dsp_dev_bf16_val(h); }
-
 /* ---- the batch's token -> sequence map ------------------------------------------ */
 __global__ void k_token_seqs(dsp_cu_kda_seqs s, int32_t *tok_seq) {
   if (!s.cu) {
@@ -28,7 +24,7 @@ extern "C" dsp_status dsp_cu_kda_token_seqs(const dsp_cu_kda_seqs *s, int32_t *t
   if (s->cu)
     k_token_seqs<<<(unsigned)s->num_seqs, 256, 0, st>>>(*s, tok_seq);
   else
-    k_token_seqs<<<blocks_for(s->num_seqs, 256), 256, 0, st>>>(*s, tok_seq);
+    k_token_seqs<<<dsp_dev_blocks_for(s->num_seqs, 256), 256, 0, st>>>(*s, tok_seq);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -62,8 +58,8 @@ __global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16
   const float *w = weight + (int64_t)c * W;
   float acc = bias ? bias[c] : 0.0f;
   for (int32_t j = 0; j < W1; j++)
-    acc = __fadd_rn(acc, __fmul_rn(w[j], bfv(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
-  acc = __fadd_rn(acc, __fmul_rn(w[W1], bfv(x[t * x_tok + c])));
+    acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
+  acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(x[t * x_tok + c])));
   y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
 }
 
@@ -98,13 +94,13 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
                                       int64_t slot_stride, uint16_t *y, int64_t y_tok, cudaStream_t st) {
   if (W < 1 || W > KDA_MAX_WIDTH) return dsp_fail(DSP_ERR_SHAPE, "cuda kda conv: width %d", (int)W);
   if (s->tokens > 0) {
-    k_conv_out<<<blocks_for(s->tokens * D, 256), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
+    k_conv_out<<<dsp_dev_blocks_for(s->tokens * D, 256), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
                                                                 y, y_tok);
     DSP_CUDA_TRY_LAUNCH();
   }
   if (W > 1 && s->num_seqs > 0) {
     if (s->num_seqs > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d sequences", (int)s->num_seqs);
-    k_conv_state<<<dim3(blocks_for(D, 128), (unsigned)s->num_seqs), 128, 0, st>>>(D, W, *s, x, x_tok, state,
+    k_conv_state<<<dim3(dsp_dev_blocks_for(D, 128), (unsigned)s->num_seqs), 128, 0, st>>>(D, W, *s, x, x_tok, state,
                                                                                   slot_stride);
     DSP_CUDA_TRY_LAUNCH();
   }
@@ -120,7 +116,7 @@ __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int6
   if (i >= T * HV * K) return;
   const int64_t t = i / ((int64_t)HV * K);
   const int32_t h = (int32_t)((i / K) % HV), d = (int32_t)(i % K);
-  float x = bfv(f[t * f_tok + h * f_head + d]);
+  float x = dsp_dev_bf16_val(f[t * f_tok + h * f_head + d]);
   if (dt_bias) x = __fadd_rn(x, dt_bias[(int64_t)h * K + d]);
   const float a = A_log ? expf(A_log[h]) : 1.0f;
   /* each form on its own; never the sigmoid of a softplus */
@@ -131,7 +127,7 @@ extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const ui
                                       int64_t f_head, const float *A_log, const float *dt_bias, float lower_bound,
                                       float *g, cudaStream_t st) {
   if (T * HV * K == 0) return DSP_OK;
-  k_gate<<<blocks_for(T * HV * K, 256), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
+  k_gate<<<dsp_dev_blocks_for(T * HV * K, 256), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -140,13 +136,13 @@ __global__ void k_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, 
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * HV) return;
   const int64_t t = i / HV, h = i % HV;
-  beta[i] = 1.0f / (1.0f + expf(-bfv(b[t * b_tok + h * b_head])));
+  beta[i] = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(b[t * b_tok + h * b_head])));
 }
 
 extern "C" dsp_status dsp_cu_kda_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, int64_t b_head,
                                       float *beta, cudaStream_t st) {
   if (T * HV == 0) return DSP_OK;
-  k_beta<<<blocks_for(T * HV, 256), 256, 0, st>>>(T, HV, b, b_tok, b_head, beta);
+  k_beta<<<dsp_dev_blocks_for(T * HV, 256), 256, 0, st>>>(T, HV, b, b_tok, b_head, beta);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -194,8 +190,8 @@ __global__ void k_recurrent(rec_args a) {
     const uint16_t *qr = a.q.data + t * a.q.tok + h * a.q.head, *kr = a.k.data + t * a.k.tok + h * a.k.head;
     const float *gr = a.g + (t * a.HV + hv) * K;
     for (int32_t i = j; i < K; i += blockDim.x) {
-      q[i] = bfv(qr[i]);
-      k[i] = bfv(kr[i]);
+      q[i] = dsp_dev_bf16_val(qr[i]);
+      k[i] = dsp_dev_bf16_val(kr[i]);
       eg[i] = expf(gr[i]);
     }
     __syncthreads();
@@ -216,7 +212,7 @@ __global__ void k_recurrent(rec_args a) {
       S[i * tile + j] = x;
       acc = __fadd_rn(acc, __fmul_rn(k[i], x));
     }
-    const float u = __fmul_rn(a.beta[t * a.HV + hv], __fsub_rn(bfv(a.v.data[t * a.v.tok + hv * a.v.head + v]), acc));
+    const float u = __fmul_rn(a.beta[t * a.HV + hv], __fsub_rn(dsp_dev_bf16_val(a.v.data[t * a.v.tok + hv * a.v.head + v]), acc));
     acc = 0.0f;
     for (int32_t i = 0; i < K; i++) { /* rank-1 update, then q^T S of the updated state */
       const float x = __fadd_rn(S[i * tile + j], __fmul_rn(k[i], u));
@@ -259,11 +255,6 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
 }
 
 /* ---- gated output RMSNorm: one warp per (token, value head) row -------------------- */
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x; /* every lane holds the same bits: a + b == b + a */
-}
-
 __global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z, const float *w, float eps,
                        uint16_t *y, int64_t y_tok, int64_t y_head) {
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -274,14 +265,14 @@ __global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu
   uint16_t *yr = y + t * y_tok + h * y_head;
   float ss = 0.0f;
   for (int32_t d = lane; d < V; d += 32) {
-    const float e = bfv(xr[d]);
+    const float e = dsp_dev_bf16_val(xr[d]);
     ss = __fadd_rn(ss, __fmul_rn(e, e));
   }
-  ss = warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
+  ss = dsp_dev_warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
   const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
   for (int32_t d = lane; d < V; d += 32) {
-    const float sg = 1.0f / (1.0f + expf(-bfv(zr[d])));
-    yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(bfv(xr[d]), r), w[d]), sg));
+    const float sg = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(zr[d])));
+    yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(dsp_dev_bf16_val(xr[d]), r), w[d]), sg));
   }
 }
 
@@ -289,7 +280,7 @@ extern "C" dsp_status dsp_cu_kda_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_k
                                       const float *weight, float eps, uint16_t *y_data, int64_t y_tok, int64_t y_head,
                                       cudaStream_t st) {
   if (T * HV == 0) return DSP_OK;
-  k_norm<<<blocks_for(T * HV, 8), 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
+  k_norm<<<dsp_dev_blocks_for(T * HV, 8), 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }

@@ -6,15 +6,8 @@
 #include "core/philox.h"
 #include "kernels/cuda/common/devmath.cuh"
 
-static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
-
 __device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
   return (uint16_t *)v.data + r * v.s_row + h * v.s_head + d * v.s_dim;
-}
-
-__device__ __forceinline__ float warp_sum_butterfly(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x; /* every lane holds the same bits: a + b == b + a */
 }
 
 __global__ void k_embed(dsp_cu_view table, const int32_t *ids, dsp_cu_view out) {
@@ -53,7 +46,7 @@ __global__ void k_rmsnorm(dsp_cu_view x, const uint16_t *w, float eps, dsp_cu_vi
     const float v = dsp_dev_bf16_val(*at(x, r, h, d));
     ss = __fmaf_rn(v, v, ss);
   }
-  rms_row(x, w, eps, out, r, h, warp_sum_butterfly(ss), lane, 32);
+  rms_row(x, w, eps, out, r, h, dsp_dev_warp_sum(ss), lane, 32);
 }
 
 /* Thread i sums d = i, i + 256, ... in order; the warps' butterflies; the 8 warps in order. */
@@ -67,7 +60,7 @@ __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, con
     const float v = dsp_dev_bf16_val(*at(x, r, h, d));
     ss = __fmaf_rn(v, v, ss);
   }
-  ss = warp_sum_butterfly(ss);
+  ss = dsp_dev_warp_sum(ss);
   if (tid % 32 == 0) red[tid / 32] = ss;
   __syncthreads();
   ss = red[0];
@@ -80,7 +73,7 @@ extern "C" void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float ep
   const int64_t rows = x->rows * x->heads;
   if (rows <= 0) return;
   if (x->dim >= RMS_WIDE) k_rmsnorm_wide<<<(unsigned)rows, RMS_THREADS, 0, s>>>(*x, w, eps, *out);
-  else k_rmsnorm<<<blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
+  else k_rmsnorm<<<dsp_dev_blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
 }
 
 __global__ void k_rope(dsp_cu_view x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin) {
@@ -99,7 +92,7 @@ __global__ void k_rope(dsp_cu_view x, const int32_t *pos, const uint16_t *cos, c
 extern "C" void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin,
                             cudaStream_t s) {
   const int64_t n = x->rows * x->heads * (x->dim / 2);
-  if (n > 0) k_rope<<<blocks_for(n, 256) < 4096 ? blocks_for(n, 256) : 4096, 256, 0, s>>>(*x, pos, cos, sin);
+  if (n > 0) k_rope<<<dsp_dev_blocks_for(n, 256) < 4096 ? dsp_dev_blocks_for(n, 256) : 4096, 256, 0, s>>>(*x, pos, cos, sin);
 }
 
 /* Element-wise kernels over [rows, dim] (heads = 1). */
@@ -127,7 +120,7 @@ static void launch_elem(const dsp_cu_view *a, const dsp_cu_view *b, const float 
                         cudaStream_t s) {
   const int64_t n = a->rows * a->dim;
   if (n <= 0) return;
-  const unsigned g = blocks_for(n, 256) < 8192 ? blocks_for(n, 256) : 8192;
+  const unsigned g = dsp_dev_blocks_for(n, 256) < 8192 ? dsp_dev_blocks_for(n, 256) : 8192;
   k_elem<OP><<<g, 256, 0, s>>>(*a, b ? *b : *a, p, ps, *out);
 }
 

@@ -1,7 +1,8 @@
 /* Device-side numerics shared by the CUDA kernels (CUDA C++ only).
  * bf16 rounding per contract 1 with the CPU backend's canonical NaN
  * (src/cpu/kernel.h: every NaN a kernel writes is +qNaN 0x7FC0 / 0x7FC00000),
- * and the 64-bit selection key that realises src/core/select.h's order. */
+ * the 64-bit selection key that realises src/core/select.h's order, a warp's
+ * sum in a fixed order and a launch's block count. */
 #ifndef DSP_CUDA_DEVMATH_CUH
 #define DSP_CUDA_DEVMATH_CUH
 #include <stdint.h>
@@ -31,5 +32,15 @@ __device__ __forceinline__ unsigned long long dsp_dev_key(float v, uint32_t id) 
 }
 
 __device__ __forceinline__ uint32_t dsp_dev_key_id(unsigned long long key) { return ~(uint32_t)key; }
+
+/* The sum of x over a warp's 32 lanes by an xor butterfly over 16, 8, 4, 2, 1:
+ * a fixed order, and every lane holds the same bits (a + b == b + a). */
+__device__ __forceinline__ float dsp_dev_warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+/* Blocks of `per` threads covering n items (host side of a launch). */
+static inline unsigned dsp_dev_blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 #endif
