@@ -7,11 +7,15 @@
  * equal their contiguous copies; a sequence alone equals it inside the batch;
  * the recurrent form's tokens split over two calls equal one call; a kept call's
  * state after token j (recurrent and conv) equals a fresh run over tokens 0..j.
+ * A batch staged once and read by two layers' calls gives the host arrays'
+ * bits; with graphs, a captured call replayed after restaging gives the eager
+ * bits. The chunked form: every value tile the same bits, each sequence alone
+ * its bits in the batch.
  * CUDA against the CPU (recurrent form): conv states bit for bit (copies of bf16
  * inputs); outputs within 2 bf16 ulps and states within a relative RMS of 1e-5
  * (CUDA's expf / log1pf may differ from libm in the last fp32 bits, and the
- * norm sums x^2 in another order: kernels/cuda/kda.h); on CUDA the chunked form
- * asked for gives the recurrent form's bits. The values against the
+ * norm sums x^2 in another order: kernels/cuda/kda.h). The chunked form on CUDA
+ * against the CPU's: chunked_vs_cpu's tolerance. The values against the
  * formulas are test_kda_cpu's and oracle_kda_layer's job. */
 #include <math.h>
 #include <setjmp.h>
@@ -47,6 +51,11 @@ typedef struct {
   const float *conv_w, *A_log, *dt_bias, *norm_w;
   const float *state0;     /* [pool][HV K V] */
   const uint16_t *cstate0; /* [pool][(W-1) D] */
+  int32_t tile;            /* the op's value tile (0: the backend's) */
+  int mode;                /* 0: host arrays; 1: staged once, read by two calls (two layers' pools);
+                              2: staged, captured in a graph, restaged with slot2/has2 and replayed */
+  const int32_t *slot2;    /* mode 2: the batch replayed (same lengths) */
+  const uint8_t *has2;
 } kcall;
 
 typedef struct {
@@ -91,15 +100,61 @@ static void run_kda(dsp_backend *be, const kcall *k, kout *o) {
                        .qkv_tok = k->qkv_tok, .conv_w = cw, .f = f, .f_tok = k->f_tok, .A_log = al, .dt_bias = dt,
                        .gate = {k->lb < 0 ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS, k->lb}, .b = b,
                        .b_tok = k->b_tok, .z = z, .z_tok = k->z_tok, .norm_w = nw, .eps = 1e-5f, .state = &sv,
-                       .conv_state = &csv, .y = y, .y_tok = k->y_tok, .ws = ws, .ws_bytes = wsb};
-  if (dsp_op_kda(be, 0, &a) != DSP_OK) fail_msg("kda on %s: %s", dsp_backend_describe(be), dsp_error_message());
+                       .conv_state = &csv, .y = y, .y_tok = k->y_tok, .ws = ws, .ws_bytes = wsb,
+                       .value_tile = k->tile};
+  void *sbuf = NULL;
+  dsp_kda_staged sg;
+  if (k->mode) { /* one staging; the calls read only it (the host arrays are spoiled after staging) */
+    size_t sb = 0;
+    assert_int_equal(dsp_op_kda_stage_bytes(k->nseq, T, &sb), DSP_OK);
+    sbuf = dev_put(be, NULL, sb);
+    int32_t hcu[MAXS + 1], hslot[MAXS];
+    uint8_t hhas[MAXS];
+    memcpy(hcu, cu, sizeof hcu), memcpy(hslot, k->slot, sizeof hslot), memcpy(hhas, k->has, sizeof hhas);
+    dsp_kda_seqs hs = {k->nseq, hcu, hslot, hhas, k->write_final, k->token_slot};
+    if (dsp_op_kda_stage(be, 0, &hs, k->pool, sbuf, sb, &sg) != DSP_OK)
+      fail_msg("kda stage on %s: %s", dsp_backend_describe(be), dsp_error_message());
+    memset(hcu, 0x7f, sizeof hcu), memset(hslot, 0x7f, sizeof hslot), memset(hhas, 0x7f, sizeof hhas);
+    a.seqs = NULL, a.staged = &sg;
+    if (k->mode == 1) { /* a second layer first: its own pools, the same staged batch */
+      void *st2 = dev_put(be, k->state0, (size_t)(k->pool * kSt(d)) * 4);
+      void *cs2 = dev_put(be, k->cstate0, (size_t)(k->pool * kCs(d)) * 2);
+      dsp_kda_state sv2 = {st2, kSt(d), k->pool};
+      dsp_kda_conv_state csv2 = {cs2, kCs(d), k->pool};
+      dsp_op_kda_args a2 = a;
+      a2.state = &sv2, a2.conv_state = &csv2;
+      if (dsp_op_kda(be, 0, &a2) != DSP_OK) fail_msg("kda (staged) on %s: %s", dsp_backend_describe(be), dsp_error_message());
+      dsp_op_release(be, 0, st2), dsp_op_release(be, 0, cs2);
+    }
+    if (k->mode == 2) {
+      dsp_op_graph *gr = NULL;
+      assert_int_equal(dsp_op_capture_begin(be, 0), DSP_OK);
+      const dsp_status rc = dsp_op_kda(be, 0, &a);
+      dsp_op_graph *got = NULL;
+      const dsp_status re = dsp_op_capture_end(be, 0, &got);
+      if (rc != DSP_OK || re != DSP_OK) fail_msg("kda capture on %s: %s", dsp_backend_describe(be), dsp_error_message());
+      gr = got;
+      int32_t hslot2[MAXS];
+      uint8_t hhas2[MAXS];
+      memcpy(hcu, cu, sizeof hcu), memcpy(hslot2, k->slot2, sizeof hslot2), memcpy(hhas2, k->has2, sizeof hhas2);
+      dsp_kda_seqs hs2 = {k->nseq, hcu, hslot2, hhas2, k->write_final, k->token_slot};
+      dsp_kda_staged sg2;
+      assert_int_equal(dsp_op_kda_stage(be, 0, &hs2, k->pool, sbuf, sb, &sg2), DSP_OK);
+      assert_int_equal(dsp_op_replay(be, 0, gr), DSP_OK);
+      assert_int_equal(dsp_op_sync(be, 0), DSP_OK);
+      dsp_op_graph_free(be, gr);
+    }
+  }
+  if (k->mode != 2 && dsp_op_kda(be, 0, &a) != DSP_OK)
+    fail_msg("kda on %s: %s", dsp_backend_describe(be), dsp_error_message());
   o->st = malloc((size_t)(k->pool * kSt(d)) * 4);
   o->cs = malloc((size_t)(k->pool * kCs(d)) * 2 + 2);
   dev_get(be, o->y, y, (size_t)(T * k->y_tok) * 2);
   dev_get(be, o->st, st, (size_t)(k->pool * kSt(d)) * 4);
   dev_get(be, o->cs, cs, (size_t)(k->pool * kCs(d)) * 2);
-  void *all[] = {qkv, f, b, z, cw, al, dt, nw, st, cs, y, ws};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dsp_op_release(be, 0, all[i]);
+  void *all[] = {qkv, f, b, z, cw, al, dt, nw, st, cs, y, ws, sbuf};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]) dsp_op_release(be, 0, all[i]);
 }
 
 /* Random inputs for T tokens at the strides in k (rows of qkv, f, b, z). */
@@ -167,6 +222,131 @@ static void sub_call(const kcall *k, int64_t t0, int32_t n, int32_t s, kcall *o,
   own[0] = rows_copy(k->qkv, k->qkv_tok, t0, n, k->qkv_tok), own[1] = rows_copy(k->f, k->f_tok, t0, n, k->f_tok);
   own[2] = rows_copy(k->b, k->b_tok, t0, n, k->b_tok), own[3] = rows_copy(k->z, k->z_tok, t0, n, k->z_tok);
   o->qkv = own[0], o->f = own[1], o->b = own[2], o->z = own[3];
+}
+
+static long run_differ(const kcall *k, const kout *a, const kout *b) {
+  const int64_t T = kT(k), HVV = (int64_t)k->d.HV * k->d.V;
+  return y_differ(a->y, k->y_tok, 0, b->y, k->y_tok, 0, T, HVV) + st_differ(a->st, b->st, k->pool * kSt(&k->d)) +
+         (memcmp(a->cs, b->cs, (size_t)(k->pool * kCs(&k->d)) * 2) != 0);
+}
+
+/* The chunked form on CUDA against the CPU's: sums in another order, with fma.
+ * Stated tolerance: states within a relative RMS of 2e-5 (each form is within
+ * 1e-5 of fp64: test_kda_cpu), outputs within one bf16 ulp of the CPU's plus
+ * 1e-4 of the largest |output|; conv states bit for bit. */
+#define CHUNK_TOL_STATE 2e-5
+#define CHUNK_TOL_EXCESS 1e-4
+static void chunked_vs_cpu(const kcall *k, const kout *c, const char *what) {
+  kout r;
+  run_kda(g_cpu, k, &r);
+  const int64_t T = kT(k), HVV = (int64_t)k->d.HV * k->d.V;
+  double ymax = 0, worst = 0;
+  long ydiff = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < HVV; i++) {
+      const double b = fabs((double)bf(r.y[t * k->y_tok + i]));
+      if (b > ymax) ymax = b;
+    }
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < HVV; i++) {
+      const uint16_t ua = c->y[t * k->y_tok + i], ub = r.y[t * k->y_tok + i];
+      ydiff += ua != ub;
+      int e;
+      frexp((double)bf(ub), &e);
+      const double ulp = bf(ub) != 0.0f ? ldexp(1.0, e - 8) : 0.0;
+      const double x = (fabs((double)bf(ua) - (double)bf(ub)) - ulp) / (ymax > 0 ? ymax : 1);
+      if (x > worst) worst = x;
+    }
+  double se = 0, sr = 0;
+  for (int64_t i = 0; i < k->pool * kSt(&k->d); i++) {
+    const double e = (double)c->st[i] - (double)r.st[i];
+    se += e * e, sr += (double)r.st[i] * r.st[i];
+  }
+  const double rms = sqrt(se / (sr > 0 ? sr : 1));
+  const int cdif = memcmp(c->cs, r.cs, (size_t)(k->pool * kCs(&k->d)) * 2) != 0;
+  g_compared += T * HVV + k->pool * (kSt(&k->d) + kCs(&k->d));
+  print_message("  %s: chunked, CUDA vs CPU: %ld of %lld outputs differ, excess beyond one ulp %.2e of max |y|, "
+                "states' relative RMS %.2e, conv states %s\n",
+                what, ydiff, (long long)(T * HVV), worst > 0 ? worst : 0.0, rms, cdif ? "differ" : "identical");
+  if (!(worst <= CHUNK_TOL_EXCESS) || !(rms <= CHUNK_TOL_STATE) || cdif)
+    fail_msg("%s: the chunked form, CUDA vs CPU, beyond the tolerance", what);
+  kout_free(&r);
+}
+
+/* The chunked form on the backend under test: every value tile gives the same
+ * bits, a staged batch the host arrays' bits, each sequence alone its bits in
+ * the batch; on CUDA, near the CPU's. */
+static void check_chunked(const kcall *k, const char *what) {
+  kcall ch = *k;
+  ch.form = DSP_KDA_CHUNKED;
+  kout cb;
+  run_kda(g_be, &ch, &cb);
+  const int32_t tiles[3] = {16, 32, 64};
+  for (int i = 0; i < 3; i++) {
+    kcall t = ch;
+    t.tile = tiles[i];
+    kout o;
+    run_kda(g_be, &t, &o);
+    const long dif = run_differ(k, &o, &cb);
+    if (dif) fail_msg("%s: chunked, value tile %d vs the default: %ld values differ", what, tiles[i], dif);
+    kout_free(&o);
+  }
+  kcall sg = ch;
+  sg.mode = 1;
+  kout so;
+  run_kda(g_be, &sg, &so);
+  long dif = run_differ(k, &so, &cb);
+  if (dif) fail_msg("%s: chunked, staged vs host arrays: %ld values differ", what, dif);
+  kout_free(&so);
+  const int64_t HVV = (int64_t)k->d.HV * k->d.V;
+  int64_t t0 = 0;
+  for (int32_t n = 0; n < k->nseq; t0 += k->len[n], n++) {
+    kcall s;
+    uint16_t *own[4];
+    sub_call(&ch, t0, k->len[n], n, &s, own);
+    kout o;
+    run_kda(g_be, &s, &o);
+    const int64_t off = (int64_t)k->slot[n] * kSt(&k->d);
+    dif = y_differ(o.y, k->y_tok, 0, cb.y, k->y_tok, t0, k->len[n], HVV) + st_differ(o.st + off, cb.st + off, kSt(&k->d));
+    if (dif) fail_msg("%s: chunked, sequence %d alone vs in the batch: %ld values differ", what, n, dif);
+    kout_free(&o);
+    for (int i = 0; i < 4; i++) free(own[i]);
+  }
+  if (g_cpu) chunked_vs_cpu(&ch, &cb, what);
+  kout_free(&cb);
+}
+
+/* A staged batch read by two layers' calls gives the host arrays' bits; with
+ * graphs, a captured call replayed after restaging another batch of the same
+ * lengths (slots rotated, another sequence without a state) gives that batch's
+ * eager bits, in both forms. */
+static void check_staged(const kcall *k, const kout *base, const char *what) {
+  kcall sg = *k;
+  sg.mode = 1;
+  kout so;
+  run_kda(g_be, &sg, &so);
+  long dif = run_differ(k, &so, base);
+  if (dif) fail_msg("%s: recurrent, staged vs host arrays: %ld values differ", what, dif);
+  kout_free(&so);
+  if (!dsp_op_has_graphs(g_be)) return;
+  int32_t slot2[MAXS];
+  uint8_t has2[MAXS];
+  for (int32_t n = 0; n < k->nseq; n++) slot2[n] = k->slot[(n + 1) % k->nseq], has2[n] = n != 0;
+  for (int form = 0; form < 2; form++) {
+    kcall e = *k;
+    e.form = form ? DSP_KDA_CHUNKED : DSP_KDA_RECURRENT;
+    if (form) e.token_slot = NULL;
+    for (int32_t n = 0; n < k->nseq; n++) e.slot[n] = slot2[n], e.has[n] = has2[n];
+    kout want, got;
+    run_kda(g_be, &e, &want);
+    kcall g = *k;
+    g.form = e.form, g.token_slot = e.token_slot, g.mode = 2, g.slot2 = slot2, g.has2 = has2;
+    run_kda(g_be, &g, &got);
+    dif = run_differ(k, &got, &want);
+    if (dif) fail_msg("%s: %s, a replay after restaging vs the eager call: %ld values differ", what,
+                      form ? "chunked" : "recurrent", dif);
+    kout_free(&want), kout_free(&got);
+  }
 }
 
 static void check_case(const kdims *dm, float lb) {
@@ -285,14 +465,9 @@ static void check_case(const kdims *dm, float lb) {
                   what, ydiff, (long long)(T * HVV), far, rms, cdif ? "differ" : "identical");
     if (far || !(rms <= 1e-5) || cdif) fail_msg("%s: CUDA vs CPU beyond the tolerance", what);
     kout_free(&cpu);
-    kcall ch = k;
-    ch.form = DSP_KDA_CHUNKED;
-    kout co2;
-    run_kda(g_be, &ch, &co2);
-    dif = y_differ(co2.y, k.y_tok, 0, base.y, k.y_tok, 0, T, HVV) + st_differ(co2.st, base.st, k.pool * kSt(dm));
-    if (dif) fail_msg("%s: the chunked form on CUDA is not the recurrent form's bits (%ld differ)", what, dif);
-    kout_free(&co2);
   }
+  check_chunked(&k, what);
+  check_staged(&k, &base, what);
   kout_free(&base);
   kdata_free(&x);
 }
@@ -309,12 +484,15 @@ void t_kda(void **st) {
 /* ---- perf: Kimi-Linear's heads (32 of 128 x 128), conv 4 --------------------------- */
 typedef struct {
   dsp_op_kda_args *a;
+  dsp_op_graph *g;
 } kda_call;
 static dsp_status run_kda_call(void *p) { return dsp_op_kda(g_be, 0, ((kda_call *)p)->a); }
+static dsp_status replay_kda_call(void *p) { return dsp_op_replay(g_be, 0, ((kda_call *)p)->g); }
 
-/* ms per call of B sequences of L tokens each (L 1: decode) and the floor:
- * state and activation bytes over the copy rate. */
-static void perf_kda_row(int32_t B, int32_t L, int form, double bw) {
+/* ms per call of B sequences of L tokens each (L 1: decode), the batch staged
+ * once: eagerly and (with graphs) replayed; the floor: state and activation
+ * bytes over the copy rate. */
+static void perf_kda_row(int32_t B, int32_t L, int form, int32_t tile, double bw) {
   const kdims d = {32, 32, 128, 128, 4};
   const int64_t T = (int64_t)B * L, D = kD(&d), HK = 32 * 128, HV = 32;
   const int64_t sb = kSt(&d), cb = kCs(&d);
@@ -328,32 +506,45 @@ static void perf_kda_row(int32_t B, int32_t L, int form, double bw) {
   void *al = dev_put(g_be, fw, 32 * 4), *dt = dev_put(g_be, fw, (size_t)HK * 4), *nw = dev_put(g_be, fw, 128 * 4);
   void *stt = dev_put(g_be, NULL, (size_t)(B * sb) * 4), *cs = dev_put(g_be, NULL, (size_t)(B * cb) * 2);
   const dsp_kda_dims dims = {32, 32, 128, 128};
-  size_t wsb = 0;
+  size_t wsb = 0, sgb = 0;
   assert_int_equal(dsp_op_kda_workspace(g_be, &dims, 4, T, &wsb), DSP_OK);
-  void *ws = dev_put(g_be, NULL, wsb);
+  assert_int_equal(dsp_op_kda_stage_bytes(B, T, &sgb), DSP_OK);
+  void *ws = dev_put(g_be, NULL, wsb), *sgm = dev_put(g_be, NULL, sgb);
   int32_t *cu = malloc((size_t)(B + 1) * 4), *slot = malloc((size_t)B * 4);
   for (int32_t n = 0; n <= B; n++) cu[n] = n * L;
   for (int32_t n = 0; n < B; n++) slot[n] = n;
   dsp_kda_state sv = {stt, sb, B};
   dsp_kda_conv_state csv = {cs, cb, B};
   dsp_kda_seqs sq = {B, L > 1 ? cu : NULL, slot, NULL, 1, NULL};
-  dsp_op_kda_args a = {.dims = dims, .conv_width = 4, .form = form,
-                       .seqs = &sq, .qkv = qkv, .qkv_tok = D, .conv_w = cw, .f = f, .f_tok = HK, .A_log = al,
+  dsp_kda_staged sg;
+  assert_int_equal(dsp_op_kda_stage(g_be, 0, &sq, B, sgm, sgb, &sg), DSP_OK);
+  dsp_op_kda_args a = {.dims = dims, .conv_width = 4, .form = form, .staged = &sg, .value_tile = tile,
+                       .qkv = qkv, .qkv_tok = D, .conv_w = cw, .f = f, .f_tok = HK, .A_log = al,
                        .dt_bias = dt, .gate = {DSP_KDA_GATE_SOFTPLUS, 0}, .b = b, .b_tok = HV, .z = z, .z_tok = HK,
                        .norm_w = nw, .eps = 1e-5f, .state = &sv, .conv_state = &csv, .y = y, .y_tok = HK, .ws = ws,
                        .ws_bytes = wsb};
-  kda_call kc = {&a};
-  const double t = median_time(run_kda_call, &kc, g_cuda ? (L > 1 ? 3 : 20) : 1);
+  kda_call kc = {&a, NULL};
+  const int reps = g_cuda ? (L > 1 ? 3 : 20) : 1;
+  const double t = median_time(run_kda_call, &kc, reps);
+  double tg = 0;
+  if (dsp_op_has_graphs(g_be)) {
+    assert_int_equal(dsp_op_capture_begin(g_be, 0), DSP_OK);
+    assert_int_equal(dsp_op_kda(g_be, 0, &a), DSP_OK);
+    assert_int_equal(dsp_op_capture_end(g_be, 0, &kc.g), DSP_OK);
+    tg = median_time(replay_kda_call, &kc, reps);
+    dsp_op_graph_free(g_be, kc.g);
+  }
   /* states read and written, conv states likewise, the activations read (qkv, f, b, z) and written (y) */
   const double bytes = (double)B * (2.0 * sb * 4 + 2.0 * cb * 2) + (double)T * (D + 2 * HK + HV + HK) * 2;
   char name[64];
   if (L > 1)
-    snprintf(name, sizeof name, "prefill, batch %d of %d tokens, %s", B, L,
-             form == DSP_KDA_CHUNKED ? "chunked" : "recurrent");
+    snprintf(name, sizeof name, "prefill, batch %d of %d tokens, %s%s", B, L,
+             form == DSP_KDA_CHUNKED ? "chunked" : "recurrent", tile == 16 ? " /16" : tile == 64 ? " /64" : "");
   else
     snprintf(name, sizeof name, "decode, batch %d", B);
-  printf("%-44s %10.4f %10.4f %8.2f\n", name, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
-  void *all[] = {qkv, f, b, z, y, cw, al, dt, nw, stt, cs, ws};
+  printf("%-44s %10.4f %10.4f %10.4f %8.2f\n", name, t * 1e3, tg * 1e3, bytes / bw * 1e3,
+         (tg > 0 ? tg : t) / (bytes / bw));
+  void *all[] = {qkv, f, b, z, y, cw, al, dt, nw, stt, cs, ws, sgm};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dsp_op_release(g_be, 0, all[i]);
   free(h), free(fw), free(cu), free(slot);
 }
@@ -361,14 +552,18 @@ static void perf_kda_row(int32_t B, int32_t L, int form, double bw) {
 void t_perf_kda(void **st) {
   (void)st;
   const double bw = copy_rate();
-  printf("%-44s %10s %10s %8s\n", "kda op (32 heads of 128 x 128, conv 4)", "ms", "floor ms", "x floor");
-  perf_kda_row(1, 1, DSP_KDA_RECURRENT, bw);
+  printf("%-44s %10s %10s %10s %8s\n", "kda op (32 heads of 128 x 128, conv 4)", "ms", "graph ms", "floor ms",
+         "x floor");
+  perf_kda_row(1, 1, DSP_KDA_RECURRENT, 0, bw);
   if (g_cuda) {
-    perf_kda_row(32, 1, DSP_KDA_RECURRENT, bw);
-    perf_kda_row(256, 1, DSP_KDA_RECURRENT, bw);
-    perf_kda_row(1, 4096, DSP_KDA_CHUNKED, bw);
+    perf_kda_row(32, 1, DSP_KDA_RECURRENT, 0, bw);
+    perf_kda_row(256, 1, DSP_KDA_RECURRENT, 0, bw);
+    perf_kda_row(1, 4096, DSP_KDA_CHUNKED, 0, bw);
+    perf_kda_row(1, 4096, DSP_KDA_CHUNKED, 16, bw);
+    perf_kda_row(1, 4096, DSP_KDA_CHUNKED, 64, bw);
+    perf_kda_row(1, 16384, DSP_KDA_CHUNKED, 0, bw);
   } else {
-    perf_kda_row(1, 256, DSP_KDA_CHUNKED, bw);
-    perf_kda_row(1, 256, DSP_KDA_RECURRENT, bw);
+    perf_kda_row(1, 256, DSP_KDA_CHUNKED, 0, bw);
+    perf_kda_row(1, 256, DSP_KDA_RECURRENT, 0, bw);
   }
 }

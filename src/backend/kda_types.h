@@ -66,6 +66,18 @@ typedef struct {
   const int32_t *token_slot; /* [total tokens], or NULL */
 } dsp_kda_seqs;
 
+/* A batch staged once (backend/ops.h, dsp_op_kda_stage) and read by every KDA
+ * op call of that batch, one per layer, and by graphs replaying them: the
+ * batch's arrays copied into backend memory with two maps made once, each
+ * token's sequence and each sequence's first chunk of DSP_KDA_CHUNK tokens. */
+typedef struct {
+  dsp_kda_seqs seqs;          /* the batch, its arrays in backend memory (num_seqs, write_final as given) */
+  const int32_t *tok_seq;     /* [tokens]: the sequence of each token */
+  const int32_t *chunk_first; /* [num_seqs + 1]: sequence n's chunks are [chunk_first[n], chunk_first[n+1]) */
+  int64_t tokens, chunks;
+  int32_t num_slots;          /* the state pools it was checked against */
+} dsp_kda_staged;
+
 typedef enum { DSP_KDA_GATE_SOFTPLUS = 0, DSP_KDA_GATE_LOWER_BOUND = 1 } dsp_kda_gate_form;
 typedef struct {
   dsp_kda_gate_form form;

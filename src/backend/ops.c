@@ -96,11 +96,16 @@ dsp_status dsp_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t 
 
 dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   DSP_TRY(check_dev(be, dev));
-  if (!a || !a->seqs || !a->qkv || !a->conv_w || !a->f || !a->b || !a->z || !a->norm_w || !a->state ||
+  if (!a || !(a->seqs || a->staged) || !a->qkv || !a->conv_w || !a->f || !a->b || !a->z || !a->norm_w || !a->state ||
       !a->conv_state || !a->y || !a->ws)
     return dsp_fail(DSP_ERR_ARG, "op kda: NULL argument");
   if (a->form != DSP_KDA_CHUNKED && a->form != DSP_KDA_RECURRENT)
     return dsp_fail(DSP_ERR_ARG, "op kda: form %d is neither chunked nor recurrent", a->form);
+  if (a->value_tile != 0 && a->value_tile != 16 && a->value_tile != 32 && a->value_tile != 64)
+    return dsp_fail(DSP_ERR_ARG, "op kda: value tile %d (0, 16, 32 or 64)", (int)a->value_tile);
+  if (a->staged && a->staged->num_slots > a->state->num_slots)
+    return dsp_fail(DSP_ERR_RANGE, "op kda: a batch staged for %d slots, the state has %d",
+                    (int)a->staged->num_slots, (int)a->state->num_slots);
   DSP_TRY(kda_present(be));
   return be->ops->kda(be, dev, a);
 }

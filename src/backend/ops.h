@@ -127,12 +127,18 @@ dsp_status dsp_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, c
  * the gated output RMSNorm with z; every sequence's conv and recurrent states
  * read (unless has_state is 0) and written back to its slot. Views are rows of
  * backend memory with the strides given (elements); seqs' arrays are host
- * memory; ws holds dsp_op_kda_workspace's bytes for up to max_tokens tokens. */
+ * memory; ws holds dsp_op_kda_workspace's bytes for up to max_tokens tokens.
+ * A batch is given either as seqs (host arrays, staged by the call itself) or
+ * as staged (dsp_op_kda_stage, once for all the batch's layers); only a staged
+ * call enqueues nothing but kernels, so only it may be captured in a graph. */
 typedef struct {
   dsp_kda_dims dims;                   /* this rank's heads */
   int32_t conv_width;
   int form;                            /* DSP_KDA_CHUNKED or DSP_KDA_RECURRENT */
-  const dsp_kda_seqs *seqs;
+  const dsp_kda_seqs *seqs;            /* or NULL with staged */
+  const dsp_kda_staged *staged;        /* wins over seqs */
+  int32_t value_tile;                  /* value columns per tile: 0 the backend's choice, or 16, 32, 64;
+                                          never changes a result */
   const dsp_bf16 *qkv;                 /* [T, 2 H K + HV V] before the conv */
   int64_t qkv_tok;
   const float *conv_w;                 /* [2 H K + HV V][W] */
@@ -156,6 +162,14 @@ typedef struct {
 dsp_status dsp_op_kda_workspace(dsp_backend *be, const dsp_kda_dims *d, int32_t conv_width, int64_t max_tokens,
                                 size_t *bytes);
 dsp_status dsp_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
+/* Staging a batch for up to max_seqs sequences and max_tokens tokens into buf,
+ * backend memory of stage_bytes' size: the batch checked against state pools
+ * of num_slots (dsp_kda_seqs' rules) and copied there with its token and chunk
+ * maps; *out points into buf. The host arrays may change once it returns; buf
+ * must not be staged again while an enqueued op or a replay still reads it. */
+dsp_status dsp_op_kda_stage_bytes(int32_t max_seqs, int64_t max_tokens, size_t *bytes);
+dsp_status dsp_op_kda_stage(dsp_backend *be, int dev, const dsp_kda_seqs *s, int32_t num_slots, void *buf,
+                            size_t bytes, dsp_kda_staged *out);
 /* Slot src's recurrent and conv states into slot dst (an accepted prefix). */
 dsp_status dsp_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
                            dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);

@@ -53,7 +53,8 @@ dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   const dsp_kda_dims *d = &a->dims;
   DSP_TRY(dsp_kda_dims_check(d));
   int64_t T = 0;
-  DSP_TRY(dsp_kda_seqs_check(a->seqs, a->state->num_slots, &T));
+  const dsp_kda_seqs *sq = a->staged ? &a->staged->seqs : a->seqs; /* a staged batch lives in host memory here */
+  DSP_TRY(dsp_kda_seqs_check(sq, a->state->num_slots, &T));
   if (T == 0) return DSP_OK;
   kda_ws w;
   size_t need = 0;
@@ -64,14 +65,15 @@ dsp_status dsp_cpu_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a) {
   const int32_t H = d->num_heads, HV = d->num_v_heads, K = d->head_k, V = d->head_v;
   const int32_t D = 2 * H * K + HV * V;
   const dsp_kda_conv_dims cd = {.channels = D, .width = a->conv_width};
-  DSP_TRY(dsp_kda_conv(&cd, a->seqs, a->qkv, a->qkv_tok, a->conv_w, NULL, a->conv_state, w.conv, D));
+  DSP_TRY(dsp_kda_conv(&cd, sq, a->qkv, a->qkv_tok, a->conv_w, NULL, a->conv_state, w.conv, D));
   DSP_TRY(dsp_kda_gate(T, HV, K, (dsp_kda_in_bf16){a->f, a->f_tok, K}, a->A_log, a->dt_bias, &a->gate, w.g));
   DSP_TRY(dsp_kda_beta(T, HV, a->b, a->b_tok, 1, w.beta));
   const dsp_kda_io io = {.q = {w.conv, D, K}, .k = {w.conv + (int64_t)H * K, D, K},
                          .v = {w.conv + 2 * (int64_t)H * K, D, V}, .g = w.g, .beta = w.beta,
                          .o = {w.o, (int64_t)HV * V, V}};
-  if (a->form == DSP_KDA_CHUNKED) DSP_TRY(dsp_kda_chunked(d, NULL, a->seqs, &io, a->state, w.ws, w.ws_bytes));
-  else DSP_TRY(dsp_kda_recurrent(d, NULL, a->seqs, &io, a->state, w.ws, w.ws_bytes));
+  const dsp_kda_opts opt = {.value_tile = a->value_tile}; /* the workspace holds the largest, 64 */
+  if (a->form == DSP_KDA_CHUNKED) DSP_TRY(dsp_kda_chunked(d, &opt, sq, &io, a->state, w.ws, w.ws_bytes));
+  else DSP_TRY(dsp_kda_recurrent(d, NULL, sq, &io, a->state, w.ws, w.ws_bytes));
   return dsp_kda_gated_rmsnorm(T, HV, V, (dsp_kda_in_bf16){w.o, (int64_t)HV * V, V},
                                (dsp_kda_in_bf16){a->z, a->z_tok, V}, a->norm_w, a->eps,
                                (dsp_kda_out_bf16){a->y, a->y_tok, V});

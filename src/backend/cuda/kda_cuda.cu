@@ -1,7 +1,8 @@
 /* The KDA operation on CUDA (backend/ops.h, dsp_op_kda): the kernels of
  * kernels/cuda/kda.h in the layer's order on the device's stream, over one
- * workspace carved per call. The batch's host arrays are copied into the
- * workspace first, and the token -> sequence map made there once for the call. */
+ * workspace carved per call. A batch staged by dsp_op_kda_stage is read where
+ * it lies (nothing but kernels enqueued: capturable); host arrays are staged
+ * into the workspace first. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -18,10 +19,18 @@ extern "C" {
 
 typedef struct {
   uint16_t *conv, *o;
-  float *g, *beta;
-  int32_t *cu, *slot, *token_slot, *tok_seq;
-  uint8_t *has;
+  float *g, *beta, *scratch, *carry;
+  void *stage;
+  size_t stage_bytes;
+  int64_t cap; /* chunks of scratch: one window of the chunked form */
 } kda_ws;
+
+/* Chunks per window: a long prefill's first 128 (8192 tokens) at most, so the
+ * scratch stays near 0.6 GB at Kimi-Linear's heads; later windows reuse it. */
+static int64_t chunk_cap(int64_t T) {
+  const int64_t c = (T + DSP_KDA_CHUNK - 1) / DSP_KDA_CHUNK + 8;
+  return c < 128 ? c : 128;
+}
 
 /* The workspace for T tokens of nseq sequences (core/layout.h), from base
  * rounded up to the layout's alignment (base NULL: sizes only); *bytes: what it needs. */
@@ -30,22 +39,23 @@ static dsp_status carve(const dsp_kda_dims *d, int64_t T, int64_t nseq, void *ba
   const int64_t HV = d->num_v_heads;
   kda_ws tmp;
   if (!w) w = &tmp;
-  size_t b[9];
+  w->cap = d->head_k <= DSP_CU_KDA_CHUNK_MAX_K ? chunk_cap(T) : 0;
+  size_t b[7];
   DSP_TRY(dsp_layout_bytes(T, D, 1, 2, "op kda (cuda) conv", &b[0]));
   DSP_TRY(dsp_layout_bytes(T, HV, d->head_v, 2, "op kda (cuda) o", &b[1]));
   DSP_TRY(dsp_layout_bytes(T, HV, d->head_k, 4, "op kda (cuda) g", &b[2]));
   DSP_TRY(dsp_layout_bytes(T, HV, 1, 4, "op kda (cuda) beta", &b[3]));
-  DSP_TRY(dsp_layout_bytes(nseq + 1, 1, 1, 4, "op kda (cuda) cu_seqlens", &b[4]));
-  DSP_TRY(dsp_layout_bytes(nseq, 1, 1, 4, "op kda (cuda) slots", &b[5]));
-  DSP_TRY(dsp_layout_bytes(T, 1, 1, 4, "op kda (cuda) token slots", &b[6]));
-  b[7] = b[6];
-  b[8] = (size_t)nseq;
-  const dsp_layout_entry e[9] = {{(void **)&w->conv, b[0]},       {(void **)&w->o, b[1]},       {(void **)&w->g, b[2]},
-                                 {(void **)&w->beta, b[3]},       {(void **)&w->cu, b[4]},      {(void **)&w->slot, b[5]},
-                                 {(void **)&w->token_slot, b[6]}, {(void **)&w->tok_seq, b[7]}, {(void **)&w->has, b[8]}};
-  DSP_TRY(dsp_layout_total(e, 9, bytes));
+  DSP_TRY(dsp_op_kda_stage_bytes((int32_t)(nseq < INT32_MAX ? nseq : INT32_MAX), T, &b[4]));
+  DSP_TRY(dsp_layout_bytes(w->cap, (int64_t)dsp_cu_kda_chunk_floats(d->num_v_heads, d->head_k, d->head_v), 1, 4,
+                           "op kda (cuda) chunk scratch", &b[5]));
+  DSP_TRY(dsp_layout_bytes(w->cap ? 2 * HV : 0, d->head_k, d->head_v, 4, "op kda (cuda) carried state", &b[6]));
+  w->stage_bytes = b[4];
+  const dsp_layout_entry e[7] = {{(void **)&w->conv, b[0]}, {(void **)&w->o, b[1]},       {(void **)&w->g, b[2]},
+                                 {(void **)&w->beta, b[3]}, {&w->stage, b[4]},            {(void **)&w->scratch, b[5]},
+                                 {(void **)&w->carry, b[6]}};
+  DSP_TRY(dsp_layout_total(e, 7, bytes));
   *bytes += DSP_LAYOUT_ALIGN - 1;
-  if (base) dsp_layout_carve(dsp_layout_align(base), e, 9);
+  if (base) dsp_layout_carve(dsp_layout_align(base), e, 7);
   return DSP_OK;
 }
 
@@ -90,36 +100,33 @@ extern "C" dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda
   if (!a->state || !a->state->data) return dsp_fail(DSP_ERR_ARG, "op kda (cuda): NULL state");
   if (a->state->slot_stride < (int64_t)HV * K * V)
     return dsp_fail(DSP_ERR_SHAPE, "op kda (cuda): state slot stride %lld below HV*K*V", (long long)a->state->slot_stride);
-  DSP_TRY(dsp_kda_seqs_check(a->seqs, a->state->num_slots, &T));
+  if (a->staged) T = a->staged->tokens;
+  else DSP_TRY(dsp_kda_seqs_check(a->seqs, a->state->num_slots, &T));
   if (T == 0) return DSP_OK;
   DSP_TRY(check_conv(a, D));
   if (!a->qkv || !a->f || !a->b || !a->z || !a->y || !a->conv_w || !a->norm_w)
     return dsp_fail(DSP_ERR_ARG, "op kda (cuda): NULL qkv, f, b, z, y, conv weight or norm weight");
-  const dsp_kda_seqs *hs = a->seqs;
+  const int32_t nseq = a->staged ? a->staged->seqs.num_seqs : a->seqs->num_seqs;
   kda_ws w;
   size_t need = 0;
-  DSP_TRY(carve(d, T, hs->num_seqs, a->ws, &w, &need)); /* pointers used only if it fits */
+  DSP_TRY(carve(d, T, nseq, a->ws, &w, &need)); /* pointers used only if it fits */
   if (need > a->ws_bytes)
     return dsp_fail(DSP_ERR_NOMEM, "op kda (cuda): a workspace of %zu bytes is too small for %lld tokens in %d sequences",
-                    a->ws_bytes, (long long)T, (int)hs->num_seqs);
+                    a->ws_bytes, (long long)T, (int)nseq);
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   cudaStream_t s = dsp_cuda_stream(be, dev);
-  const size_t ns = (size_t)hs->num_seqs;
-  /* the batch's host arrays, read by the copies before this returns (pageable sources are staged) */
-  if (hs->cu_seqlens) DSP_CUDA_TRY(cudaMemcpyAsync(w.cu, hs->cu_seqlens, (ns + 1) * 4, cudaMemcpyHostToDevice, s));
-  DSP_CUDA_TRY(cudaMemcpyAsync(w.slot, hs->slot, ns * 4, cudaMemcpyHostToDevice, s));
-  if (hs->has_state) DSP_CUDA_TRY(cudaMemcpyAsync(w.has, hs->has_state, ns, cudaMemcpyHostToDevice, s));
-  if (hs->token_slot)
-    DSP_CUDA_TRY(cudaMemcpyAsync(w.token_slot, hs->token_slot, (size_t)T * 4, cudaMemcpyHostToDevice, s));
-  const dsp_cu_kda_seqs cs = {hs->num_seqs,
-                              T,
-                              hs->cu_seqlens ? w.cu : NULL,
-                              w.slot,
-                              hs->has_state ? w.has : NULL,
-                              hs->token_slot ? w.token_slot : NULL,
-                              w.tok_seq,
-                              hs->write_final};
-  DSP_TRY(dsp_cu_kda_token_seqs(&cs, w.tok_seq, s));
+  dsp_kda_staged own;
+  const dsp_kda_staged *sg = a->staged;
+  if (!sg) { /* a batch of host arrays: staged here, for this call only */
+    DSP_TRY(dsp_op_kda_stage(be, dev, a->seqs, a->state->num_slots, w.stage, w.stage_bytes, &own));
+    sg = &own;
+  }
+  const dsp_kda_seqs *ss = &sg->seqs;
+  const int chunked = a->form == DSP_KDA_CHUNKED && w.cap > 0;
+  if (chunked && ss->token_slot)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "op kda (cuda): per-token states are the recurrent form's");
+  const dsp_cu_kda_seqs cs = {ss->num_seqs, T,           sg->chunks, ss->cu_seqlens, ss->slot, ss->has_state,
+                              ss->token_slot, sg->tok_seq, sg->chunk_first, ss->write_final};
   const int32_t W = a->conv_width;
   DSP_TRY(dsp_cu_kda_conv(D, W, &cs, a->qkv, a->qkv_tok, a->conv_w, NULL, W > 1 ? a->conv_state->data : NULL,
                           W > 1 ? a->conv_state->slot_stride : 0, w.conv, D, s));
@@ -128,9 +135,17 @@ extern "C" dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda
   DSP_TRY(dsp_cu_kda_beta(T, HV, a->b, a->b_tok, 1, w.beta, s));
   const dsp_cu_kda_in q = {w.conv, D, K}, k = {w.conv + (int64_t)H * K, D, K}, v = {w.conv + 2 * (int64_t)H * K, D, V};
   const float scale = (float)(1.0 / sqrt((double)K));
-  /* both forms run the token-by-token kernel (kernels/cuda/kda.h) */
-  DSP_TRY(dsp_cu_kda_recurrent(H, HV, K, V, scale, 0, &cs, q, k, v, w.g, w.beta, w.o, (int64_t)HV * V, V,
-                               a->state->data, a->state->slot_stride, 0, s));
+  if (chunked) { /* window by window of w.cap chunks; a window 0 even without chunks (empty sequences) */
+    for (int64_t c = 0, win = 0; c == 0 || c < sg->chunks; c += w.cap, win++) {
+      const int64_t hi = c + w.cap < sg->chunks ? c + w.cap : sg->chunks;
+      DSP_TRY(dsp_cu_kda_chunked(H, HV, K, V, scale, 0, &cs, c, hi, (int32_t)win, q, k, v, w.g, w.beta, w.o,
+                                 (int64_t)HV * V, V, a->state->data, a->state->slot_stride, w.scratch, w.carry,
+                                 a->value_tile, s));
+    }
+  } else { /* the recurrent form (and the chunked one for K above the chunked kernel's) */
+    DSP_TRY(dsp_cu_kda_recurrent(H, HV, K, V, scale, 0, &cs, q, k, v, w.g, w.beta, w.o, (int64_t)HV * V, V,
+                                 a->state->data, a->state->slot_stride, a->value_tile, s));
+  }
   const dsp_cu_kda_in o = {w.o, (int64_t)HV * V, V}, z = {a->z, a->z_tok, V};
   return dsp_cu_kda_norm(T, HV, V, o, z, a->norm_w, a->eps, a->y, a->y_tok, V, s);
 }

@@ -8,27 +8,6 @@
 
 #define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
 
-/* ---- the batch's token -> sequence map ------------------------------------------ */
-__global__ void k_token_seqs(dsp_cu_kda_seqs s, int32_t *tok_seq) {
-  if (!s.cu) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < s.num_seqs) tok_seq[t] = (int32_t)t;
-    return;
-  }
-  const int32_t n = blockIdx.x;
-  for (int32_t t = s.cu[n] + (int32_t)threadIdx.x; t < s.cu[n + 1]; t += blockDim.x) tok_seq[t] = n;
-}
-
-extern "C" dsp_status dsp_cu_kda_token_seqs(const dsp_cu_kda_seqs *s, int32_t *tok_seq, cudaStream_t st) {
-  if (s->num_seqs < 1) return DSP_OK;
-  if (s->cu)
-    k_token_seqs<<<(unsigned)s->num_seqs, 256, 0, st>>>(*s, tok_seq);
-  else
-    k_token_seqs<<<dsp_dev_blocks_for(s->num_seqs, 256), 256, 0, st>>>(*s, tok_seq);
-  DSP_CUDA_TRY_LAUNCH();
-  return DSP_OK;
-}
-
 __device__ __forceinline__ void seq_span(const dsp_cu_kda_seqs &s, int32_t n, int64_t &t0, int64_t &t1) {
   t0 = s.cu ? s.cu[n] : n;
   t1 = s.cu ? s.cu[n + 1] : n + 1;
@@ -165,6 +144,8 @@ struct rec_args {
   int64_t slot_stride;
 };
 
+__device__ __forceinline__ int32_t hv_of(int32_t hv, int32_t HV, int32_t H) { return hv / (HV / H); }
+
 __device__ __forceinline__ float l2_root(const float *x, int32_t K) {
   float ss = 0.0f;
   for (int32_t i = 0; i < K; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
@@ -229,6 +210,104 @@ __global__ void k_recurrent(rec_args a) {
     for (int32_t i = 0; i < K; i++) own[(int64_t)i * V + v] = S[i * tile + j];
 }
 
+/* The same recurrence with the state in registers: NH threads per value
+ * column, part p holding rows p*KH .. p*KH + KH-1, so the state is read and
+ * written once per call with every load of a column in flight at once. Each
+ * sum over d is one chain in d order, as k_recurrent's: part 0 sums its rows,
+ * part 1 goes on from part 0's partial sum (handed over in shared memory). */
+template <int KH, int NH>
+__global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
+  constexpr int K = KH * NH;
+  __shared__ float q[K], k[K], eg[K], root[2], hand[64], ub[64];
+  const int32_t tw = (a.tile + 31) / 32 * 32; /* threads per part */
+  const int32_t part = threadIdx.x / tw, j = threadIdx.x % tw, tile = a.tile, V = a.V;
+  const int32_t v = (int32_t)blockIdx.z * tile + j, h = hv_of(blockIdx.y, a.HV, a.H), hv = blockIdx.y;
+  const bool active = j < tile && v < V;
+  const int32_t slot = a.s.slot[blockIdx.x];
+  if (slot < 0) return;
+  int64_t t0, t1;
+  seq_span(a.s, blockIdx.x, t0, t1);
+  const bool has = !a.s.has || a.s.has[blockIdx.x];
+  const int64_t head_off = (int64_t)hv * K * V, r0 = (int64_t)part * KH;
+  float *own = a.state + (int64_t)slot * a.slot_stride + head_off;
+  float S[KH];
+#pragma unroll
+  for (int32_t i = 0; i < KH; i++) S[i] = active && has ? own[(r0 + i) * V + v] : 0.0f;
+  for (int64_t t = t0; t < t1; t++) {
+    __syncthreads();
+    const uint16_t *qr = a.q.data + t * a.q.tok + h * a.q.head, *kr = a.k.data + t * a.k.tok + h * a.k.head;
+    const float *gr = a.g + (t * a.HV + hv) * K;
+    for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
+      q[i] = dsp_dev_bf16_val(qr[i]);
+      k[i] = dsp_dev_bf16_val(kr[i]);
+      eg[i] = expf(gr[i]);
+    }
+    __syncthreads();
+    if (!a.qk_raw && (threadIdx.x == 0 || threadIdx.x == 32)) {
+      if (threadIdx.x == 0) root[0] = l2_root(q, K);
+      if (threadIdx.x == 32 || blockDim.x <= 32) root[1] = l2_root(k, K);
+    }
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
+      q[i] = a.qk_raw ? __fmul_rn(q[i], a.scale) : __fmul_rn(q[i] / root[0], a.scale);
+      k[i] = a.qk_raw ? k[i] : k[i] / root[1];
+    }
+    __syncthreads();
+    /* decay, then k^T S of the decayed state */
+    float acc = 0.0f;
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
+    if (part == 0) {
+#pragma unroll
+      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[i], S[i]));
+    }
+    if (NH > 1) {
+      if (part == 0) hand[j] = acc;
+      __syncthreads();
+      if (part == 1) {
+        acc = hand[j];
+#pragma unroll
+        for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[KH + i], S[i]));
+      }
+    }
+    float u = 0.0f;
+    if (part == NH - 1 && active)
+      u = __fmul_rn(a.beta[t * a.HV + hv], __fsub_rn(dsp_dev_bf16_val(a.v.data[t * a.v.tok + hv * a.v.head + v]), acc));
+    if (NH > 1) {
+      if (part == NH - 1) ub[j] = u;
+      __syncthreads();
+      u = ub[j];
+    }
+    /* rank-1 update, then q^T S of the updated state */
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) S[i] = __fadd_rn(S[i], __fmul_rn(k[r0 + i], u));
+    acc = 0.0f;
+    if (part == 0) {
+#pragma unroll
+      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], S[i]));
+    }
+    if (NH > 1) {
+      __syncthreads(); /* every part has read ub */
+      if (part == 0) hand[j] = acc;
+      __syncthreads();
+      if (part == 1) {
+        acc = hand[j];
+#pragma unroll
+        for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[KH + i], S[i]));
+      }
+    }
+    if (part == NH - 1 && active) a.o[t * a.o_tok + hv * a.o_head + v] = dsp_dev_bf16_bits(acc);
+    if (active && a.s.token_slot && a.s.token_slot[t] >= 0) {
+      float *dst = a.state + (int64_t)a.s.token_slot[t] * a.slot_stride + head_off;
+#pragma unroll
+      for (int32_t i = 0; i < KH; i++) dst[(r0 + i) * V + v] = S[i];
+    }
+  }
+  if (a.s.write_final && active)
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) own[(r0 + i) * V + v] = S[i];
+}
+
 #define REC_SMEM_MAX (200 * 1024)
 
 static size_t rec_smem(int32_t K, int32_t tile) { return ((size_t)K * tile + 3 * (size_t)K + 2) * sizeof(float); }
@@ -241,15 +320,24 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
   if (s->num_seqs < 1) return DSP_OK;
   if (tile <= 0) tile = V < 64 ? V : 64;
   if (tile > V) tile = V;
+  rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
+  const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
+  if ((K == 64 || K == 128) && tile <= 64) { /* registers: 64 rows of a column per thread */
+    const unsigned tw = (unsigned)((tile + 31) / 32 * 32);
+    if (K == 64) k_recurrent_reg<64, 1><<<grid, tw, 0, st>>>(a);
+    else k_recurrent_reg<64, 2><<<grid, 2 * tw, 0, st>>>(a);
+    DSP_CUDA_TRY_LAUNCH();
+    return DSP_OK;
+  }
   while (tile > 1 && rec_smem(K, tile) > REC_SMEM_MAX) tile /= 2;
   if (tile > 1024) tile = 1024;
   const size_t smem = rec_smem(K, tile);
   /* per call: the attribute belongs to the current device */
   DSP_CUDA_TRY(cudaFuncSetAttribute(k_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
+  a.tile = tile;
   const unsigned threads = (unsigned)((tile + 31) / 32 * 32);
-  const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
-  k_recurrent<<<grid, threads, smem, st>>>(a);
+  const dim3 grid2((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
+  k_recurrent<<<grid2, threads, smem, st>>>(a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }

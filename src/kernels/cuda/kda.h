@@ -11,8 +11,9 @@
  * d order, one thread per value column. No result depends on the other
  * sequences of a call, on its slot, on how a sequence's tokens are split over
  * calls, on the strides of a view or on the value tile.
- * The recurrence runs token by token for both forms: a chunked (WY) kernel
- * for long prefills is not written yet.
+ * The chunked form (kda_chunked.cu) is fla's chunk_kda in fp32: its sums run
+ * in another order, with fma, so it equals the CPU's chunked form within
+ * rounding, not bit for bit (tests/test_ops_kda.c states the tolerance).
  * Device pointers; strides in elements; every call enqueues on s. */
 #ifndef DSP_KERNELS_CUDA_KDA_H
 #define DSP_KERNELS_CUDA_KDA_H
@@ -25,20 +26,18 @@
 extern "C" {
 #endif
 
-/* A batch (backend/kda_types.h's dsp_kda_seqs) with its arrays on the device. */
+/* A staged batch (backend/kda_types.h's dsp_kda_staged) as the kernels read it. */
 typedef struct {
   int32_t num_seqs;
-  int64_t tokens;
-  const int32_t *cu;         /* [num_seqs + 1], or NULL: token n is sequence n's only one */
-  const int32_t *slot;       /* [num_seqs]; < 0: padding, untouched */
-  const uint8_t *has;        /* [num_seqs], or NULL: every sequence has a state */
-  const int32_t *token_slot; /* [tokens], or NULL */
-  const int32_t *tok_seq;    /* [tokens]: each token's sequence (dsp_cu_kda_token_seqs) */
+  int64_t tokens, chunks;
+  const int32_t *cu;          /* [num_seqs + 1], or NULL: token n is sequence n's only one */
+  const int32_t *slot;        /* [num_seqs]; < 0: padding, untouched */
+  const uint8_t *has;         /* [num_seqs], or NULL: every sequence has a state */
+  const int32_t *token_slot;  /* [tokens], or NULL */
+  const int32_t *tok_seq;     /* [tokens]: each token's sequence */
+  const int32_t *chunk_first; /* [num_seqs + 1]: each sequence's first chunk of 64 tokens */
   int32_t write_final;
 } dsp_cu_kda_seqs;
-
-/* tok_seq[t] = the sequence holding token t (once per batch, for every layer). */
-dsp_status dsp_cu_kda_token_seqs(const dsp_cu_kda_seqs *s, int32_t *tok_seq, cudaStream_t st);
 
 /* Short conv + SiLU over D channels of width W (kda.h's dsp_kda_conv); the conv
  * state [slot][W-1][D] bf16 at state + slot * slot_stride. */
@@ -62,11 +61,25 @@ typedef struct {
 
 /* The recurrence (dsp_kda_recurrent): H q/k heads, HV value heads, dims K, V;
  * states [slot][HV][K][V] fp32; o written through (o_data, o_tok, o_head).
- * tile: value columns per block (1..V; <= 0: min(V, 64)); never changes a bit. */
+ * tile: value columns per block (1..V; <= 0: min(V, 64)); never changes a bit.
+ * For K of 64 and 128 each thread keeps its state column in registers. */
 dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int32_t V, float scale, int32_t qk_raw,
                                 const dsp_cu_kda_seqs *s, dsp_cu_kda_in q, dsp_cu_kda_in k, dsp_cu_kda_in v,
                                 const float *g, const float *beta, uint16_t *o_data, int64_t o_tok, int64_t o_head,
                                 float *state, int64_t slot_stride, int32_t tile, cudaStream_t st);
+
+/* The chunked form over chunks [c_lo, c_hi) of the batch (a window; the op
+ * runs the windows in order): scratch holds dsp_cu_kda_chunk_floats per chunk
+ * of the window, carry 2 * HV*K*V floats (the state of a sequence that goes on
+ * into the next window). K <= DSP_CU_KDA_CHUNK_MAX_K; tile: value columns per
+ * block of the state pass (16, 32 or 64; <= 0: 32), never changing a bit. */
+#define DSP_CU_KDA_CHUNK_MAX_K 128
+size_t dsp_cu_kda_chunk_floats(int32_t HV, int32_t K, int32_t V);
+dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32_t V, float scale, int32_t qk_raw,
+                              const dsp_cu_kda_seqs *s, int64_t c_lo, int64_t c_hi, int32_t window,
+                              dsp_cu_kda_in q, dsp_cu_kda_in k, dsp_cu_kda_in v, const float *g, const float *beta,
+                              uint16_t *o_data, int64_t o_tok, int64_t o_head, float *state, int64_t slot_stride,
+                              float *scratch, float *carry, int32_t tile, cudaStream_t st);
 
 /* The gated output RMSNorm (dsp_kda_gated_rmsnorm; y may be x). */
 dsp_status dsp_cu_kda_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z, const float *weight,
