@@ -3,3 +3,13 @@
 dsp_test(test_ops_cpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.c ${CMAKE_CURRENT_LIST_DIR}/test_ops_kda.c LABELS unit ARGS cpu TIMEOUT 300)
 add_test(NAME test_ops_cuda COMMAND test_ops_cpu cuda)
 set_tests_properties(test_ops_cuda PROPERTIES LABELS gpu TIMEOUT 600 ENVIRONMENT "${DSP_MPI_ENV}" SKIP_RETURN_CODE 77)
+# The KDA kernels under compute-sanitizer's racecheck (shared-memory hazards),
+# where the CUDA toolkit ships it: a race there showed only as rare wrong bits.
+if(DSPARK_HAVE_CUDA)
+  find_program(DSP_COMPUTE_SANITIZER compute-sanitizer HINTS ${CUDAToolkit_BIN_DIR} /usr/local/cuda/bin)
+  if(DSP_COMPUTE_SANITIZER)
+    add_test(NAME test_ops_cuda_racecheck
+             COMMAND ${DSP_COMPUTE_SANITIZER} --tool racecheck --error-exitcode 1 $<TARGET_FILE:test_ops_cpu> cuda "" t_kda)
+    set_tests_properties(test_ops_cuda_racecheck PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77)
+  endif()
+endif()

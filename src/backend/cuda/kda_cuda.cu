@@ -128,13 +128,20 @@ extern "C" dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda
   const dsp_cu_kda_seqs cs = {ss->num_seqs, T,           sg->chunks, ss->cu_seqlens, ss->slot, ss->has_state,
                               ss->token_slot, sg->tok_seq, sg->chunk_first, ss->write_final};
   const int32_t W = a->conv_width;
+  const float bound = a->gate.form == DSP_KDA_GATE_LOWER_BOUND ? a->gate.lower_bound : 0.0f;
+  const float scale = (float)(1.0 / sqrt((double)K));
+  if (a->form == DSP_KDA_RECURRENT && !ss->cu_seqlens && dsp_cu_kda_decode_fits(H, HV, K, V, W)) { /* one kernel */
+    const dsp_cu_kda_decode_args da = {H, K, W, a->qkv, a->qkv_tok, a->conv_w, W > 1 ? a->conv_state->data : NULL,
+                                       W > 1 ? a->conv_state->slot_stride : 0, a->f, a->f_tok, a->A_log, a->dt_bias,
+                                       bound, a->b, a->b_tok, a->z, a->z_tok, a->norm_w, a->eps, scale,
+                                       a->state->data, a->state->slot_stride, a->y, a->y_tok};
+    return dsp_cu_kda_decode(&cs, &da, s);
+  }
   DSP_TRY(dsp_cu_kda_conv(D, W, &cs, a->qkv, a->qkv_tok, a->conv_w, NULL, W > 1 ? a->conv_state->data : NULL,
                           W > 1 ? a->conv_state->slot_stride : 0, w.conv, D, s));
-  const float bound = a->gate.form == DSP_KDA_GATE_LOWER_BOUND ? a->gate.lower_bound : 0.0f;
   DSP_TRY(dsp_cu_kda_gate(T, HV, K, a->f, a->f_tok, K, a->A_log, a->dt_bias, bound, w.g, s));
   DSP_TRY(dsp_cu_kda_beta(T, HV, a->b, a->b_tok, 1, w.beta, s));
   const dsp_cu_kda_in q = {w.conv, D, K}, k = {w.conv + (int64_t)H * K, D, K}, v = {w.conv + 2 * (int64_t)H * K, D, V};
-  const float scale = (float)(1.0 / sqrt((double)K));
   if (chunked) { /* window by window of w.cap chunks; a window 0 even without chunks (empty sequences) */
     for (int64_t c = 0, win = 0; c == 0 || c < sg->chunks; c += w.cap, win++) {
       const int64_t hi = c + w.cap < sg->chunks ? c + w.cap : sg->chunks;

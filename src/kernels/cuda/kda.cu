@@ -22,24 +22,59 @@ __device__ __forceinline__ uint16_t conv_in(const uint16_t *x, int64_t x_tok, co
   return has ? old[(int64_t)(W1 - (t0 - tau)) * D + c] : (uint16_t)0;
 }
 
+/* Grid (token, channel block): the token's batch entries are read once per
+ * thread and serve its CONV_CPT channels (no 64-bit index division). */
+#define CONV_CPT 4
 __global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok,
                            const float *weight, const float *bias, const uint16_t *state, int64_t slot_stride,
                            uint16_t *y, int64_t y_tok) {
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= s.tokens * D) return;
-  const int64_t t = i / D;
-  const int32_t c = (int32_t)(i % D), n = s.tok_seq[t], slot = s.slot[n], W1 = W - 1;
+  const int64_t t = blockIdx.x;
+  const int32_t n = s.tok_seq[t], slot = s.slot[n], W1 = W - 1;
   if (slot < 0) return;
   int64_t t0, t1;
   seq_span(s, n, t0, t1);
   const bool has = !s.has || s.has[n];
   const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
-  const float *w = weight + (int64_t)c * W;
-  float acc = bias ? bias[c] : 0.0f;
-  for (int32_t j = 0; j < W1; j++)
-    acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
-  acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(x[t * x_tok + c])));
-  y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+  for (int32_t r = 0; r < CONV_CPT; r++) {
+    const int32_t c = (blockIdx.y * CONV_CPT + r) * blockDim.x + threadIdx.x;
+    if (c >= D) break;
+    const float *w = weight + (int64_t)c * W;
+    float acc = bias ? bias[c] : 0.0f;
+    for (int32_t j = 0; j < W1; j++)
+      acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
+    acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(x[t * x_tok + c])));
+    y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+  }
+}
+
+/* One token per sequence (cu NULL: decode, or a verify of one token): output
+ * and new window in one pass, thread per (sequence, channel); the sums are
+ * k_conv_out's, the window k_conv_state's. */
+__global__ void k_conv_decode(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok,
+                              const float *weight, const float *bias, uint16_t *state, int64_t slot_stride,
+                              uint16_t *y, int64_t y_tok) {
+  const int32_t n = blockIdx.x, slot = s.slot[n], W1 = W - 1;
+  if (slot < 0) return;
+  const bool has = !s.has || s.has[n];
+  const int64_t t = n;
+  uint16_t *own = state + (int64_t)slot * slot_stride;
+  const int32_t ts = s.token_slot ? s.token_slot[t] : -1;
+  for (int32_t r = 0; r < CONV_CPT; r++) {
+    const int32_t c = (blockIdx.y * CONV_CPT + r) * blockDim.x + threadIdx.x;
+    if (c >= D) break;
+    uint16_t win[KDA_MAX_WIDTH];
+    for (int32_t j = 0; j < W1; j++) win[j] = has ? own[(int64_t)j * D + c] : (uint16_t)0;
+    win[W1] = x[t * x_tok + c];
+    const float *w = weight + (int64_t)c * W;
+    float acc = bias ? bias[c] : 0.0f;
+    for (int32_t j = 0; j < W1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(win[j])));
+    acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(win[W1])));
+    y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+    if (ts >= 0)
+      for (int32_t j = 0; j < W1; j++) state[(int64_t)ts * slot_stride + (int64_t)j * D + c] = win[j + 1];
+    if (s.write_final)
+      for (int32_t j = 0; j < W1; j++) own[(int64_t)j * D + c] = win[j + 1];
+  }
 }
 
 /* The window after token t (inputs t-W1+1 .. t, oldest first) into dst. Row r
@@ -72,9 +107,17 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
                                       int64_t x_tok, const float *weight, const float *bias, uint16_t *state,
                                       int64_t slot_stride, uint16_t *y, int64_t y_tok, cudaStream_t st) {
   if (W < 1 || W > KDA_MAX_WIDTH) return dsp_fail(DSP_ERR_SHAPE, "cuda kda conv: width %d", (int)W);
+  const unsigned cblocks = (unsigned)((D + 256 * CONV_CPT - 1) / (256 * CONV_CPT));
+  if (!s->cu && s->num_seqs > 0) { /* one token per sequence */
+    k_conv_decode<<<dim3((unsigned)s->num_seqs, cblocks), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state,
+                                                                       slot_stride, y, y_tok);
+    DSP_CUDA_TRY_LAUNCH();
+    return DSP_OK;
+  }
   if (s->tokens > 0) {
-    k_conv_out<<<dsp_dev_blocks_for(s->tokens * D, 256), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
-                                                                y, y_tok);
+    if (cblocks > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d channels", (int)D);
+    k_conv_out<<<dim3((unsigned)s->tokens, cblocks), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
+                                                                  y, y_tok);
     DSP_CUDA_TRY_LAUNCH();
   }
   if (W > 1 && s->num_seqs > 0) {
@@ -89,24 +132,27 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
 /* ---- gate and beta ----------------------------------------------------------------- */
 __device__ __forceinline__ float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Grid (token, blocks of 256 of its HV*K values): no 64-bit index division. */
 __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok, int64_t f_head,
                        const float *A_log, const float *dt_bias, float bound, float *g) {
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= T * HV * K) return;
-  const int64_t t = i / ((int64_t)HV * K);
-  const int32_t h = (int32_t)((i / K) % HV), d = (int32_t)(i % K);
+  const int64_t t = blockIdx.x;
+  const int32_t e = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
+  if (e >= HV * K) return;
+  const int32_t h = e / K, d = e - h * K;
   float x = dsp_dev_bf16_val(f[t * f_tok + h * f_head + d]);
-  if (dt_bias) x = __fadd_rn(x, dt_bias[(int64_t)h * K + d]);
+  if (dt_bias) x = __fadd_rn(x, dt_bias[e]);
   const float a = A_log ? expf(A_log[h]) : 1.0f;
   /* each form on its own; never the sigmoid of a softplus */
-  g[i] = bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, softplus20(x));
+  g[t * HV * K + e] = bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, softplus20(x));
 }
 
 extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok,
                                       int64_t f_head, const float *A_log, const float *dt_bias, float lower_bound,
                                       float *g, cudaStream_t st) {
   if (T * HV * K == 0) return DSP_OK;
-  k_gate<<<dsp_dev_blocks_for(T * HV * K, 256), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
+  const unsigned gb = (unsigned)(((int64_t)HV * K + 255) / 256);
+  if (T > INT32_MAX || gb > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda gate: %lld tokens of %d", (long long)T, (int)(HV * K));
+  k_gate<<<dim3((unsigned)T, gb), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -165,7 +211,8 @@ __global__ void k_recurrent(rec_args a) {
   float *S = sm, *q = S + (size_t)K * tile, *k = q + K, *eg = k + K, *root = eg + K;
   const int64_t KV = (int64_t)K * V, head_off = (int64_t)hv * KV;
   float *own = a.state + (int64_t)slot * a.slot_stride + head_off;
-  for (int32_t i = 0; i < K; i++) S[i * tile + j] = active && has ? own[(int64_t)i * V + v] : 0.0f;
+  if (j < tile) /* threads past the tile would write into the next row */
+    for (int32_t i = 0; i < K; i++) S[i * tile + j] = active && has ? own[(int64_t)i * V + v] : 0.0f;
   for (int64_t t = t0; t < t1; t++) {
     __syncthreads(); /* the previous token's q, k and exp(g) are no longer read */
     const uint16_t *qr = a.q.data + t * a.q.tok + h * a.q.head, *kr = a.k.data + t * a.k.tok + h * a.k.head;
@@ -215,12 +262,13 @@ __global__ void k_recurrent(rec_args a) {
  * written once per call with every load of a column in flight at once. Each
  * sum over d is one chain in d order, as k_recurrent's: part 0 sums its rows,
  * part 1 goes on from part 0's partial sum (handed over in shared memory). */
-template <int KH, int NH>
+template <int KH, int NH, int VC>
 __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
   constexpr int K = KH * NH;
   __shared__ float q[K], k[K], eg[K], root[2], hand[64], ub[64];
   const int32_t tw = (a.tile + 31) / 32 * 32; /* threads per part */
-  const int32_t part = threadIdx.x / tw, j = threadIdx.x % tw, tile = a.tile, V = a.V;
+  const int32_t V = VC > 0 ? VC : a.V; /* a fixed V makes the state's row offsets immediates */
+  const int32_t part = threadIdx.x / tw, j = threadIdx.x % tw, tile = a.tile;
   const int32_t v = (int32_t)blockIdx.z * tile + j, h = hv_of(blockIdx.y, a.HV, a.H), hv = blockIdx.y;
   const bool active = j < tile && v < V;
   const int32_t slot = a.s.slot[blockIdx.x];
@@ -324,8 +372,10 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
   const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
   if ((K == 64 || K == 128) && tile <= 64) { /* registers: 64 rows of a column per thread */
     const unsigned tw = (unsigned)((tile + 31) / 32 * 32);
-    if (K == 64) k_recurrent_reg<64, 1><<<grid, tw, 0, st>>>(a);
-    else k_recurrent_reg<64, 2><<<grid, 2 * tw, 0, st>>>(a);
+    if (K == 64 && V == 64) k_recurrent_reg<64, 1, 64><<<grid, tw, 0, st>>>(a);
+    else if (K == 64) k_recurrent_reg<64, 1, 0><<<grid, tw, 0, st>>>(a);
+    else if (V == 128) k_recurrent_reg<64, 2, 128><<<grid, 2 * tw, 0, st>>>(a);
+    else k_recurrent_reg<64, 2, 0><<<grid, 2 * tw, 0, st>>>(a);
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }

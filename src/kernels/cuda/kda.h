@@ -81,6 +81,35 @@ dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32_t V, float
                               uint16_t *o_data, int64_t o_tok, int64_t o_head, float *state, int64_t slot_stride,
                               float *scratch, float *carry, int32_t tile, cudaStream_t st);
 
+/* The whole op for one token per sequence (cu NULL) in one kernel
+ * (kda_decode.cu), with the bits of the kernels above in turn: conv + SiLU
+ * (no bias), gate, beta, the recurrence (q, k L2-normalised), the gated norm.
+ * Where dsp_cu_kda_decode_fits: H == HV, K == V of 64 or 128. */
+typedef struct {
+  int32_t H, K, W; /* heads, head dim (K == V), conv width */
+  const uint16_t *qkv;
+  int64_t qkv_tok;
+  const float *conv_w; /* [2 H K + H K][W] */
+  uint16_t *conv_state;
+  int64_t conv_stride;
+  const uint16_t *f;
+  int64_t f_tok;
+  const float *A_log, *dt_bias;
+  float bound; /* < 0: the lower-bound gate, 0: softplus */
+  const uint16_t *b;
+  int64_t b_tok;
+  const uint16_t *z;
+  int64_t z_tok;
+  const float *norm_w;
+  float eps, scale;
+  float *state;
+  int64_t slot_stride;
+  uint16_t *y;
+  int64_t y_tok;
+} dsp_cu_kda_decode_args;
+int dsp_cu_kda_decode_fits(int32_t H, int32_t HV, int32_t K, int32_t V, int32_t W);
+dsp_status dsp_cu_kda_decode(const dsp_cu_kda_seqs *s, const dsp_cu_kda_decode_args *a, cudaStream_t st);
+
 /* The gated output RMSNorm (dsp_kda_gated_rmsnorm; y may be x). */
 dsp_status dsp_cu_kda_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z, const float *weight,
                            float eps, uint16_t *y_data, int64_t y_tok, int64_t y_head, cudaStream_t st);

@@ -21,7 +21,7 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 
-enum { C = 64, BLK = 16, NT = 256 };
+enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
 
 /* Scratch of one (chunk, head), in floats: W, Qg, KG [C][K]; Ur [C][V]; Aqk [C][C]; eg [K]. */
 struct chunk_scr {
@@ -91,14 +91,33 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
   float *P1 = P0 + (size_t)K * BP, *P2 = P1 + (size_t)K * BP, *rq = P2 + (size_t)K * BP, *bt = rq + C;
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.HV, hv, K, V);
 
-  /* k rows into Kn, the q and k roots by warp sums */
+  /* q row i normalised and scaled, element d */
+#define QN(i, d) (dsp_dev_bf16_val(a.q.data[(c0 + (i)) * a.q.tok + h * a.q.head + (d)]) / rq[i] * a.scale)
+  /* Element e = i * K + d of the chunk, i < nc, LOADS loads in flight per
+   * thread (a loop of global loads into shared memory otherwise waits on each). */
+#define BULK(n, LOAD, STORE)                                                 \
+  for (int32_t e0 = tid; e0 < (n); e0 += LOADS * NT) {                       \
+    float x_[LOADS];                                                         \
+    _Pragma("unroll") for (int u_ = 0; u_ < LOADS; u_++) {                   \
+      const int32_t e = e0 + u_ * NT, i = e / K, d = e - i * K;              \
+      (void)d;                                                               \
+      x_[u_] = e < (n) ? (LOAD) : 0.0f;                                      \
+    }                                                                        \
+    _Pragma("unroll") for (int u_ = 0; u_ < LOADS; u_++) {                   \
+      const int32_t e = e0 + u_ * NT, i = e / K, d = e - i * K;              \
+      const float x = x_[u_];                                                \
+      if (e < (n)) STORE;                                                    \
+    }                                                                        \
+  }
+  /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
+  BULK(nc * K, dsp_dev_bf16_val(a.k.data[(c0 + i) * a.k.tok + h * a.k.head + d]), Kn[(size_t)d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.q.data[(c0 + i) * a.q.tok + h * a.q.head + d]), G[(size_t)d * CP + i] = x)
+  __syncthreads();
   for (int32_t i = warp; i < nc; i += NT / 32) {
-    const uint16_t *qr = a.q.data + (c0 + i) * a.q.tok + h * a.q.head, *kr = a.k.data + (c0 + i) * a.k.tok + h * a.k.head;
     float sq = 0.0f, sk = 0.0f;
     for (int32_t d = lane; d < K; d += 32) {
-      const float x = dsp_dev_bf16_val(qr[d]), y = dsp_dev_bf16_val(kr[d]);
+      const float x = G[(size_t)d * CP + i], y = Kn[(size_t)d * CP + i];
       sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
-      Kn[(size_t)d * CP + i] = y;
     }
     sq = dsp_dev_warp_sum(sq), sk = dsp_dev_warp_sum(sk);
     const float rk = a.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
@@ -106,28 +125,28 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     for (int32_t d = lane; d < K; d += 32) Kn[(size_t)d * CP + i] = Kn[(size_t)d * CP + i] / rk;
     if (lane == 0) bt[i] = a.beta[(c0 + i) * a.HV + hv];
   }
+  __syncthreads();
+  BULK(nc * K, a.g[((c0 + i) * a.HV + hv) * K + d], G[(size_t)d * CP + i] = x)
+  __syncthreads();
   for (int32_t d = tid; d < K; d += NT) { /* running sums of g */
     float run = 0.0f;
     for (int32_t i = 0; i < nc; i++) {
-      run += a.g[((c0 + i) * a.HV + hv) * K + d];
+      run += G[(size_t)d * CP + i];
       G[(size_t)d * CP + i] = run;
     }
   }
   __syncthreads();
-  /* q row i normalised and scaled, element d */
-#define QN(i, d) (dsp_dev_bf16_val(a.q.data[(c0 + (i)) * a.q.tok + h * a.q.head + (d)]) / rq[i] * a.scale)
 
   /* scores by 16-row blocks; thread (il, jl) of a 16 x 16 block pair */
   const int32_t il = tid >> 4, jl = tid & 15;
   for (int32_t r = 0; r < nc; r += BLK) {
     const int32_t nr = nc - r < BLK ? nc - r : BLK;
     /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
-    for (int32_t e = tid; e < nr * K; e += NT) {
-      const int32_t i = e / K, d = e % K;
-      const float x = expf(G[(size_t)d * CP + r + i] - G[(size_t)d * CP + r]);
-      P0[(size_t)d * BP + i] = Kn[(size_t)d * CP + r + i] * x;
-      P1[(size_t)d * BP + i] = QN(r + i, d) * x;
-    }
+    BULK(nr * K, QN(r + i, d), {
+      const float ex = expf(G[(size_t)d * CP + r + i] - G[(size_t)d * CP + r]);
+      P0[(size_t)d * BP + i] = Kn[(size_t)d * CP + r + i] * ex;
+      P1[(size_t)d * BP + i] = x * ex;
+    })
     for (int32_t j0 = 0; j0 < r; j0 += BLK) { /* earlier blocks: P2 = k exp(G_r - G) */
       __syncthreads();
       for (int32_t e = tid; e < BLK * K; e += NT) {
@@ -147,10 +166,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
       }
     }
     __syncthreads();
-    for (int32_t e = tid; e < nr * K; e += NT) { /* P2 = the block's q rows, for the pairs inside it */
-      const int32_t i = e / K, d = e % K;
-      P2[(size_t)d * BP + i] = QN(r + i, d);
-    }
+    BULK(nr * K, QN(r + i, d), P2[(size_t)d * BP + i] = x) /* the block's q rows, for the pairs inside it */
     __syncthreads();
     if (il < nr && jl <= il) {
       const int32_t i = r + il, j = r + jl;
@@ -173,6 +189,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
       const int32_t j = tid;
       const float b = bt[i];
       t = b * A[(size_t)i * CP + j];
+#pragma unroll 4
       for (int32_t m = j + 1; m < i; m++) t = fmaf(b * A[(size_t)i * CP + m], A[(size_t)m * CP + j], t);
     }
     __syncthreads();
@@ -193,12 +210,22 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     for (int32_t i = 0; i < C; i++) acc[i] = 0.0f;
     const bool isw = col < K;
     const int32_t d = isw ? col : col - K;
-    for (int32_t j = 0; j < nc; j++) {
-      const float x = isw ? Kn[(size_t)d * CP + j] * expf(G[(size_t)d * CP + j])
-                          : dsp_dev_bf16_val(a.v.data[(c0 + j) * a.v.tok + hv * a.v.head + d]);
+    for (int32_t j0 = 0; j0 < nc; j0 += LOADS) { /* LOADS columns' inputs in flight, then their terms */
+      float xs[LOADS];
 #pragma unroll
-      for (int32_t i = 0; i < C; i++)
-        if (i >= j) acc[i] = fmaf(A[(size_t)i * CP + j], x, acc[i]);
+      for (int u = 0; u < LOADS; u++) {
+        const int32_t j = j0 + u;
+        xs[u] = j >= nc ? 0.0f
+                : isw   ? Kn[(size_t)d * CP + j] * expf(G[(size_t)d * CP + j])
+                        : dsp_dev_bf16_val(a.v.data[(c0 + j) * a.v.tok + hv * a.v.head + d]);
+      }
+#pragma unroll
+      for (int u = 0; u < LOADS; u++) {
+        const int32_t j = j0 + u;
+#pragma unroll
+        for (int32_t i = 0; i < C; i++)
+          if (i >= j && j < nc) acc[i] = fmaf(A[(size_t)i * CP + j], xs[u], acc[i]);
+      }
     }
     float *dst = isw ? out.W + d : out.Ur + d;
     const int32_t ld = isw ? K : V;
@@ -207,15 +234,24 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
       if (i < nc) dst[(size_t)i * ld] = acc[i];
     if (isw) {
       const float gl = G[(size_t)d * CP + nc - 1];
-      for (int32_t i = 0; i < nc; i++) {
-        const float gi = G[(size_t)d * CP + i];
-        out.Qg[(size_t)i * K + d] = QN(i, d) * expf(gi);
-        out.KG[(size_t)i * K + d] = Kn[(size_t)d * CP + i] * expf(gl - gi);
+      for (int32_t i0 = 0; i0 < nc; i0 += LOADS) {
+        float qs[LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) qs[u] = i0 + u < nc ? QN(i0 + u, d) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) {
+          const int32_t i = i0 + u;
+          if (i >= nc) break;
+          const float gi = G[(size_t)d * CP + i];
+          out.Qg[(size_t)i * K + d] = qs[u] * expf(gi);
+          out.KG[(size_t)i * K + d] = Kn[(size_t)d * CP + i] * expf(gl - gi);
+        }
       }
       out.eg[d] = expf(gl);
     }
   }
 #undef QN
+#undef BULK
 }
 
 static size_t intra_smem(int32_t K) {
@@ -225,6 +261,37 @@ static size_t intra_smem(int32_t K) {
 /* ---- pass 2 ---------------------------------------------------------------------------
  * Thread (rg, cg): rows 4 rg .. 4 rg + 3 and columns cg + 16 c (c < BV / 16) of
  * the U and o tiles; rows d = rg + 16 e of the state tile. */
+/* A chunk's [nc][K] rows of W, Qg or KG in registers (K a multiple of 4),
+ * fetched one phase ahead so the loads run under the phase before. */
+enum { XR = C * DSP_CU_KDA_CHUNK_MAX_K / 4 / NT };
+struct xrows {
+  float4 r[XR];
+};
+
+__device__ static inline void x_fetch(xrows &p, const float *src, int32_t n4) {
+#pragma unroll
+  for (int u = 0; u < XR; u++) {
+    const int32_t e = u * NT + (int32_t)threadIdx.x;
+    p.r[u] = e < n4 ? reinterpret_cast<const float4 *>(src)[e] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+__device__ static inline void x_put(const xrows &p, float *X, int32_t XP, int32_t n4, int32_t K) {
+#pragma unroll
+  for (int u = 0; u < XR; u++) {
+    const int32_t e = u * NT + (int32_t)threadIdx.x, f = 4 * e, i = f / K;
+    if (e < n4) *reinterpret_cast<float4 *>(X + (size_t)i * XP + (f - i * K)) = p.r[u];
+  }
+}
+
+/* The rows into X: from the registers, or (K not a multiple of 4) straight from src. */
+__device__ static inline void x_rows(const xrows &p, bool vec, const float *src, float *X, int32_t XP, int32_t nc,
+                                     int32_t K) {
+  if (vec) x_put(p, X, XP, nc * K / 4, K);
+  else
+    for (int32_t e = threadIdx.x; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = src[e];
+}
+
 template <int BV>
 __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   extern __shared__ float sm[];
@@ -246,23 +313,44 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
     const int32_t d = e / BV, j = e % BV;
     S[e] = src && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
   }
+  const bool vec = (K & 3) == 0;
+  xrows pf;
+  if (vec && lo < hi) {
+    int64_t c0;
+    int32_t nc;
+    chunk_span(a.s, n, lo, c0, nc);
+    x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.HV, hv, K, V).W, nc * K / 4);
+  }
   for (int64_t c = lo; c < hi; c++) {
     const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.HV, hv, K, V);
     int64_t c0;
     int32_t nc;
     chunk_span(a.s, n, c, c0, nc);
     __syncthreads(); /* the previous chunk's X, U and Aq are no longer read */
-    for (int32_t e = tid; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = sc.W[e];
-    for (int32_t e = tid; e < C * BV; e += NT) {
-      const int32_t i = e / BV, j = e % BV;
-      U[e] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
-    }
-    for (int32_t e = tid; e < nc * nc; e += NT) {
-      const int32_t i = e / nc, m = e % nc;
-      if (m <= i) Aq[(size_t)i * AP + m] = sc.Aqk[(size_t)i * C + m];
+    x_rows(pf, vec, sc.W, X, XP, nc, K);
+    {
+      float tu[BV / 4], ta[C * C / NT];
+#pragma unroll
+      for (int u = 0; u < BV / 4; u++) {
+        const int32_t e = u * NT + tid, i = e / BV, j = e % BV;
+        tu[u] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < C * C / NT; u++) {
+        const int32_t e = u * NT + tid, i = e / C, m = e % C;
+        ta[u] = i < nc && m <= i ? sc.Aqk[(size_t)i * C + m] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < BV / 4; u++) U[u * NT + tid] = tu[u];
+#pragma unroll
+      for (int u = 0; u < C * C / NT; u++) {
+        const int32_t e = u * NT + tid;
+        Aq[(size_t)(e / C) * AP + e % C] = ta[u];
+      }
     }
     for (int32_t d = tid; d < K; d += NT) eg[d] = sc.eg[d];
     __syncthreads();
+    if (vec) x_fetch(pf, sc.Qg, nc * K / 4);
     /* U = Ur - W S */
     {
       float acc[4][CT];
@@ -287,8 +375,9 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
         for (int q = 0; q < CT; q++) U[(size_t)(4 * rg + r) * BV + cg + 16 * q] -= acc[r][q];
     }
     __syncthreads();
-    for (int32_t e = tid; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = sc.Qg[e];
+    x_rows(pf, vec, sc.Qg, X, XP, nc, K);
     __syncthreads();
+    if (vec) x_fetch(pf, sc.KG, nc * K / 4);
     /* o = Qg S + Aqk U */
     {
       float acc[4][CT], ac2[4][CT];
@@ -331,8 +420,14 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       }
     }
     __syncthreads();
-    for (int32_t e = tid; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = sc.KG[e];
+    x_rows(pf, vec, sc.KG, X, XP, nc, K);
     __syncthreads();
+    if (vec && c + 1 < hi) { /* the next chunk's W, under this state update */
+      int64_t c0n;
+      int32_t ncn;
+      chunk_span(a.s, n, c + 1, c0n, ncn);
+      x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.HV, hv, K, V).W, ncn * K / 4);
+    }
     /* S = exp(G_last) S + KG^T U, rows d = rg + 16 e */
     for (int32_t d = rg; d < K; d += 16) {
       float acc[CT];

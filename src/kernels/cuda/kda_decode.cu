@@ -1,0 +1,164 @@
+/* The KDA op for one token per sequence in one kernel (kda.h,
+ * dsp_cu_kda_decode): block (sequence, head) does the head's conv + SiLU, its
+ * gate and beta, the recurrence with the state in registers and the gated
+ * norm of its output row. Every value is computed by the same expression, in
+ * the same order, as the separate kernels (k_conv_decode, k_gate, k_beta,
+ * k_recurrent_reg, k_norm), so the bits are theirs; only the launches and the
+ * round trips of q, k, v, g, beta and o through global memory go. */
+#include "kernels/cuda/kda.h"
+
+#include <math.h>
+
+#include "kernels/cuda/common/check.h"
+#include "kernels/cuda/common/devmath.cuh"
+
+#define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
+
+__device__ __forceinline__ float dec_softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* k_recurrent's root: the sum of squares in d order, one thread. */
+__device__ __forceinline__ float dec_root(const float *x, int32_t K) {
+  float ss = 0.0f;
+  for (int32_t i = 0; i < K; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+  return sqrtf(__fadd_rn(ss, 1e-6f));
+}
+
+/* K == V; NH = K / 64 parts of 64 state rows per value column (k_recurrent_reg's). */
+template <int K>
+__global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_cu_kda_decode_args a) {
+  constexpr int NH = K / 64, KH = 64, V = K, NTH = V * NH;
+  __shared__ float q[K], k[K], vv[V], eg[K], o[V], root[2], hand[V], ub[V], bsh, rn;
+  const int32_t n = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, part = tid / V, j = tid % V;
+  const int32_t slot = s.slot[n];
+  if (slot < 0) return;
+  const bool has = !s.has || s.has[n];
+  const int64_t t = n;
+  const int32_t H = a.H, W1 = a.W - 1, ts = s.token_slot ? s.token_slot[t] : -1;
+  const int64_t D = 2 * (int64_t)H * K + (int64_t)H * V, KV = (int64_t)K * V, r0 = (int64_t)part * KH;
+  float *own = a.state + (int64_t)slot * a.slot_stride + h * KV;
+  float S[KH]; /* loads first: they run under the conv and the gate */
+#pragma unroll
+  for (int32_t i = 0; i < KH; i++) S[i] = has ? own[(r0 + i) * V + j] : 0.0f;
+
+  /* conv + SiLU of the head's q, k and v channels, and their new windows */
+  uint16_t *cown = W1 > 0 ? a.conv_state + (int64_t)slot * a.conv_stride : NULL;
+  for (int32_t e = tid; e < 2 * K + V; e += NTH) {
+    const int64_t c = e < K ? (int64_t)h * K + e : e < 2 * K ? (int64_t)H * K + h * K + (e - K) : 2 * (int64_t)H * K + h * V + (e - 2 * K);
+    uint16_t win[KDA_MAX_WIDTH];
+    for (int32_t w = 0; w < W1; w++) win[w] = has ? cown[w * D + c] : (uint16_t)0;
+    win[W1] = a.qkv[t * a.qkv_tok + c];
+    const float *cw = a.conv_w + c * a.W;
+    float acc = 0.0f;
+    for (int32_t w = 0; w < W1; w++) acc = __fadd_rn(acc, __fmul_rn(cw[w], dsp_dev_bf16_val(win[w])));
+    acc = __fadd_rn(acc, __fmul_rn(cw[W1], dsp_dev_bf16_val(win[W1])));
+    const float y = dsp_dev_round_bf16(acc / (1.0f + expf(-acc)));
+    if (e < K) q[e] = y;
+    else if (e < 2 * K) k[e - K] = y;
+    else vv[e - 2 * K] = y;
+    if (ts >= 0)
+      for (int32_t w = 0; w < W1; w++) a.conv_state[(int64_t)ts * a.conv_stride + w * D + c] = win[w + 1];
+    if (s.write_final)
+      for (int32_t w = 0; w < W1; w++) cown[w * D + c] = win[w + 1];
+  }
+  /* the gate (k_gate's form), exp of it, and beta */
+  for (int32_t d = tid; d < K; d += NTH) {
+    float x = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + d]);
+    if (a.dt_bias) x = __fadd_rn(x, a.dt_bias[(int64_t)h * K + d]);
+    const float am = a.A_log ? expf(a.A_log[h]) : 1.0f;
+    const float g = a.bound < 0.0f ? __fmul_rn(a.bound, 1.0f / (1.0f + expf(-__fmul_rn(am, x))))
+                                   : -__fmul_rn(am, dec_softplus20(x));
+    eg[d] = expf(g);
+  }
+  if (tid == 0) bsh = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
+  __syncthreads();
+  if (tid == 0) root[0] = dec_root(q, K);
+  if (tid == 32) root[1] = dec_root(k, K);
+  __syncthreads();
+  for (int32_t i = tid; i < K; i += NTH) {
+    q[i] = __fmul_rn(q[i] / root[0], a.scale);
+    k[i] = k[i] / root[1];
+  }
+  __syncthreads();
+
+  /* the recurrence (k_recurrent_reg's chains) */
+  float acc = 0.0f;
+#pragma unroll
+  for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
+  if (part == 0) {
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[i], S[i]));
+  }
+  if (NH > 1) {
+    if (part == 0) hand[j] = acc;
+    __syncthreads();
+    if (part == 1) {
+      acc = hand[j];
+#pragma unroll
+      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[KH + i], S[i]));
+    }
+  }
+  float u = 0.0f;
+  if (part == NH - 1) u = __fmul_rn(bsh, __fsub_rn(vv[j], acc));
+  if (NH > 1) {
+    if (part == NH - 1) ub[j] = u;
+    __syncthreads();
+    u = ub[j];
+  }
+#pragma unroll
+  for (int32_t i = 0; i < KH; i++) S[i] = __fadd_rn(S[i], __fmul_rn(k[r0 + i], u));
+  acc = 0.0f;
+  if (part == 0) {
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], S[i]));
+  }
+  if (NH > 1) {
+    __syncthreads();
+    if (part == 0) hand[j] = acc;
+    __syncthreads();
+    if (part == 1) {
+      acc = hand[j];
+#pragma unroll
+      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[KH + i], S[i]));
+    }
+  }
+  if (part == NH - 1) o[j] = dsp_dev_round_bf16(acc);
+  if (ts >= 0) {
+    float *dst = a.state + (int64_t)ts * a.slot_stride + h * KV;
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) dst[(r0 + i) * V + j] = S[i];
+  }
+  if (s.write_final)
+#pragma unroll
+    for (int32_t i = 0; i < KH; i++) own[(r0 + i) * V + j] = S[i];
+  __syncthreads();
+
+  /* the gated norm (k_norm's: lane l sums d = l, l + 32, ..., then the butterfly) */
+  if (tid < 32) {
+    float ss = 0.0f;
+    for (int32_t d = tid; d < V; d += 32) ss = __fadd_rn(ss, __fmul_rn(o[d], o[d]));
+    ss = dsp_dev_warp_sum(ss);
+    if (tid == 0) rn = 1.0f / sqrtf(__fadd_rn(ss / (float)V, a.eps));
+  }
+  __syncthreads();
+  if (tid < V) {
+    const float sg = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.z[t * a.z_tok + (int64_t)h * V + tid])));
+    a.y[t * a.y_tok + (int64_t)h * V + tid] =
+        dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(o[tid], rn), a.norm_w[tid]), sg));
+  }
+}
+
+extern "C" int dsp_cu_kda_decode_fits(int32_t H, int32_t HV, int32_t K, int32_t V, int32_t W) {
+  return H == HV && K == V && (K == 64 || K == 128) && W >= 1 && W <= KDA_MAX_WIDTH && H <= 65535;
+}
+
+extern "C" dsp_status dsp_cu_kda_decode(const dsp_cu_kda_seqs *s, const dsp_cu_kda_decode_args *a, cudaStream_t st) {
+  if (!dsp_cu_kda_decode_fits(a->H, a->H, a->K, a->K, a->W) || s->cu)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda decode: H %d, K %d, width %d, %s", (int)a->H, (int)a->K, (int)a->W,
+                    s->cu ? "several tokens per sequence" : "one token per sequence");
+  if (s->num_seqs < 1) return DSP_OK;
+  const dim3 grid((unsigned)s->num_seqs, (unsigned)a->H);
+  if (a->K == 64) k_decode<64><<<grid, 64, 0, st>>>(*s, *a);
+  else k_decode<128><<<grid, 256, 0, st>>>(*s, *a);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
+}
