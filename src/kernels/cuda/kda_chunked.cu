@@ -110,29 +110,29 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     }                                                                        \
   }
   /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
-  BULK(nc * K, dsp_dev_bf16_val(a.k.data[(c0 + i) * a.k.tok + h * a.k.head + d]), Kn[(size_t)d * CP + i] = x)
-  BULK(nc * K, dsp_dev_bf16_val(a.q.data[(c0 + i) * a.q.tok + h * a.q.head + d]), G[(size_t)d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.k.data[(c0 + i) * a.k.tok + h * a.k.head + d]), Kn[d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.q.data[(c0 + i) * a.q.tok + h * a.q.head + d]), G[d * CP + i] = x)
   __syncthreads();
   for (int32_t i = warp; i < nc; i += NT / 32) {
     float sq = 0.0f, sk = 0.0f;
     for (int32_t d = lane; d < K; d += 32) {
-      const float x = G[(size_t)d * CP + i], y = Kn[(size_t)d * CP + i];
+      const float x = G[d * CP + i], y = Kn[d * CP + i];
       sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
     }
     sq = dsp_dev_warp_sum(sq), sk = dsp_dev_warp_sum(sk);
     const float rk = a.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
     if (lane == 0) rq[i] = a.qk_raw ? 1.0f : sqrtf(sq + 1e-6f);
-    for (int32_t d = lane; d < K; d += 32) Kn[(size_t)d * CP + i] = Kn[(size_t)d * CP + i] / rk;
+    for (int32_t d = lane; d < K; d += 32) Kn[d * CP + i] = Kn[d * CP + i] / rk;
     if (lane == 0) bt[i] = a.beta[(c0 + i) * a.HV + hv];
   }
   __syncthreads();
-  BULK(nc * K, a.g[((c0 + i) * a.HV + hv) * K + d], G[(size_t)d * CP + i] = x)
+  BULK(nc * K, a.g[((c0 + i) * a.HV + hv) * K + d], G[d * CP + i] = x)
   __syncthreads();
   for (int32_t d = tid; d < K; d += NT) { /* running sums of g */
     float run = 0.0f;
     for (int32_t i = 0; i < nc; i++) {
-      run += G[(size_t)d * CP + i];
-      G[(size_t)d * CP + i] = run;
+      run += G[d * CP + i];
+      G[d * CP + i] = run;
     }
   }
   __syncthreads();
@@ -143,40 +143,40 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     const int32_t nr = nc - r < BLK ? nc - r : BLK;
     /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
     BULK(nr * K, QN(r + i, d), {
-      const float ex = expf(G[(size_t)d * CP + r + i] - G[(size_t)d * CP + r]);
-      P0[(size_t)d * BP + i] = Kn[(size_t)d * CP + r + i] * ex;
-      P1[(size_t)d * BP + i] = x * ex;
+      const float ex = expf(G[d * CP + r + i] - G[d * CP + r]);
+      P0[d * BP + i] = Kn[d * CP + r + i] * ex;
+      P1[d * BP + i] = x * ex;
     })
     for (int32_t j0 = 0; j0 < r; j0 += BLK) { /* earlier blocks: P2 = k exp(G_r - G) */
       __syncthreads();
       for (int32_t e = tid; e < BLK * K; e += NT) {
         const int32_t j = e / K, d = e % K;
-        P2[(size_t)d * BP + j] = Kn[(size_t)d * CP + j0 + j] * expf(G[(size_t)d * CP + r] - G[(size_t)d * CP + j0 + j]);
+        P2[d * BP + j] = Kn[d * CP + j0 + j] * expf(G[d * CP + r] - G[d * CP + j0 + j]);
       }
       __syncthreads();
       if (il < nr) {
         float s = 0.0f, sq = 0.0f;
         for (int32_t d = 0; d < K; d++) {
-          const float kj = P2[(size_t)d * BP + jl];
-          s = fmaf(P0[(size_t)d * BP + il], kj, s);
-          sq = fmaf(P1[(size_t)d * BP + il], kj, sq);
+          const float kj = P2[d * BP + jl];
+          s = fmaf(P0[d * BP + il], kj, s);
+          sq = fmaf(P1[d * BP + il], kj, sq);
         }
-        A[(size_t)(r + il) * CP + j0 + jl] = s;
+        A[(r + il) * CP + j0 + jl] = s;
         out.Aqk[(size_t)(r + il) * C + j0 + jl] = sq;
       }
     }
     __syncthreads();
-    BULK(nr * K, QN(r + i, d), P2[(size_t)d * BP + i] = x) /* the block's q rows, for the pairs inside it */
+    BULK(nr * K, QN(r + i, d), P2[d * BP + i] = x) /* the block's q rows, for the pairs inside it */
     __syncthreads();
     if (il < nr && jl <= il) {
       const int32_t i = r + il, j = r + jl;
       float s = 0.0f, sq = 0.0f;
       for (int32_t d = 0; d < K; d++) {
-        const float x = expf(G[(size_t)d * CP + i] - G[(size_t)d * CP + j]), kj = Kn[(size_t)d * CP + j] * x;
-        s = fmaf(Kn[(size_t)d * CP + i], kj, s);
-        sq = fmaf(P2[(size_t)d * BP + il], kj, sq);
+        const float x = expf(G[d * CP + i] - G[d * CP + j]), kj = Kn[d * CP + j] * x;
+        s = fmaf(Kn[d * CP + i], kj, s);
+        sq = fmaf(P2[d * BP + il], kj, sq);
       }
-      if (j < i) A[(size_t)i * CP + j] = s;
+      if (j < i) A[i * CP + j] = s;
       out.Aqk[(size_t)i * C + j] = sq;
     }
     __syncthreads();
@@ -188,18 +188,18 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     if (tid < i) {
       const int32_t j = tid;
       const float b = bt[i];
-      t = b * A[(size_t)i * CP + j];
+      t = b * A[i * CP + j];
 #pragma unroll 4
-      for (int32_t m = j + 1; m < i; m++) t = fmaf(b * A[(size_t)i * CP + m], A[(size_t)m * CP + j], t);
+      for (int32_t m = j + 1; m < i; m++) t = fmaf(b * A[i * CP + m], A[m * CP + j], t);
     }
     __syncthreads();
-    if (tid < i) A[(size_t)i * CP + tid] = -t;
+    if (tid < i) A[i * CP + tid] = -t;
     __syncthreads();
   }
   for (int32_t e = tid; e < nc * nc; e += NT) { /* Tb = T diag(beta) */
     const int32_t i = e / nc, j = e % nc;
-    if (j < i) A[(size_t)i * CP + j] *= bt[j];
-    else if (j == i) A[(size_t)i * CP + j] = bt[i];
+    if (j < i) A[i * CP + j] *= bt[j];
+    else if (j == i) A[i * CP + j] = bt[i];
   }
   __syncthreads();
 
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
       for (int u = 0; u < LOADS; u++) {
         const int32_t j = j0 + u;
         xs[u] = j >= nc ? 0.0f
-                : isw   ? Kn[(size_t)d * CP + j] * expf(G[(size_t)d * CP + j])
+                : isw   ? Kn[d * CP + j] * expf(G[d * CP + j])
                         : dsp_dev_bf16_val(a.v.data[(c0 + j) * a.v.tok + hv * a.v.head + d]);
       }
 #pragma unroll
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
         const int32_t j = j0 + u;
 #pragma unroll
         for (int32_t i = 0; i < C; i++)
-          if (i >= j && j < nc) acc[i] = fmaf(A[(size_t)i * CP + j], xs[u], acc[i]);
+          if (i >= j && j < nc) acc[i] = fmaf(A[i * CP + j], xs[u], acc[i]);
       }
     }
     float *dst = isw ? out.W + d : out.Ur + d;
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     for (int32_t i = 0; i < C; i++)
       if (i < nc) dst[(size_t)i * ld] = acc[i];
     if (isw) {
-      const float gl = G[(size_t)d * CP + nc - 1];
+      const float gl = G[d * CP + nc - 1];
       for (int32_t i0 = 0; i0 < nc; i0 += LOADS) {
         float qs[LOADS];
 #pragma unroll
@@ -242,9 +242,9 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
         for (int u = 0; u < LOADS; u++) {
           const int32_t i = i0 + u;
           if (i >= nc) break;
-          const float gi = G[(size_t)d * CP + i];
+          const float gi = G[d * CP + i];
           out.Qg[(size_t)i * K + d] = qs[u] * expf(gi);
-          out.KG[(size_t)i * K + d] = Kn[(size_t)d * CP + i] * expf(gl - gi);
+          out.KG[(size_t)i * K + d] = Kn[d * CP + i] * expf(gl - gi);
         }
       }
       out.eg[d] = expf(gl);
@@ -290,6 +290,25 @@ __device__ static inline void x_rows(const xrows &p, bool vec, const float *src,
   if (vec) x_put(p, X, XP, nc * K / 4, K);
   else
     for (int32_t e = threadIdx.x; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = src[e];
+}
+
+/* acc[r][q] += sum_d X[4 rg + r][d] S[d][cg + 16 q], d ascending; shared
+ * memory walked by 32-bit pointer steps (no 64-bit index products per load). */
+template <int CT>
+__device__ __forceinline__ void rows_times_state(float (&acc)[4][CT], const float *X, int32_t XP, const float *S,
+                                                 int32_t K, int32_t rg, int32_t cg) {
+  const float *x0 = X + 4 * rg * XP, *x1 = x0 + XP, *x2 = x1 + XP, *x3 = x2 + XP, *sp = S + cg;
+#pragma unroll 4
+  for (int32_t d = 0; d < K; d++, sp += 16 * CT) {
+    float sv[CT];
+#pragma unroll
+    for (int q = 0; q < CT; q++) sv[q] = sp[16 * q];
+    const float xs[4] = {x0[d], x1[d], x2[d], x3[d]};
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int q = 0; q < CT; q++) acc[r][q] = fmaf(xs[r], sv[q], acc[r][q]);
+  }
 }
 
 template <int BV>
@@ -358,21 +377,11 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int q = 0; q < CT; q++) acc[r][q] = 0.0f;
-      for (int32_t d = 0; d < K; d++) {
-        float sv[CT];
-#pragma unroll
-        for (int q = 0; q < CT; q++) sv[q] = S[(size_t)d * BV + cg + 16 * q];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const float x = X[(size_t)(4 * rg + r) * XP + d];
-#pragma unroll
-          for (int q = 0; q < CT; q++) acc[r][q] = fmaf(x, sv[q], acc[r][q]);
-        }
-      }
+      rows_times_state<CT>(acc, X, XP, S, K, rg, cg);
 #pragma unroll
       for (int r = 0; r < 4; r++)
 #pragma unroll
-        for (int q = 0; q < CT; q++) U[(size_t)(4 * rg + r) * BV + cg + 16 * q] -= acc[r][q];
+        for (int q = 0; q < CT; q++) U[(4 * rg + r) * BV + cg + 16 * q] -= acc[r][q];
     }
     __syncthreads();
     x_rows(pf, vec, sc.Qg, X, XP, nc, K);
@@ -385,26 +394,17 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int q = 0; q < CT; q++) acc[r][q] = ac2[r][q] = 0.0f;
-      for (int32_t d = 0; d < K; d++) {
-        float sv[CT];
-#pragma unroll
-        for (int q = 0; q < CT; q++) sv[q] = S[(size_t)d * BV + cg + 16 * q];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const float x = X[(size_t)(4 * rg + r) * XP + d];
-#pragma unroll
-          for (int q = 0; q < CT; q++) acc[r][q] = fmaf(x, sv[q], acc[r][q]);
-        }
-      }
+      rows_times_state<CT>(acc, X, XP, S, K, rg, cg);
       const int32_t i3 = 4 * rg + 3 < nc - 1 ? 4 * rg + 3 : nc - 1;
-      for (int32_t m = 0; m <= i3; m++) {
+      const float *ar = Aq + 4 * rg * AP, *up = U + cg;
+      for (int32_t m = 0; m <= i3; m++, up += BV) {
         float uv[CT];
 #pragma unroll
-        for (int q = 0; q < CT; q++) uv[q] = U[(size_t)m * BV + cg + 16 * q];
+        for (int q = 0; q < CT; q++) uv[q] = up[16 * q];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
           const int32_t i = 4 * rg + r;
-          const float x = m <= i && i < nc ? Aq[(size_t)i * AP + m] : 0.0f;
+          const float x = m <= i && i < nc ? ar[r * AP + m] : 0.0f;
 #pragma unroll
           for (int q = 0; q < CT; q++) ac2[r][q] = fmaf(x, uv[q], ac2[r][q]);
         }
@@ -433,14 +433,16 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       float acc[CT];
 #pragma unroll
       for (int q = 0; q < CT; q++) acc[q] = 0.0f;
-      for (int32_t i = 0; i < nc; i++) {
-        const float x = X[(size_t)i * XP + d];
+      const float *xp = X + d, *up = U + cg;
+#pragma unroll 4
+      for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
+        const float x = *xp;
 #pragma unroll
-        for (int q = 0; q < CT; q++) acc[q] = fmaf(x, U[(size_t)i * BV + cg + 16 * q], acc[q]);
+        for (int q = 0; q < CT; q++) acc[q] = fmaf(x, up[16 * q], acc[q]);
       }
 #pragma unroll
       for (int q = 0; q < CT; q++) {
-        float *sp = S + (size_t)d * BV + cg + 16 * q;
+        float *sp = S + d * BV + cg + 16 * q;
         *sp = fmaf(eg[d], *sp, acc[q]);
       }
     }
