@@ -232,11 +232,13 @@ static long run_differ(const kcall *k, const kout *a, const kout *b) {
 }
 
 /* The chunked form on CUDA against the CPU's: sums in another order, with fma.
- * Stated tolerance: states within a relative RMS of 1e-6, outputs within one
- * bf16 ulp of the CPU's plus 1e-5 of the largest |output|; conv states bit for
- * bit (an H200 reached 1e-8 and 2e-7 on these cases). */
-#define CHUNK_TOL_STATE 1e-6
-#define CHUNK_TOL_EXCESS 1e-5
+ * Stated tolerance: states within a relative RMS of 2e-5 (each form is within
+ * 1e-5 of fp64: test_kda_cpu), outputs within one bf16 ulp of the CPU's plus
+ * 1e-4 of the largest |output|; conv states bit for bit. An H200 reached 1e-8
+ * and 2e-7 on one draw of these cases; a tolerance 10x closer to that failed on
+ * another draw (the suite's earlier tests move the random stream). */
+#define CHUNK_TOL_STATE 2e-5
+#define CHUNK_TOL_EXCESS 1e-4
 static void chunked_vs_cpu(const kcall *k, const kout *c, const char *what) {
   kout r;
   run_kda(g_cpu, k, &r);
