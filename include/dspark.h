@@ -569,7 +569,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
  * Each sequence slot keeps its short-conv inputs and recurrent state. What
  * dspark cannot run (another architecture, a full-rank gate, quantized
  * weights, a full-attention layer, heads that TP does not divide) is refused
- * with the field named. CPU backend for now. */
+ * with the field named. CPU and CUDA backends. */
 typedef struct dsp_kda_layer dsp_kda_layer;
 typedef struct {
   int32_t layer;      /* the decoder layer, 0-based */
