@@ -5,13 +5,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
-
-#define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
-
-__device__ __forceinline__ void seq_span(const dsp_cu_kda_seqs &s, int32_t n, int64_t &t0, int64_t &t1) {
-  t0 = s.cu ? s.cu[n] : n;
-  t1 = s.cu ? s.cu[n + 1] : n + 1;
-}
+#include "kernels/cuda/kda_dev.cuh"
 
 /* ---- short conv + SiLU --------------------------------------------------------------
  * The input at time tau of a sequence starting at t0: x's row when tau >= t0,
@@ -32,18 +26,16 @@ __global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16
   const int32_t n = s.tok_seq[t], slot = s.slot[n], W1 = W - 1;
   if (slot < 0) return;
   int64_t t0, t1;
-  seq_span(s, n, t0, t1);
+  kda_seq_span(s, n, t0, t1);
   const bool has = !s.has || s.has[n];
   const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
   for (int32_t r = 0; r < CONV_CPT; r++) {
     const int32_t c = (blockIdx.y * CONV_CPT + r) * blockDim.x + threadIdx.x;
     if (c >= D) break;
-    const float *w = weight + (int64_t)c * W;
-    float acc = bias ? bias[c] : 0.0f;
-    for (int32_t j = 0; j < W1; j++)
-      acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has))));
-    acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(x[t * x_tok + c])));
-    y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+    uint16_t win[KDA_MAX_WIDTH];
+    for (int32_t j = 0; j < W1; j++) win[j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has);
+    win[W1] = x[t * x_tok + c];
+    y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win, weight + (int64_t)c * W, W, bias ? bias[c] : 0.0f));
   }
 }
 
@@ -65,11 +57,7 @@ __global__ void k_conv_decode(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uin
     uint16_t win[KDA_MAX_WIDTH];
     for (int32_t j = 0; j < W1; j++) win[j] = has ? own[(int64_t)j * D + c] : (uint16_t)0;
     win[W1] = x[t * x_tok + c];
-    const float *w = weight + (int64_t)c * W;
-    float acc = bias ? bias[c] : 0.0f;
-    for (int32_t j = 0; j < W1; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(win[j])));
-    acc = __fadd_rn(acc, __fmul_rn(w[W1], dsp_dev_bf16_val(win[W1])));
-    y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + expf(-acc)));
+    y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win, weight + (int64_t)c * W, W, bias ? bias[c] : 0.0f));
     if (ts >= 0)
       for (int32_t j = 0; j < W1; j++) state[(int64_t)ts * slot_stride + (int64_t)j * D + c] = win[j + 1];
     if (s.write_final)
@@ -93,7 +81,7 @@ __global__ void k_conv_state(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint
   const int32_t slot = s.slot[n];
   if (slot < 0) return;
   int64_t t0, t1;
-  seq_span(s, n, t0, t1);
+  kda_seq_span(s, n, t0, t1);
   const bool has = !s.has || s.has[n];
   uint16_t *own = state + (int64_t)slot * slot_stride;
   if (s.token_slot)
@@ -130,8 +118,6 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
 }
 
 /* ---- gate and beta ----------------------------------------------------------------- */
-__device__ __forceinline__ float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
 /* Grid (token, blocks of 256 of its HV*K values): no 64-bit index division. */
 __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok, int64_t f_head,
                        const float *A_log, const float *dt_bias, float bound, float *g) {
@@ -141,9 +127,7 @@ __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int6
   const int32_t h = e / K, d = e - h * K;
   float x = dsp_dev_bf16_val(f[t * f_tok + h * f_head + d]);
   if (dt_bias) x = __fadd_rn(x, dt_bias[e]);
-  const float a = A_log ? expf(A_log[h]) : 1.0f;
-  /* each form on its own; never the sigmoid of a softplus */
-  g[t * HV * K + e] = bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, softplus20(x));
+  g[t * HV * K + e] = kda_gate_value(x, A_log ? expf(A_log[h]) : 1.0f, bound);
 }
 
 extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok,
@@ -178,27 +162,10 @@ extern "C" dsp_status dsp_cu_kda_beta(int64_t T, int32_t HV, const uint16_t *b, 
  * bank j). Per token: q, k and exp(g) into shared memory, the two sums of
  * squares by one thread each (d in order), then each column's k^T S and q^T S
  * in d order, as the CPU. */
-struct rec_args {
-  int32_t H, HV, K, V, tile, qk_raw;
-  float scale;
-  dsp_cu_kda_seqs s;
-  dsp_cu_kda_in q, k, v;
-  const float *g, *beta;
-  uint16_t *o;
-  int64_t o_tok, o_head;
-  float *state;
-  int64_t slot_stride;
-};
-
 __device__ __forceinline__ int32_t hv_of(int32_t hv, int32_t HV, int32_t H) { return hv / (HV / H); }
 
-__device__ __forceinline__ float l2_root(const float *x, int32_t K) {
-  float ss = 0.0f;
-  for (int32_t i = 0; i < K; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-  return sqrtf(__fadd_rn(ss, 1e-6f));
-}
 
-__global__ void k_recurrent(rec_args a) {
+__global__ void k_recurrent(kda_rec_args a) {
   extern __shared__ float sm[];
   const int32_t n = blockIdx.x, hv = blockIdx.y, j = threadIdx.x, tile = a.tile, K = a.K, V = a.V;
   const int32_t v = (int32_t)blockIdx.z * tile + j, h = hv / (a.HV / a.H);
@@ -206,7 +173,7 @@ __global__ void k_recurrent(rec_args a) {
   const int32_t slot = a.s.slot[n];
   if (slot < 0) return; /* padding: the whole block leaves */
   int64_t t0, t1;
-  seq_span(a.s, n, t0, t1);
+  kda_seq_span(a.s, n, t0, t1);
   const bool has = !a.s.has || a.s.has[n];
   float *S = sm, *q = S + (size_t)K * tile, *k = q + K, *eg = k + K, *root = eg + K;
   const int64_t KV = (int64_t)K * V, head_off = (int64_t)hv * KV;
@@ -224,8 +191,8 @@ __global__ void k_recurrent(rec_args a) {
     }
     __syncthreads();
     if (!a.qk_raw && (j == 0 || j == 32)) { /* two warps where there are two */
-      if (j == 0) root[0] = l2_root(q, K);
-      if (j == 32 || blockDim.x <= 32) root[1] = l2_root(k, K);
+      if (j == 0) root[0] = kda_l2_root(q, K);
+      if (j == 32 || blockDim.x <= 32) root[1] = kda_l2_root(k, K);
     }
     __syncthreads();
     for (int32_t i = j; i < K; i += blockDim.x) {
@@ -263,7 +230,7 @@ __global__ void k_recurrent(rec_args a) {
  * sum over d is one chain in d order, as k_recurrent's: part 0 sums its rows,
  * part 1 goes on from part 0's partial sum (handed over in shared memory). */
 template <int KH, int NH, int VC>
-__global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
+__global__ void __launch_bounds__(64 * NH) k_recurrent_reg(kda_rec_args a) {
   constexpr int K = KH * NH;
   __shared__ float q[K], k[K], eg[K], root[2], hand[64], ub[64];
   const int32_t tw = (a.tile + 31) / 32 * 32; /* threads per part */
@@ -274,7 +241,7 @@ __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
   const int32_t slot = a.s.slot[blockIdx.x];
   if (slot < 0) return;
   int64_t t0, t1;
-  seq_span(a.s, blockIdx.x, t0, t1);
+  kda_seq_span(a.s, blockIdx.x, t0, t1);
   const bool has = !a.s.has || a.s.has[blockIdx.x];
   const int64_t head_off = (int64_t)hv * K * V, r0 = (int64_t)part * KH;
   float *own = a.state + (int64_t)slot * a.slot_stride + head_off;
@@ -292,8 +259,8 @@ __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
     }
     __syncthreads();
     if (!a.qk_raw && (threadIdx.x == 0 || threadIdx.x == 32)) {
-      if (threadIdx.x == 0) root[0] = l2_root(q, K);
-      if (threadIdx.x == 32 || blockDim.x <= 32) root[1] = l2_root(k, K);
+      if (threadIdx.x == 0) root[0] = kda_l2_root(q, K);
+      if (threadIdx.x == 32 || blockDim.x <= 32) root[1] = kda_l2_root(k, K);
     }
     __syncthreads();
     for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
@@ -301,49 +268,9 @@ __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(rec_args a) {
       k[i] = a.qk_raw ? k[i] : k[i] / root[1];
     }
     __syncthreads();
-    /* decay, then k^T S of the decayed state */
-    float acc = 0.0f;
-#pragma unroll
-    for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
-    if (part == 0) {
-#pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[i], S[i]));
-    }
-    if (NH > 1) {
-      if (part == 0) hand[j] = acc;
-      __syncthreads();
-      if (part == 1) {
-        acc = hand[j];
-#pragma unroll
-        for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[KH + i], S[i]));
-      }
-    }
-    float u = 0.0f;
-    if (part == NH - 1 && active)
-      u = __fmul_rn(a.beta[t * a.HV + hv], __fsub_rn(dsp_dev_bf16_val(a.v.data[t * a.v.tok + hv * a.v.head + v]), acc));
-    if (NH > 1) {
-      if (part == NH - 1) ub[j] = u;
-      __syncthreads();
-      u = ub[j];
-    }
-    /* rank-1 update, then q^T S of the updated state */
-#pragma unroll
-    for (int32_t i = 0; i < KH; i++) S[i] = __fadd_rn(S[i], __fmul_rn(k[r0 + i], u));
-    acc = 0.0f;
-    if (part == 0) {
-#pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], S[i]));
-    }
-    if (NH > 1) {
-      __syncthreads(); /* every part has read ub */
-      if (part == 0) hand[j] = acc;
-      __syncthreads();
-      if (part == 1) {
-        acc = hand[j];
-#pragma unroll
-        for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[KH + i], S[i]));
-      }
-    }
+    const bool last = part == NH - 1 && active;
+    const float acc = kda_reg_token<KH, NH>(S, q, k, eg, part, j, hand, ub, last ? a.beta[t * a.HV + hv] : 0.0f,
+                                            last ? dsp_dev_bf16_val(a.v.data[t * a.v.tok + hv * a.v.head + v]) : 0.0f);
     if (part == NH - 1 && active) a.o[t * a.o_tok + hv * a.o_head + v] = dsp_dev_bf16_bits(acc);
     if (active && a.s.token_slot && a.s.token_slot[t] >= 0) {
       float *dst = a.state + (int64_t)a.s.token_slot[t] * a.slot_stride + head_off;
@@ -368,7 +295,7 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
   if (s->num_seqs < 1) return DSP_OK;
   if (tile <= 0) tile = V < 64 ? V : 64;
   if (tile > V) tile = V;
-  rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
+  kda_rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
   const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
   if ((K == 64 || K == 128) && tile <= 64) { /* registers: 64 rows of a column per thread */
     const unsigned tw = (unsigned)((tile + 31) / 32 * 32);

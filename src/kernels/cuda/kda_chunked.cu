@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/kda_dev.cuh"
 
 enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
 
@@ -43,16 +44,9 @@ __device__ static inline chunk_scr scr_at(float *scratch, int64_t cl, int32_t HV
 extern "C" size_t dsp_cu_kda_chunk_floats(int32_t HV, int32_t K, int32_t V) { return (size_t)HV * per_head_floats(K, V); }
 
 struct chunk_args {
-  int32_t H, HV, K, V, qk_raw, window;
-  float scale;
-  dsp_cu_kda_seqs s;
+  kda_rec_args r; /* tile unused */
+  int32_t window;
   int64_t c_lo, c_hi;
-  dsp_cu_kda_in q, k, v;
-  const float *g, *beta;
-  uint16_t *o;
-  int64_t o_tok, o_head;
-  float *state;
-  int64_t slot_stride;
   float *scratch, *carry;
 };
 
@@ -78,21 +72,21 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
  * Tb) [C][C+1], three 16-row panels [K][BLK+1]. */
 __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
   extern __shared__ float sm[];
-  const int32_t K = a.K, V = a.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t K = a.r.K, V = a.r.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t c = a.c_lo + blockIdx.x;
-  const int32_t hv = blockIdx.y, h = hv / (a.HV / a.H);
-  const int32_t n = seq_of_chunk(a.s, c);
-  if (a.s.slot[n] < 0) return;
+  const int32_t hv = blockIdx.y, h = hv / (a.r.HV / a.r.H);
+  const int32_t n = seq_of_chunk(a.r.s, c);
+  if (a.r.s.slot[n] < 0) return;
   int64_t c0;
   int32_t nc;
-  chunk_span(a.s, n, c, c0, nc);
+  chunk_span(a.r.s, n, c, c0, nc);
   const int32_t CP = C + 1, BP = BLK + 1;
   float *G = sm, *Kn = G + (size_t)K * CP, *A = Kn + (size_t)K * CP, *P0 = A + (size_t)C * CP;
   float *P1 = P0 + (size_t)K * BP, *P2 = P1 + (size_t)K * BP, *rq = P2 + (size_t)K * BP, *bt = rq + C;
-  const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.HV, hv, K, V);
+  const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
 
   /* q row i normalised and scaled, element d */
-#define QN(i, d) (dsp_dev_bf16_val(a.q.data[(c0 + (i)) * a.q.tok + h * a.q.head + (d)]) / rq[i] * a.scale)
+#define QN(i, d) (dsp_dev_bf16_val(a.r.q.data[(c0 + (i)) * a.r.q.tok + h * a.r.q.head + (d)]) / rq[i] * a.r.scale)
   /* Element e = i * K + d of the chunk, i < nc, LOADS loads in flight per
    * thread (a loop of global loads into shared memory otherwise waits on each). */
 #define BULK(n, LOAD, STORE)                                                 \
@@ -110,8 +104,8 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
     }                                                                        \
   }
   /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
-  BULK(nc * K, dsp_dev_bf16_val(a.k.data[(c0 + i) * a.k.tok + h * a.k.head + d]), Kn[d * CP + i] = x)
-  BULK(nc * K, dsp_dev_bf16_val(a.q.data[(c0 + i) * a.q.tok + h * a.q.head + d]), G[d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[d * CP + i] = x)
   __syncthreads();
   for (int32_t i = warp; i < nc; i += NT / 32) {
     float sq = 0.0f, sk = 0.0f;
@@ -120,13 +114,13 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
       sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
     }
     sq = dsp_dev_warp_sum(sq), sk = dsp_dev_warp_sum(sk);
-    const float rk = a.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
-    if (lane == 0) rq[i] = a.qk_raw ? 1.0f : sqrtf(sq + 1e-6f);
+    const float rk = a.r.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
+    if (lane == 0) rq[i] = a.r.qk_raw ? 1.0f : sqrtf(sq + 1e-6f);
     for (int32_t d = lane; d < K; d += 32) Kn[d * CP + i] = Kn[d * CP + i] / rk;
-    if (lane == 0) bt[i] = a.beta[(c0 + i) * a.HV + hv];
+    if (lane == 0) bt[i] = a.r.beta[(c0 + i) * a.r.HV + hv];
   }
   __syncthreads();
-  BULK(nc * K, a.g[((c0 + i) * a.HV + hv) * K + d], G[d * CP + i] = x)
+  BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[d * CP + i] = x)
   __syncthreads();
   for (int32_t d = tid; d < K; d += NT) { /* running sums of g */
     float run = 0.0f;
@@ -217,7 +211,7 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
         const int32_t j = j0 + u;
         xs[u] = j >= nc ? 0.0f
                 : isw   ? Kn[d * CP + j] * expf(G[d * CP + j])
-                        : dsp_dev_bf16_val(a.v.data[(c0 + j) * a.v.tok + hv * a.v.head + d]);
+                        : dsp_dev_bf16_val(a.r.v.data[(c0 + j) * a.r.v.tok + hv * a.r.v.head + d]);
       }
 #pragma unroll
       for (int u = 0; u < LOADS; u++) {
@@ -315,19 +309,19 @@ template <int BV>
 __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   extern __shared__ float sm[];
   constexpr int CT = BV / 16;
-  const int32_t K = a.K, V = a.V, tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+  const int32_t K = a.r.K, V = a.r.V, tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
   const int32_t n = blockIdx.x, hv = blockIdx.y, v0 = (int32_t)blockIdx.z * BV;
-  const int32_t slot = a.s.slot[n];
+  const int32_t slot = a.r.s.slot[n];
   if (slot < 0) return;
-  const int64_t f0 = a.s.chunk_first[n], f1 = a.s.chunk_first[n + 1];
+  const int64_t f0 = a.r.s.chunk_first[n], f1 = a.r.s.chunk_first[n + 1];
   const int64_t lo = f0 > a.c_lo ? f0 : a.c_lo, hi = f1 < a.c_hi ? f1 : a.c_hi;
   const bool empty = f0 == f1;
   if (empty ? a.window != 0 : lo >= hi) return; /* an empty sequence is done by window 0 */
   const int32_t XP = K + 4, AP = C + 1;
   float *S = sm, *X = S + (size_t)K * BV, *U = X + (size_t)C * XP, *Aq = U + (size_t)C * BV, *eg = Aq + (size_t)C * AP;
   const int64_t KV = (int64_t)K * V, hoff = (int64_t)hv * KV;
-  float *own = a.state + (int64_t)slot * a.slot_stride + hoff;
-  const float *src = lo == f0 ? ((!a.s.has || a.s.has[n]) ? own : NULL) : a.carry + (size_t)((a.window - 1) & 1) * a.HV * KV + hoff;
+  float *own = a.r.state + (int64_t)slot * a.r.slot_stride + hoff;
+  const float *src = lo == f0 ? ((!a.r.s.has || a.r.s.has[n]) ? own : NULL) : a.carry + (size_t)((a.window - 1) & 1) * a.r.HV * KV + hoff;
   for (int32_t e = tid; e < K * BV; e += NT) {
     const int32_t d = e / BV, j = e % BV;
     S[e] = src && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
@@ -337,14 +331,14 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   if (vec && lo < hi) {
     int64_t c0;
     int32_t nc;
-    chunk_span(a.s, n, lo, c0, nc);
-    x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.HV, hv, K, V).W, nc * K / 4);
+    chunk_span(a.r.s, n, lo, c0, nc);
+    x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.r.HV, hv, K, V).W, nc * K / 4);
   }
   for (int64_t c = lo; c < hi; c++) {
-    const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.HV, hv, K, V);
+    const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
     int64_t c0;
     int32_t nc;
-    chunk_span(a.s, n, c, c0, nc);
+    chunk_span(a.r.s, n, c, c0, nc);
     __syncthreads(); /* the previous chunk's X, U and Aq are no longer read */
     x_rows(pf, vec, sc.W, X, XP, nc, K);
     {
@@ -413,7 +407,7 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       for (int r = 0; r < 4; r++) {
         const int32_t i = 4 * rg + r;
         if (i >= nc) continue;
-        uint16_t *orow = a.o + (c0 + i) * a.o_tok + hv * a.o_head + v0;
+        uint16_t *orow = a.r.o + (c0 + i) * a.r.o_tok + hv * a.r.o_head + v0;
 #pragma unroll
         for (int q = 0; q < CT; q++)
           if (v0 + cg + 16 * q < V) orow[cg + 16 * q] = dsp_dev_bf16_bits(acc[r][q] + ac2[r][q]);
@@ -425,8 +419,8 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
     if (vec && c + 1 < hi) { /* the next chunk's W, under this state update */
       int64_t c0n;
       int32_t ncn;
-      chunk_span(a.s, n, c + 1, c0n, ncn);
-      x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.HV, hv, K, V).W, ncn * K / 4);
+      chunk_span(a.r.s, n, c + 1, c0n, ncn);
+      x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.r.HV, hv, K, V).W, ncn * K / 4);
     }
     /* S = exp(G_last) S + KG^T U, rows d = rg + 16 e */
     for (int32_t d = rg; d < K; d += 16) {
@@ -448,7 +442,7 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
     }
   }
   __syncthreads();
-  float *dst = !empty && hi < f1 ? a.carry + (size_t)(a.window & 1) * a.HV * KV + hoff : (a.s.write_final ? own : NULL);
+  float *dst = !empty && hi < f1 ? a.carry + (size_t)(a.window & 1) * a.r.HV * KV + hoff : (a.r.s.write_final ? own : NULL);
   if (dst)
     for (int32_t e = tid; e < K * BV; e += NT) {
       const int32_t d = e / BV, j = e % BV;
@@ -462,9 +456,9 @@ static size_t state_smem(int32_t K, int32_t BV) {
 
 template <int BV>
 static dsp_status launch_state(const chunk_args &a, cudaStream_t st) {
-  const size_t smem = state_smem(a.K, BV);
+  const size_t smem = state_smem(a.r.K, BV);
   DSP_CUDA_TRY(cudaFuncSetAttribute(k_chunk_state<BV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  const dim3 grid((unsigned)a.s.num_seqs, (unsigned)a.HV, (unsigned)((a.V + BV - 1) / BV));
+  const dim3 grid((unsigned)a.r.s.num_seqs, (unsigned)a.r.HV, (unsigned)((a.r.V + BV - 1) / BV));
   k_chunk_state<BV><<<grid, NT, smem, st>>>(a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
@@ -481,7 +475,8 @@ extern "C" dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32
   if (s->num_seqs > 65535 || HV > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda chunked: %d sequences of %d heads", (int)s->num_seqs, (int)HV);
   if (tile <= 0) tile = 32;
   if (tile != 16 && tile != 32 && tile != 64) return dsp_fail(DSP_ERR_ARG, "cuda kda chunked: value tile %d (16, 32 or 64)", (int)tile);
-  chunk_args a = {H, HV, K, V, qk_raw, window, scale, *s, c_lo, c_hi, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride, scratch, carry};
+  const chunk_args a = {{H, HV, K, V, 0, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride},
+                        window, c_lo, c_hi, scratch, carry};
   if (c_hi > c_lo) {
     const size_t smem = intra_smem(K);
     DSP_CUDA_TRY(cudaFuncSetAttribute(k_chunk_intra, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

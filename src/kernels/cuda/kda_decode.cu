@@ -11,17 +11,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
-
-#define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
-
-__device__ __forceinline__ float dec_softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-/* k_recurrent's root: the sum of squares in d order, one thread. */
-__device__ __forceinline__ float dec_root(const float *x, int32_t K) {
-  float ss = 0.0f;
-  for (int32_t i = 0; i < K; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-  return sqrtf(__fadd_rn(ss, 1e-6f));
-}
+#include "kernels/cuda/kda_dev.cuh"
 
 /* K == V; NH = K / 64 parts of 64 state rows per value column (k_recurrent_reg's). */
 template <int K>
@@ -47,11 +37,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
     uint16_t win[KDA_MAX_WIDTH];
     for (int32_t w = 0; w < W1; w++) win[w] = has ? cown[w * D + c] : (uint16_t)0;
     win[W1] = a.qkv[t * a.qkv_tok + c];
-    const float *cw = a.conv_w + c * a.W;
-    float acc = 0.0f;
-    for (int32_t w = 0; w < W1; w++) acc = __fadd_rn(acc, __fmul_rn(cw[w], dsp_dev_bf16_val(win[w])));
-    acc = __fadd_rn(acc, __fmul_rn(cw[W1], dsp_dev_bf16_val(win[W1])));
-    const float y = dsp_dev_round_bf16(acc / (1.0f + expf(-acc)));
+    const float y = dsp_dev_round_bf16(kda_conv_silu(win, a.conv_w + c * a.W, a.W, 0.0f));
     if (e < K) q[e] = y;
     else if (e < 2 * K) k[e - K] = y;
     else vv[e - 2 * K] = y;
@@ -64,15 +50,12 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   for (int32_t d = tid; d < K; d += NTH) {
     float x = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + d]);
     if (a.dt_bias) x = __fadd_rn(x, a.dt_bias[(int64_t)h * K + d]);
-    const float am = a.A_log ? expf(a.A_log[h]) : 1.0f;
-    const float g = a.bound < 0.0f ? __fmul_rn(a.bound, 1.0f / (1.0f + expf(-__fmul_rn(am, x))))
-                                   : -__fmul_rn(am, dec_softplus20(x));
-    eg[d] = expf(g);
+    eg[d] = expf(kda_gate_value(x, a.A_log ? expf(a.A_log[h]) : 1.0f, a.bound));
   }
   if (tid == 0) bsh = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
   __syncthreads();
-  if (tid == 0) root[0] = dec_root(q, K);
-  if (tid == 32) root[1] = dec_root(k, K);
+  if (tid == 0) root[0] = kda_l2_root(q, K);
+  if (tid == 32) root[1] = kda_l2_root(k, K);
   __syncthreads();
   for (int32_t i = tid; i < K; i += NTH) {
     q[i] = __fmul_rn(q[i] / root[0], a.scale);
@@ -81,46 +64,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   __syncthreads();
 
   /* the recurrence (k_recurrent_reg's chains) */
-  float acc = 0.0f;
-#pragma unroll
-  for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
-  if (part == 0) {
-#pragma unroll
-    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[i], S[i]));
-  }
-  if (NH > 1) {
-    if (part == 0) hand[j] = acc;
-    __syncthreads();
-    if (part == 1) {
-      acc = hand[j];
-#pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[KH + i], S[i]));
-    }
-  }
-  float u = 0.0f;
-  if (part == NH - 1) u = __fmul_rn(bsh, __fsub_rn(vv[j], acc));
-  if (NH > 1) {
-    if (part == NH - 1) ub[j] = u;
-    __syncthreads();
-    u = ub[j];
-  }
-#pragma unroll
-  for (int32_t i = 0; i < KH; i++) S[i] = __fadd_rn(S[i], __fmul_rn(k[r0 + i], u));
-  acc = 0.0f;
-  if (part == 0) {
-#pragma unroll
-    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], S[i]));
-  }
-  if (NH > 1) {
-    __syncthreads();
-    if (part == 0) hand[j] = acc;
-    __syncthreads();
-    if (part == 1) {
-      acc = hand[j];
-#pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[KH + i], S[i]));
-    }
-  }
+  const float acc = kda_reg_token<KH, NH>(S, q, k, eg, part, j, hand, ub, bsh, vv[j]);
   if (part == NH - 1) o[j] = dsp_dev_round_bf16(acc);
   if (ts >= 0) {
     float *dst = a.state + (int64_t)ts * a.slot_stride + h * KV;
