@@ -8,7 +8,15 @@ prefill at batch 1, eagerly. Prints a table with the state- and
 activation-byte floor at the copy rate measured in the same run, the same
 floor test_ops' `kda op` rows print.
 
-  fla_peer_kda.py [--decode 1,32,256] [--prefill 4096,16384]
+  fla_peer_kda.py [--decode 1,32,256] [--prefill 4096,16384] [--compare FILE]
+
+--compare FILE checks dspark's outputs against fla's on the same inputs: FILE
+is `bench_kda --dump`'s case (a prefill of 1024 tokens from a random state and
+conv window, then one decode step). The conv + SiLU, the gate, beta and the
+gated norm are rebuilt here in torch from the layer's formulas
+(tests/oracle/kda_ref.py has them in numpy), with dspark's bf16 roundings
+between stages, and fla's `chunk_kda` then `fused_recurrent_kda` run the
+recurrence; the table gives the relative RMS of each difference.
 
 fla-core and einops are not in the device image: download their wheels into
 .whl/ (pip download --no-deps, py3-none-any), carry .whl, and pip install them
@@ -68,6 +76,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--decode", default="1,32,256")
     ap.add_argument("--prefill", default="4096,16384")
+    ap.add_argument("--compare", default=None, help="a bench_kda --dump file")
     a = ap.parse_args()
     try:
         from fla.ops.kda import chunk_kda, fused_recurrent_kda
@@ -89,6 +98,57 @@ def main():
             prefill_row(T, H, K, V, bw, chunk_kda)
         except Exception as e:
             print("| prefill, batch 1 of %d tokens | failed: %s | | |" % (T, str(e).splitlines()[0][:120]))
+    if a.compare:
+        return compare(a.compare, chunk_kda, fused_recurrent_kda)
+    return 0
+
+
+def rel(a, b):
+    return (torch.linalg.vector_norm((a - b).double()) / torch.linalg.vector_norm(b.double()).clamp_min(1e-300)).item()
+
+
+def compare(path, chunk_kda, fused_recurrent_kda):
+    """dspark's dumped case against fla on the same inputs (see the module text)."""
+    from safetensors import safe_open
+    F = torch.nn.functional
+    with safe_open(path, framework="pt", device="cuda") as fh:
+        meta = fh.metadata()
+        t = {name: fh.get_tensor(name) for name in fh.keys()}
+    T1, H, K, eps = int(meta["prefill_tokens"]), int(meta["heads"]), int(meta["head_dim"]), float(meta["eps"])
+    HK, T = H * K, T1 + 1
+    qkv, w = t["qkv"].float(), t["conv_w"].float()
+    W = w.shape[1]
+    xp = torch.cat([t["conv_state"].float(), qkv])  # the window's W-1 inputs, then the tokens
+    acc = torch.zeros_like(qkv)
+    for j in range(W):
+        acc += xp[j:j + T] * w[:, j]
+    y = F.silu(acc).to(torch.bfloat16)  # dspark's conv output is bf16
+    q, k, v = (y[:, i * HK:(i + 1) * HK].reshape(1, T, H, K) for i in range(3))
+    f = t["f"].float().reshape(T, H, K) + t["dt_bias"].float().reshape(H, K)
+    g = (-torch.exp(t["A_log"].float().reshape(H, 1)) * F.softplus(f)).reshape(1, T, H, K).contiguous()
+    beta = torch.sigmoid(t["b"].float()).reshape(1, T, H).contiguous()
+    s0 = t["state0"].float().reshape(1, H, K, K).contiguous()
+    note = ""
+    try:
+        o1, s1 = chunk_kda(q[:, :T1], k[:, :T1], v[:, :T1], g[:, :T1], beta[:, :T1], initial_state=s0,
+                           output_final_state=True, use_qk_l2norm_in_kernel=True)
+    except Exception:  # an fla that wants beta in the inputs' dtype
+        beta, note = beta.to(torch.bfloat16), " (beta passed to fla in bf16)"
+        o1, s1 = chunk_kda(q[:, :T1], k[:, :T1], v[:, :T1], g[:, :T1], beta[:, :T1], initial_state=s0,
+                           output_final_state=True, use_qk_l2norm_in_kernel=True)
+    o2, s2 = fused_recurrent_kda(q[:, T1:], k[:, T1:], v[:, T1:], g[:, T1:], beta[:, T1:], initial_state=s1,
+                                 output_final_state=True, use_qk_l2norm_in_kernel=True)
+    o = torch.cat([o1, o2], dim=1).to(torch.bfloat16).float().reshape(T, H, K)
+    z = t["z"].float().reshape(T, H, K)
+    ref = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + eps) * t["norm_w"].float().reshape(K) * torch.sigmoid(z)
+    ours = t["y"].float().reshape(T, H, K)
+    print("# dspark (bench_kda --dump) against fla on the same inputs%s: relative RMS" % note)
+    print("| compared | relative RMS |")
+    print("|---|---|")
+    print("| y, %d prefill tokens (chunked) | %.2e |" % (T1, rel(ours[:T1], ref[:T1])))
+    print("| y, the decode token (recurrent) | %.2e |" % rel(ours[T1:], ref[T1:]))
+    print("| state after the prefill | %.2e |" % rel(t["state_prefill"].float().reshape(1, H, K, K), s1.float()))
+    print("| state after the decode token | %.2e |" % rel(t["state_decode"].float().reshape(1, H, K, K), s2.float()))
     return 0
 
 

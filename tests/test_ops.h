@@ -23,5 +23,4 @@ double median_time(dsp_status (*call)(void *), void *ctx, int reps);
 double copy_rate(void); /* bytes per second of a device copy, read + written */
 
 void t_kda(void **st);
-void t_perf_kda(void **st);
 #endif
