@@ -164,7 +164,6 @@ extern "C" dsp_status dsp_cu_kda_beta(int64_t T, int32_t HV, const uint16_t *b, 
  * in d order, as the CPU. */
 __device__ __forceinline__ int32_t hv_of(int32_t hv, int32_t HV, int32_t H) { return hv / (HV / H); }
 
-
 __global__ void k_recurrent(kda_rec_args a) {
   extern __shared__ float sm[];
   const int32_t n = blockIdx.x, hv = blockIdx.y, j = threadIdx.x, tile = a.tile, K = a.K, V = a.V;
