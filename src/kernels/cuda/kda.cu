@@ -189,16 +189,7 @@ __global__ void k_recurrent(kda_rec_args a) {
       eg[i] = expf(gr[i]);
     }
     __syncthreads();
-    if (!a.qk_raw && (j == 0 || j == 32)) { /* two warps where there are two */
-      if (j == 0) root[0] = kda_l2_root(q, K);
-      if (j == 32 || blockDim.x <= 32) root[1] = kda_l2_root(k, K);
-    }
-    __syncthreads();
-    for (int32_t i = j; i < K; i += blockDim.x) {
-      q[i] = a.qk_raw ? __fmul_rn(q[i], a.scale) : __fmul_rn(q[i] / root[0], a.scale);
-      k[i] = a.qk_raw ? k[i] : k[i] / root[1]; /* (x / r) * 1.0f is x / r */
-    }
-    __syncthreads();
+    kda_qk_normalise(q, k, root, K, a.qk_raw, a.scale);
     if (!active) continue;
     float acc = 0.0f;
     for (int32_t i = 0; i < K; i++) { /* decay, then k^T S of the decayed state */
@@ -257,16 +248,7 @@ __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(kda_rec_args a) {
       eg[i] = expf(gr[i]);
     }
     __syncthreads();
-    if (!a.qk_raw && (threadIdx.x == 0 || threadIdx.x == 32)) {
-      if (threadIdx.x == 0) root[0] = kda_l2_root(q, K);
-      if (threadIdx.x == 32 || blockDim.x <= 32) root[1] = kda_l2_root(k, K);
-    }
-    __syncthreads();
-    for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
-      q[i] = a.qk_raw ? __fmul_rn(q[i], a.scale) : __fmul_rn(q[i] / root[0], a.scale);
-      k[i] = a.qk_raw ? k[i] : k[i] / root[1];
-    }
-    __syncthreads();
+    kda_qk_normalise(q, k, root, K, a.qk_raw, a.scale);
     const bool last = part == NH - 1 && active;
     const float acc = kda_reg_token<KH, NH>(S, q, k, eg, part, j, hand, ub, last ? a.beta[t * a.HV + hv] : 0.0f,
                                             last ? dsp_dev_bf16_val(a.v.data[t * a.v.tok + hv * a.v.head + v]) : 0.0f);
@@ -294,9 +276,14 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
   if (s->num_seqs < 1) return DSP_OK;
   if (tile <= 0) tile = V < 64 ? V : 64;
   if (tile > V) tile = V;
-  kda_rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
+  const bool reg = (K == 64 || K == 128) && tile <= 64; /* registers: 64 rows of a column per thread */
+  if (!reg) {
+    while (tile > 1 && rec_smem(K, tile) > REC_SMEM_MAX) tile /= 2;
+    if (tile > 1024) tile = 1024;
+  }
+  const kda_rec_args a = {H, HV, K, V, tile, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride};
   const dim3 grid((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
-  if ((K == 64 || K == 128) && tile <= 64) { /* registers: 64 rows of a column per thread */
+  if (reg) {
     const unsigned tw = (unsigned)((tile + 31) / 32 * 32);
     if (K == 64 && V == 64) k_recurrent_reg<64, 1, 64><<<grid, tw, 0, st>>>(a);
     else if (K == 64) k_recurrent_reg<64, 1, 0><<<grid, tw, 0, st>>>(a);
@@ -305,15 +292,10 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
-  while (tile > 1 && rec_smem(K, tile) > REC_SMEM_MAX) tile /= 2;
-  if (tile > 1024) tile = 1024;
   const size_t smem = rec_smem(K, tile);
   /* per call: the attribute belongs to the current device */
   DSP_CUDA_TRY(cudaFuncSetAttribute(k_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  a.tile = tile;
-  const unsigned threads = (unsigned)((tile + 31) / 32 * 32);
-  const dim3 grid2((unsigned)s->num_seqs, (unsigned)HV, (unsigned)((V + tile - 1) / tile));
-  k_recurrent<<<grid2, threads, smem, st>>>(a);
+  k_recurrent<<<grid, (unsigned)((tile + 31) / 32 * 32), smem, st>>>(a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }

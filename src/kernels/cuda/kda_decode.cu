@@ -54,14 +54,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   }
   if (tid == 0) bsh = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
   __syncthreads();
-  if (tid == 0) root[0] = kda_l2_root(q, K);
-  if (tid == 32) root[1] = kda_l2_root(k, K);
-  __syncthreads();
-  for (int32_t i = tid; i < K; i += NTH) {
-    q[i] = __fmul_rn(q[i] / root[0], a.scale);
-    k[i] = k[i] / root[1];
-  }
-  __syncthreads();
+  kda_qk_normalise(q, k, root, K, 0, a.scale);
 
   /* the recurrence (k_recurrent_reg's chains) */
   const float acc = kda_reg_token<KH, NH>(S, q, k, eg, part, j, hand, ub, bsh, vv[j]);

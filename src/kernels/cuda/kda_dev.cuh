@@ -51,21 +51,33 @@ __device__ __forceinline__ float kda_l2_root(const float *x, int32_t K) {
   return sqrtf(__fadd_rn(ss, 1e-6f));
 }
 
-/* One token on a register state column: part p (of NH, 1 or 2) holds rows
- * p*KH .. p*KH + KH-1 of column j. Decay, a = k^T S (part 1 going on from
- * part 0's partial sum, handed over in hand[j]), u = beta (v - a) from the
- * last part (through ub[j]), S += k u, then o = q^T S, valid on the last part.
- * Each sum is one chain in d order. Every thread of the block calls it. */
+/* q and k (K values each, shared memory, widened from bf16) L2-normalised in
+ * place, q then times scale; raw: scale q only. Sums of squares in d order,
+ * q's by thread 0 and k's by thread 32 (or thread 0 in a block of one warp).
+ * Every thread of the block calls it; it ends with a barrier. */
+__device__ __forceinline__ void kda_qk_normalise(float *q, float *k, float *root, int32_t K, int32_t raw, float scale) {
+  if (!raw && (threadIdx.x == 0 || threadIdx.x == 32)) {
+    if (threadIdx.x == 0) root[0] = kda_l2_root(q, K);
+    if (threadIdx.x == 32 || blockDim.x <= 32) root[1] = kda_l2_root(k, K);
+  }
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
+    q[i] = raw ? __fmul_rn(q[i], scale) : __fmul_rn(q[i] / root[0], scale);
+    k[i] = raw ? k[i] : k[i] / root[1]; /* (x / r) * 1.0f is x / r */
+  }
+  __syncthreads();
+}
+
+/* sum_d x[d] S[d] over a column of NH parts in d order: part 0 sums its KH
+ * rows, part 1 goes on from part 0's partial sum (handed over in hand[j]);
+ * the result is valid on the last part. Every thread calls it. */
 template <int KH, int NH>
-__device__ __forceinline__ float kda_reg_token(float (&S)[KH], const float *q, const float *k, const float *eg,
-                                               int32_t part, int32_t j, float *hand, float *ub, float beta, float v) {
-  const int32_t r0 = part * KH;
+__device__ __forceinline__ float kda_reg_dot(const float *x, const float (&S)[KH], int32_t part, int32_t j,
+                                             float *hand) {
   float acc = 0.0f;
-#pragma unroll
-  for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
   if (part == 0) {
 #pragma unroll
-    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[i], S[i]));
+    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(x[i], S[i]));
   }
   if (NH > 1) {
     if (part == 0) hand[j] = acc;
@@ -73,10 +85,24 @@ __device__ __forceinline__ float kda_reg_token(float (&S)[KH], const float *q, c
     if (part == 1) {
       acc = hand[j];
 #pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(k[KH + i], S[i]));
+      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(x[KH + i], S[i]));
     }
   }
-  float u = part == NH - 1 ? __fmul_rn(beta, __fsub_rn(v, acc)) : 0.0f;
+  return acc;
+}
+
+/* One token on a register state column: part p (of NH, 1 or 2) holds rows
+ * p*KH .. p*KH + KH-1 of column j. Decay, a = k^T S, u = beta (v - a) from
+ * the last part (through ub[j]), S += k u, then o = q^T S, valid on the last
+ * part. Every thread of the block calls it. */
+template <int KH, int NH>
+__device__ __forceinline__ float kda_reg_token(float (&S)[KH], const float *q, const float *k, const float *eg,
+                                               int32_t part, int32_t j, float *hand, float *ub, float beta, float v) {
+  const int32_t r0 = part * KH;
+#pragma unroll
+  for (int32_t i = 0; i < KH; i++) S[i] = __fmul_rn(S[i], eg[r0 + i]);
+  const float a = kda_reg_dot<KH, NH>(k, S, part, j, hand);
+  float u = part == NH - 1 ? __fmul_rn(beta, __fsub_rn(v, a)) : 0.0f;
   if (NH > 1) {
     if (part == NH - 1) ub[j] = u;
     __syncthreads();
@@ -84,22 +110,8 @@ __device__ __forceinline__ float kda_reg_token(float (&S)[KH], const float *q, c
   }
 #pragma unroll
   for (int32_t i = 0; i < KH; i++) S[i] = __fadd_rn(S[i], __fmul_rn(k[r0 + i], u));
-  acc = 0.0f;
-  if (part == 0) {
-#pragma unroll
-    for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], S[i]));
-  }
-  if (NH > 1) {
-    __syncthreads(); /* every part has read ub */
-    if (part == 0) hand[j] = acc;
-    __syncthreads();
-    if (part == 1) {
-      acc = hand[j];
-#pragma unroll
-      for (int32_t i = 0; i < KH; i++) acc = __fadd_rn(acc, __fmul_rn(q[KH + i], S[i]));
-    }
-  }
-  return acc;
+  if (NH > 1) __syncthreads(); /* every part has read ub and hand before hand is reused */
+  return kda_reg_dot<KH, NH>(q, S, part, j, hand);
 }
 
 #endif
