@@ -62,7 +62,8 @@ __device__ static inline int32_t seq_of_chunk(const dsp_cu_kda_seqs &s, int64_t 
 }
 
 __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, int64_t c, int64_t &c0, int32_t &nc) {
-  const int64_t t0 = s.cu ? s.cu[n] : n, t1 = s.cu ? s.cu[n + 1] : n + 1;
+  int64_t t0, t1;
+  kda_seq_span(s, n, t0, t1);
   c0 = t0 + (c - s.chunk_first[n]) * C;
   nc = (int32_t)(t1 - c0 < C ? t1 - c0 : C);
 }
