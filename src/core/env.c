@@ -77,6 +77,7 @@ static void env_read(void) {
   g_env.buckets = env_buckets("DSPARK_BUCKETS", "1,2,4,8,16,32,64,128");
   g_env.graphs = env_choice("DSPARK_GRAPHS", g_bool, 1, "0 or 1");
   g_env.cuda_strict = env_choice("DSPARK_CUDA_STRICT", g_bool, 0, "0 or 1");
+  g_env.gemm_split = env_choice("DSPARK_GEMM_SPLIT", g_bool, 0, "0 or 1");
   g_env.cuda_tail =
       (dsp_tail_kernel)env_choice("DSPARK_CUDA_TAIL", g_tail_names, 0, "auto, register, ring or ring-wgmma");
 }

@@ -25,6 +25,7 @@ typedef struct {
   int graphs;             /* DSPARK_GRAPHS=0: run CUDA components eagerly, without graphs (debugging) */
   int cuda_strict;        /* DSPARK_CUDA_STRICT=1: fixed-order fp32 products on the GPU (bitwise = CPU) */
   dsp_tail_kernel cuda_tail; /* DSPARK_CUDA_TAIL */
+  int gemm_split;         /* DSPARK_GEMM_SPLIT=1: split a linear layer's K over a cluster where its shape leaves SMs idle */
   const char *error;      /* NULL, or why a variable was refused */
 } dsp_env;
 

@@ -95,7 +95,7 @@ extern "C" dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const 
                       cudaStreamSynchronize(st) != cudaSuccess))
     s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda weight upload: %s", __FILE__, __LINE__,
                  cudaGetErrorString(cudaGetLastError()));
-  if (s == DSP_OK) s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA, &w->g);
+  if (s == DSP_OK) s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA_SPLIT, &w->g);
   if (s != DSP_OK) {
     dsp_cuda_op_weight_free(be, w);
     return s;

@@ -9,6 +9,9 @@
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_wgmma.h"
+extern "C" {
+#include "core/env.h"
+}
 
 #define LM_MAXCAND 16
 
@@ -17,6 +20,7 @@ struct dsp_cuda_gemm {
   int strict;
   int wg;      /* the own warpgroup kernel (gemm_wgmma.h) runs the product */
   int cluster; /* its cluster size: 0 its default, 1 single blocks */
+  int split;   /* K split over clusters of this many blocks (1: none) */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
@@ -259,16 +263,22 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
       if (s == DSP_OK && found) describe_algo(lm, "pinned, chosen for this N, with workspace");
     }
   }
-  if (s == DSP_OK && (choice == DSP_GEMM_WGMMA || choice == DSP_GEMM_WGMMA_SINGLE) && dsp_cuda_gemm_wg_supported(k)) {
+  if (s == DSP_OK && choice != DSP_GEMM_PINNED && dsp_cuda_gemm_wg_supported(k)) {
     long long cmp = 0, dif = 0;
     s = dsp_cuda_gemm_wg_check(k, &cmp, &dif);
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
       lm->cluster = choice == DSP_GEMM_WGMMA_SINGLE ? 1 : 0;
-      snprintf(lm->desc, sizeof lm->desc,
-               "own wgmma kernel, 128 vocabulary x 112/224 token tiles, %s, k groups in order (token-tile and "
-               "cluster check: %lld values, 0 differ)",
-               lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp);
+      lm->split = choice == DSP_GEMM_WGMMA_SPLIT && dsp_env_get()->gemm_split ? dsp_cuda_gemm_wg_split_choice(n, k) : 1;
+      if (lm->split > 1)
+        snprintf(lm->desc, sizeof lm->desc,
+                 "own wgmma kernel, 128 x 112 tiles, K split over clusters of %d (k groups in order within each "
+                 "part, parts added in rank order)", lm->split);
+      else
+        snprintf(lm->desc, sizeof lm->desc,
+                 "own wgmma kernel, 128 vocabulary x 112/224 token tiles, %s, k groups in order (token-tile and "
+                 "cluster check: %lld values, 0 differ)",
+                 lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp);
       return DSP_OK;
     }
     if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
@@ -328,6 +338,7 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   if (lda % 8 || ldo % 8 || (uintptr_t)a % 16 || (uintptr_t)w % 16 || (uintptr_t)out % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: the tensor-core kernels need lda (%lld) and ldo (%lld) multiples "
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
+  if (lm->wg && lm->split > 1) return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);

@@ -27,6 +27,44 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (112 or 224)", nt);
 }
 
+/* Rounds of tiles per cluster times (k blocks per tile + the hand-over of a
+ * split tile, counted as 12 k blocks: fitted to the H200's per-shape times,
+ * bench/RESULTS.md, fourteenth session). */
+static long long split_cost(int64_t nvt, int64_t nkb, int sk, int clusters) {
+  if (clusters < 1 || nkb < 4 * sk || nkb % sk) return -1;
+  return (long long)((nvt + clusters - 1) / clusters) * (nkb / sk + (sk > 1 ? 12 : 0));
+}
+
+extern "C" int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k) {
+  if (!dsp_cuda_gemm_wg_supported(k) || n < 1) return 1;
+  const lw_dev &dv = lw_dev_once();
+  const int64_t nvt = (n + LW_BM - 1) / LW_BM, nkb = k / LW_BK;
+  /* unsplit: the default instance, pairs of vocabulary tiles per cluster where it uses them */
+  const int cl = lw_default_cluster<112>(dv, 0);
+  long long best = split_cost((nvt + cl - 1) / cl, nkb, 1, dv.sms / cl);
+  int pick = 1;
+  /* a split must be strictly cheaper than none; among splits, ties go to the larger */
+  const int res[3] = {lw_split_resident<112, 8>(dv), lw_split_resident<112, 4>(dv), lw_split_resident<112, 2>(dv)};
+  for (int i = 0; i < 3; i++) {
+    const long long c = split_cost(nvt, nkb, 8 >> i, res[i]);
+    if (c >= 0 && (best < 0 || c < best)) best = c, pick = 8 >> i;
+  }
+  return pick;
+}
+
+extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m,
+                                                 int64_t n, int64_t k, int64_t ldo, int split, cudaStream_t s) {
+  if (m < 1) return DSP_OK;
+  const lw_dev &dv = lw_dev_once();
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
+                    (long long)k, (long long)lda, (long long)ldo);
+  if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s);
+  if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s);
+  if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s);
+  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): split %d (2, 4 or 8)", split);
+}
+
 extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, long long *differ) {
   const int64_t M = 224, N = 512;
   *compared = *differ = 0;

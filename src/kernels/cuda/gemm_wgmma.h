@@ -8,7 +8,8 @@
  * M <= 112, else 224) changes the instruction's width, not an element's
  * sequence; whether the device gives the same bits at both widths is measured
  * by dsp_cuda_gemm_wg_check before gemm.cu uses this kernel. Which block
- * computes a row of w changes nothing: batch- and shard-invariant.
+ * computes a row of w changes nothing: batch- and shard-invariant. The split
+ * form (dsp_cuda_gemm_wg_split_run) has its own fixed order, below.
  *
  * Layout: rows of w (output features, vocabulary rows) are wgmma's M (128 per
  * tile, two consumer warpgroups of 64), rows of a (tokens) its N. A persistent
@@ -35,6 +36,16 @@ int dsp_cuda_gemm_wg_supported(int64_t k);
  * activation loads by TMA multicast. Enqueued on s, capturable. */
 dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                                 int64_t ldo, int nt, int cluster, cudaStream_t s);
+/* The K split for a weight [n][k] on this device: 1 (none), 2, 4 or 8, the
+ * fewest k blocks per SM with every cluster of the split resident, from n, k
+ * and the device alone (never from M: batch invariance). Splitting changes an
+ * element's order (partials added in fp32, in rank order), so a product whose
+ * bits must not depend on n (a vocabulary shard) keeps 1. */
+int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k);
+/* The product with K split over clusters of `split` blocks (2, 4 or 8, k / 64
+ * at least split), token tile 112 for every M; otherwise as dsp_cuda_gemm_wg_run. */
+dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
+                                      int64_t k, int64_t ldo, int split, cudaStream_t s);
 /* Runs a random product (M = 224, 512 rows of w, this K, values with inexact
  * sums) with every (token tile, cluster) pair and compares them bit for bit.
  * compared / differ: values. */

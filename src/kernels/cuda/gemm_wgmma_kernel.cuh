@@ -59,17 +59,25 @@ struct lw_cfg {
   static constexpr uint32_t stage = w_bytes + a_bytes;
 };
 
-/* Stages that fit: the ring, 2 * LW_MAXS mbarriers and 1024 bytes of alignment slack. */
+/* Split K (SK > 1): each block of a cluster keeps its fp32 partial tile here
+ * for the others to read, 256 consumer threads x NT / 2 values. */
 template <int NT>
+constexpr size_t lw_red_bytes() {
+  return (size_t)256 * (NT / 2) * 4;
+}
+
+/* Stages that fit: the ring, 2 * LW_MAXS mbarriers, with split K two more and
+ * the partial tile, and 1024 bytes of alignment slack. */
+template <int NT, int SK = 1>
 inline int lw_stages(size_t optin) {
-  const size_t fixed = 1024 + 2 * LW_MAXS * 8;
+  const size_t fixed = 1024 + 2 * LW_MAXS * 8 + (SK > 1 ? 16 + lw_red_bytes<NT>() : 0);
   if (optin <= fixed) return 0;
   const int s = (int)((optin - fixed) / lw_cfg<NT>::stage);
   return s > LW_MAXS ? LW_MAXS : s;
 }
-template <int NT>
+template <int NT, int SK = 1>
 inline size_t lw_smem(int stages) {
-  return (size_t)stages * lw_cfg<NT>::stage + 2 * LW_MAXS * 8 + 1024;
+  return (size_t)stages * lw_cfg<NT>::stage + 2 * LW_MAXS * 8 + (SK > 1 ? 16 + lw_red_bytes<NT>() : 0) + 1024;
 }
 
 /* Descriptor of a K-major tile with the 128-byte swizzle (layout type 1):
@@ -123,29 +131,45 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  * 2 the data movement alone (every box lands, the consumers hand it back
  * untouched and store zeros); 3 and 4 as 2 with only the weight boxes, only
  * the activation boxes. All keep the pipeline's barriers and the
- * stores, so their energies split the product's (bench_lm). */
-template <int NT, int CL, int PART>
+ * stores, so their energies split the product's (bench_lm).
+ *
+ * SK > 1 (with CL == 1): K split over the SK blocks of a cluster. Every block
+ * walks the same tiles; block r runs k blocks [r nkb / SK, (r + 1) nkb / SK)
+ * onto +0, keeps its partial tile in shared memory, and the tile's element is
+ * ((p_0 + p_1) + ...) + p_{SK-1} in fp32, then one rounding, whichever block
+ * adds it (block r adds the token columns 8 j.. with j % SK == r). SK comes
+ * from the weight's shape alone (gemm.cu), so the order is batch-invariant. */
+template <int NT, int CL, int PART, int SK = 1>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
               int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
+  static_assert(CL == 1 || SK == 1, "a cluster shares activations or splits K, not both");
+  constexpr int CS = CL * SK;
   constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
   extern __shared__ unsigned char lw_raw[];
   /* the shared window has the same base in every block, so the same offsets line up across the cluster */
   unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t sbase = dsp_saddr(smem);
   const uint32_t full0 = sbase + (uint32_t)stages * SB, empty0 = full0 + LW_MAXS * 8;
+  const uint32_t ready = empty0 + LW_MAXS * 8, done = ready + 8, red = done + 8; /* split K only */
   const int tid = threadIdx.x, wg = tid >> 7;
   uint32_t rank = 0;
-  if (CL > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  const int walker = CL > 1 ? (int)(blockIdx.x / CL) : (int)blockIdx.x, nwalkers = (int)gridDim.x / CL;
+  if (CS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const uint32_t vrank = SK > 1 ? 0u : rank; /* the rank that picks a vocabulary tile */
+  const int kb0 = SK > 1 ? (int)rank * nkb / SK : 0, kb1 = SK > 1 ? ((int)rank + 1) * nkb / SK : nkb;
+  const int walker = CS > 1 ? (int)(blockIdx.x / CS) : (int)blockIdx.x, nwalkers = (int)gridDim.x / CS;
   if (tid == 0) {
     for (int s = 0; s < stages; s++) {
       dsp_bar_init(full0 + 8 * s, 1);
       dsp_bar_init(empty0 + 8 * s, 8 * CL); /* one arrival per consumer warp of every block that writes it */
     }
+    if (SK > 1) {
+      dsp_bar_init(ready, SK); /* one arrival per block, per tile */
+      dsp_bar_init(done, SK);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (CL > 1)
+  if (CS > 1)
     dsp_cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival */
   else
     __syncthreads();
@@ -164,8 +188,8 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       for (int t = walker; t < nwalk; t += nwalkers) {
         int v0, m0;
         bool store;
-        lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
-        for (int kb = 0; kb < nkb; kb++) {
+        lw_tile<NT, CL>(t, nmt, nvt, vrank, v0, m0, store);
+        for (int kb = kb0; kb < kb1; kb++) {
           dsp_bar_wait(empty0 + 8 * s, ph ^ 1);
           const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
           if (PART == 1 && fills++ >= stages) { /* the stage keeps its first bytes */
@@ -182,19 +206,21 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       }
     }
     __syncwarp();
-    if (CL > 1) dsp_cluster_sync();
+    if (CS > 1) dsp_cluster_sync();
     return;
   }
   {
     /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
-    const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3, ct = tid - 128;
     float d[NT / 2];
-    int s = 0;
+    int s = 0, it = 0;
     uint32_t ph = 0;
-    for (int t = walker; t < nwalk; t += nwalkers) {
+    if (SK > 1 && ct == 0) /* the partial tile starts free: done's phase 0 completes before the first tile */
+      for (int p = 0; p < SK; p++) dsp_bar_arrive_remote_relaxed(done, (uint32_t)p);
+    for (int t = walker; t < nwalk; t += nwalkers, it++) {
       int v0, m0;
       bool store;
-      lw_tile<NT, CL>(t, nmt, nvt, rank, v0, m0, store);
+      lw_tile<NT, CL>(t, nmt, nvt, vrank, v0, m0, store);
       /* this block's last tile: a kernel launched programmatically after this one (the Markov tail, PDL) may
          start placing its blocks on the SMs that blocks with one tile fewer leave; it still waits for this
          grid's completion (griddepcontrol.wait) before it reads base */
@@ -202,7 +228,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
       for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
       int prev = -1;
-      for (int kb = 0; kb < nkb; kb++) {
+      for (int kb = kb0; kb < kb1; kb++) {
         dsp_bar_wait(full0 + 8 * s, ph);
         if (PART >= 2) { /* the bytes landed; nothing multiplies them */
           if (lane == 0) lw_release<CL>(empty0 + 8 * s);
@@ -224,19 +250,55 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
       const int r = v0 + 64 * c + 16 * w4 + g;
+      if (SK == 1) {
 #pragma unroll
-      for (int j = 0; j < NT / 8; j++) {
-        const int col = m0 + 8 * j + 2 * q;
+        for (int j = 0; j < NT / 8; j++) {
+          const int col = m0 + 8 * j + 2 * q;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-          if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+          for (int e = 0; e < 4; e++) {
+            const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+            if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+          }
+        }
+      } else {
+        /* the partial tile as [j][thread][e]: one 16-byte load per (j, block) when adding */
+        float4 *mine = (float4 *)(smem + (red - sbase));
+        /* one thread per block waits at cluster scope; the CTA barrier hands its view to the others */
+        if (ct == 0) dsp_bar_wait_acquire_cluster(done, (uint32_t)it & 1u); /* the peers read the last tile */
+        dsp_named_sync(256);
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++) mine[j * 256 + ct] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+        dsp_named_sync(256); /* every consumer's part is written; one thread releases them to the cluster */
+        if (ct == 0) {
+          dsp_fence_cluster();
+          for (int p = 0; p < SK; p++) dsp_bar_arrive_remote_relaxed(ready, (uint32_t)p);
+          dsp_bar_wait_acquire_cluster(ready, (uint32_t)it & 1u);
+        }
+        dsp_named_sync(256);
+        for (int j = (int)rank; j < NT / 8; j += SK) {
+          float4 x[SK];
+#pragma unroll
+          for (int p = 0; p < SK; p++) x[p] = *dsp_cluster_peer(mine + j * 256 + ct, (uint32_t)p);
+          float v[4] = {x[0].x, x[0].y, x[0].z, x[0].w};
+#pragma unroll
+          for (int p = 1; p < SK; p++) v[0] += x[p].x, v[1] += x[p].y, v[2] += x[p].z, v[3] += x[p].w;
+          const int col = m0 + 8 * j + 2 * q;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+            if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(v[e]);
+          }
+        }
+        dsp_named_sync(256); /* every consumer has read its columns; one thread tells the blocks */
+        if (ct == 0) {
+          dsp_fence_cluster();
+          for (int p = 0; p < SK; p++) dsp_bar_arrive_remote_relaxed(done, (uint32_t)p);
         }
       }
     }
   }
-  /* a cluster's blocks leave together: the peer may still arrive on this block's barriers */
-  if (CL > 1) dsp_cluster_sync();
+  /* a cluster's blocks leave together: the peer may still arrive on this block's barriers or read its tile */
+  if (CS > 1) dsp_cluster_sync();
 }
 
 /* Tensor map of a row-major [rows][k] bf16 matrix, box [box_rows][64 k], 128-byte swizzle. */
@@ -287,36 +349,38 @@ const lw_dev &lw_dev_once() {
   return dv;
 }
 
-template <int NT, int CL, int PART>
+template <int NT, int CL, int PART, int SK = 1>
 int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
+  constexpr int CS = CL * SK;
   static std::atomic<int> resident{0};
   if (!resident.load()) {
-    cfg.gridDim = dim3((unsigned)(dv.sms / CL * CL));
+    cfg.gridDim = dim3((unsigned)(dv.sms / CS * CS));
     int nc = 0;
-    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART, SK>, &cfg) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
-    resident.store(nc < 1 ? 1 : nc > dv.sms / CL ? dv.sms / CL : nc);
+    resident.store(nc < 1 ? 1 : nc > dv.sms / CS ? dv.sms / CS : nc);
     if (dsp_env_get()->verbose)
-      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d part %d: %d clusters resident (of %d SMs), %zu B\n", NT,
-              CL, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
+      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d split %d part %d: %d clusters resident (of %d SMs), %zu B\n",
+              NT, CL, SK, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
   }
   return resident.load();
 }
 
 /* The launch configuration of an instance (its shared memory opted in on the current device). */
-template <int NT, int CL, int PART>
+template <int NT, int CL, int PART, int SK = 1>
 dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr, cudaLaunchConfig_t *cfg) {
-  const size_t smem = lw_smem<NT>(lw_stages<NT>(dv.optin));
+  const size_t smem = lw_smem<NT, SK>(lw_stages<NT, SK>(dv.optin));
   /* per call: the opt-in is per device, and one process may drive several (TP threads) */
-  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  DSP_CUDA_TRY(
+      cudaFuncSetAttribute(lw_kernel<NT, CL, PART, SK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   *cfg = cudaLaunchConfig_t{};
   cfg->blockDim = dim3(LW_THREADS);
   cfg->dynamicSmemBytes = smem;
   cfg->stream = s;
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.x = CL * SK;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg->attrs = attr;
@@ -342,23 +406,38 @@ int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
   return chosen.load();
 }
 
-template <int NT, int CL, int PART = 0>
+/* Clusters of a split-K instance resident at once (0 when it cannot run here). */
+template <int NT, int SK>
+int lw_split_resident(const lw_dev &dv) {
+  if (lw_stages<NT, SK>(dv.optin) < 2) return 0;
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg;
+  if (lw_config<NT, 1, 0, SK>(dv, 0, attr, &cfg) != DSP_OK) {
+    dsp_error_clear();
+    return 0;
+  }
+  return lw_resident<NT, 1, 0, SK>(dv, cfg);
+}
+
+template <int NT, int CL, int PART = 0, int SK = 1>
 dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                      int64_t ldo, const lw_dev &dv, cudaStream_t s) {
-  const int stages = lw_stages<NT>(dv.optin);
+  const int stages = lw_stages<NT, SK>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
+  if (SK > 1 && (k / LW_BK) < SK)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): K %lld split %d ways", (long long)k, SK);
   CUtensorMap tw, ta;
   DSP_TRY(lw_map(&tw, w, n, k, k, LW_BM));
   DSP_TRY(lw_map(&ta, a, m, k, lda, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg;
-  DSP_TRY((lw_config<NT, CL, PART>(dv, s, attr, &cfg)));
-  const int most = lw_resident<NT, CL, PART>(dv, cfg); /* clusters that fit at once */
-  if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL);
+  DSP_TRY((lw_config<NT, CL, PART, SK>(dv, s, attr, &cfg)));
+  const int most = lw_resident<NT, CL, PART, SK>(dv, cfg); /* clusters that fit at once */
+  if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
-  cfg.gridDim = dim3((unsigned)(walkers * CL));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART>, tw, ta, (uint16_t *)out, (int)m, (int)n,
+  cfg.gridDim = dim3((unsigned)(walkers * CL * SK));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK>, tw, ta, (uint16_t *)out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }

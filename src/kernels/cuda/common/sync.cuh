@@ -68,7 +68,51 @@ __device__ __forceinline__ void dsp_bar_arrive_remote(uint32_t bar, uint32_t ran
       : "memory");
 }
 
-/* Both blocks of a cluster of two: arrive and wait (all threads). */
+/* Data handed between cluster blocks through shared memory: one cluster-scope
+ * fence (this thread's earlier accesses, and those a CTA barrier made it
+ * observe), then relaxed cluster-scope arrivals (a release per arrival costs a
+ * fence each); the waiter's acquire at cluster scope; loads through the peer's
+ * generic address. */
+__device__ __forceinline__ void dsp_fence_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void dsp_bar_arrive_remote_relaxed(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
+      "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+__device__ __forceinline__ void dsp_bar_wait_acquire_cluster(uint32_t bar, uint32_t parity) {
+  const unsigned long long t0 = dsp_dev_now_ns();
+  for (;;) {
+    uint32_t ok;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (ok) return;
+    if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap();
+  }
+}
+
+/* The generic address of `p` (this block's shared memory) in cluster block
+ * `rank`'s window: plain loads through it, ordered after an acquire wait. */
+template <typename T>
+__device__ __forceinline__ const T *dsp_cluster_peer(const T *p, uint32_t rank) {
+  uint64_t r;
+  asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
+  return (const T *)r;
+}
+
+/* Named barrier 1 over `count` threads (a multiple of 32), memory ordered at CTA scope. */
+__device__ __forceinline__ void dsp_named_sync(uint32_t count) {
+  asm volatile("bar.sync 1, %0;" ::"r"(count) : "memory");
+}
+
+/* Every block of the cluster: arrive and wait (all threads). */
 __device__ __forceinline__ void dsp_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
