@@ -9,13 +9,20 @@ extern "C" int dsp_cuda_gemm_wg_supported(int64_t k) {
   return dv.ok && lw_stages<224>(dv.optin) >= 2;
 }
 
+/* The operands both entry points need: this device, K in 64s, 8-element strides, 16-byte alignment. */
+static dsp_status wg_operands(const lw_dev &dv, const void *a, int64_t lda, const void *w, int64_t n, int64_t k,
+                              int64_t ldo) {
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
+                    (long long)k, (long long)lda, (long long)ldo);
+  return DSP_OK;
+}
+
 extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                            int64_t k, int64_t ldo, int nt, int cluster, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
-                    (long long)k, (long long)lda, (long long)ldo);
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
   if (nt == 0) nt = m <= 112 ? 112 : 224;
   if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
   if (cluster != 1 && cluster != 2)
@@ -56,9 +63,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, con
                                                  int64_t n, int64_t k, int64_t ldo, int split, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
-                    (long long)k, (long long)lda, (long long)ldo);
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
   if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s);
   if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s);
   if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s);
