@@ -15,6 +15,11 @@
 #                                   random checkpoint of a published shape (SHAPE,
 #                                   default qwen3-1.7b) with bench_target against
 #                                   the transformers peer
+#   scripts/device_check.sh gemm    one call for a change to the GEMM: build, the product
+#                                   tests (test_ops t_gemm*, test_cuda_head), the op
+#                                   harness's perf table with DSPARK_GEMM_SPLIT 0 and 1,
+#                                   then bench_spec on a random Qwen3-8B pair (SPLIT_SPEC,
+#                                   default "0 1")
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -45,6 +50,32 @@ if [ "$MODE" = build ]; then
 fi
 
 SUMMARY=""
+if [ "$MODE" = gemm ]; then
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_head bench_spec; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  stamp "product tests"
+  DSPARK_VERBOSE=1 timeout 90 build-gpu/tests/test_ops_cpu cuda "" "t_gemm*" > "$OUT/gemm_tests.log" 2>&1
+  echo "test_ops t_gemm*: rc $?"; grep -E "gemm rows N|ERROR|FAILED|PASSED|resident" "$OUT/gemm_tests.log" | head -24
+  timeout 120 build-gpu/tests/test_cuda_head > "$OUT/head_tests.log" 2>&1
+  echo "test_cuda_head: rc $?"; grep -E "ERROR|FAILED|PASSED" "$OUT/head_tests.log" | head -8
+  stamp "op perf table, split off and on"
+  for sp in 0 1; do DSPARK_GEMM_SPLIT=$sp timeout 100 build-gpu/tests/test_ops_cpu cuda perf > "$OUT/perf_$sp.log" 2>&1; done
+  grep "^perf" "$OUT"/perf_*.log
+  paste -d'|' <(grep -E "^[0-9]+ x" "$OUT/perf_0.log") <(grep -E "^[0-9]+ x" "$OUT/perf_1.log" | cut -c29-)
+  [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
+  stamp "random Qwen3-8B target and draft"
+  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+    python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; exit 1; }
+  for sp in ${SPLIT_SPEC-0 1}; do
+    stamp "bench_spec, DSPARK_GEMM_SPLIT=$sp"
+    DSPARK_GEMM_SPLIT=$sp timeout 120 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
+      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -14
+  done
+  rm -rf /tmp/t8 /tmp/d8
+  stamp "done"; exit 0
+fi
 if [ "$MODE" = target ]; then
   export DSPARK=$PWD/build-gpu/dspark PYTHONUNBUFFERED=1
   stamp "target oracle tests on CUDA"
