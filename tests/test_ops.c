@@ -953,6 +953,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_ops: %s\n", dsp_error_message());
     return 1;
   }
+  /* DSPARK_CPU_KERNEL=amx runs the CPU's products on AMX tiles: where the CPU lacks them the run would test
+     the chain again, so it is skipped */
+  const char *ck = getenv("DSPARK_CPU_KERNEL");
+  if (!g_cuda && ck && !strcmp(ck, "amx")) {
+    uint16_t one[32 * 32] = {0};
+    dsp_tensor wv = dsp_tensor_2d(one, DSP_BF16, 32, 32);
+    dsp_weight *wt;
+    if (dsp_op_weight_create(g_be, 0, &wv, 0, &wt) != DSP_OK) return 1;
+    const int amx = strstr(dsp_op_weight_describe(g_be, wt), "amx") != NULL;
+    dsp_op_weight_free(g_be, wt);
+    if (!amx) {
+      printf("test_ops cpu: DSPARK_CPU_KERNEL=amx, but this CPU has no AMX tiles: skipped\n");
+      dsp_backend_free(g_be);
+      return 77;
+    }
+  }
   int rc;
   if (argc > 3) cmocka_set_test_filter(argv[3]);
   if (g_perf) {

@@ -12,13 +12,18 @@
 #include "core/tensor.h"
 #include <omp.h>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/layers.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 
+/* Exactly one of p (the fmaf chain's panels) and amx (AMX tiles) at creation;
+ * a Markov step on an AMX weight packs the chain's panels once (its contract
+ * is the chain). */
 struct dsp_weight {
   dsp_cpu_packed *p;
-  char desc[64];
+  dsp_cpu_amx *amx;
+  char desc[80];
 };
 
 dsp_status dsp_cpu_op_alloc(dsp_backend *be, int dev, size_t bytes, void **out) {
@@ -45,16 +50,19 @@ dsp_status dsp_cpu_op_sync(dsp_backend *be, int dev) {
   return DSP_OK;
 }
 
+/* strict 1: the fmaf chain; else AMX tiles where dsp_cpu_amx_chosen(). */
 dsp_status dsp_cpu_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {
-  (void)be, (void)dev, (void)strict; /* the CPU chain is the strict order */
+  (void)be, (void)dev;
   dsp_weight *w = calloc(1, sizeof *w);
   if (!w) return dsp_fail(DSP_ERR_NOMEM, "cpu: out of memory");
-  dsp_status s = dsp_cpu_pack(host, &w->p);
+  const int amx = strict != 1 && dsp_cpu_amx_chosen();
+  dsp_status s = amx ? dsp_cpu_amx_pack(host, &w->amx) : dsp_cpu_pack(host, &w->p);
   if (s != DSP_OK) {
     free(w);
     return s;
   }
-  snprintf(w->desc, sizeof w->desc, "%s panels (fmaf chain)", dsp_cpu_kernel_name());
+  if (amx) snprintf(w->desc, sizeof w->desc, "amx tiles (tdpbf16ps order, the fmaf chain where guarded)");
+  else snprintf(w->desc, sizeof w->desc, "%s panels (fmaf chain)", dsp_cpu_kernel_name());
   *out = w;
   return DSP_OK;
 }
@@ -62,6 +70,7 @@ dsp_status dsp_cpu_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *
 void dsp_cpu_op_weight_free(dsp_backend *be, dsp_weight *w) {
   (void)be;
   dsp_cpu_packed_free(w->p);
+  dsp_cpu_amx_free(w->amx);
   free(w);
 }
 
@@ -69,11 +78,25 @@ const char *dsp_cpu_op_weight_describe(const dsp_weight *w) { return w->desc; }
 
 dsp_status dsp_cpu_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c) {
   (void)be, (void)dev;
-  return dsp_cpu_matmul_nt(a, w->p, c, 0);
+  return w->amx ? dsp_cpu_amx_matmul_nt(a, w->amx, c, 0) : dsp_cpu_matmul_nt(a, w->p, c, 0);
+}
+
+/* The chain's panels of an AMX weight, made on first use. */
+static dsp_status chain_panels(dsp_weight *w) {
+  if (w->p) return DSP_OK;
+  const int64_t n = w->amx->n, k = w->amx->k;
+  uint16_t *rows = malloc((size_t)(n * k) * 2);
+  if (!rows) return dsp_fail(DSP_ERR_NOMEM, "cpu: cannot unpack a %lld x %lld weight", (long long)n, (long long)k);
+  dsp_cpu_amx_unpack(w->amx, rows);
+  dsp_tensor t = dsp_tensor_2d(rows, DSP_BF16, n, k);
+  dsp_status s = dsp_cpu_pack(&t, &w->p);
+  free(rows);
+  return s;
 }
 
 dsp_status dsp_cpu_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a) {
   (void)be, (void)dev;
+  DSP_TRY(chain_panels((dsp_weight *)a->w2));
   dsp_cpu_markov_args m = {.e = a->e, .w2 = a->w2->p, .base = a->base, .fp32_add = a->fp32_add, .id0 = a->id0,
                            .n_valid = a->n_valid, .best_val = a->best_val, .best_id = a->best_id,
                            .logits = a->logits};

@@ -10,6 +10,7 @@
 #include "core/bf16.h"
 #include "core/env.h"
 #include "core/status.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/matmul.h"
 
@@ -33,8 +34,8 @@ static void isa_detect(void) {
   if (!strcmp(want, "avx512")) isa = DSP_CPU_ISA_AVX512;
   else if (!strcmp(want, "avx2")) isa = DSP_CPU_ISA_AVX2;
   else if (!strcmp(want, "scalar")) isa = DSP_CPU_ISA_SCALAR;
-  else if (strcmp(want, "auto"))
-    fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=%s is not one of auto|avx512|avx2|scalar; using auto\n", want);
+  else if (!strcmp(want, "amx") && !dsp_cpu_amx_usable())
+    fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=amx: this CPU or OS lacks AMX tiles; the avx512/avx2 chain runs\n");
   if (isa >= 0 && !g_have[isa]) {
     fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=%s: this CPU lacks it; using auto\n", want);
     isa = -1;

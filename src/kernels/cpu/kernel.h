@@ -16,12 +16,10 @@
  * propagates depends on how the compiler ordered the operands, so only the
  * canonical form can be the same on every path.
  *
- * Why no AVX512-BF16 (vdpbf16ps) or AMX (tdpbf16ps) path: the Ice Lake Xeons
- * we develop and run CI on have neither, and where they exist (Sapphire
- * Rapids and later) both add *pairs* of products before accumulating and flush
- * subnormal inputs and results, so they cannot reproduce the per-element chain
- * above; an emulation of it could not be tested here. Such CPUs take the
- * AVX-512F path, which is exact everywhere. */
+ * No path here uses AVX512-BF16 (vdpbf16ps) or AMX (tdpbf16ps): both add
+ * products in their own order and flush subnormal inputs and results, so
+ * neither can reproduce the chain. AMX runs as a separate, opt-in product
+ * with its own order and a guard for those values (amx.h). */
 #ifndef DSP_CPU_KERNEL_H
 #define DSP_CPU_KERNEL_H
 #include <stddef.h>

@@ -30,7 +30,7 @@ size_t dsp_cpu_packed_bytes(const dsp_cpu_packed *p);
 dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_tensor *c, int nthreads);
 
 /* The path dispatch chose: "avx512f", "avx2" or "scalar". DSPARK_CPU_KERNEL
- * (auto|avx512|avx2|scalar) forces one; a forced path the CPU lacks falls back
+ * (auto|avx512|avx2|scalar; amx: the chain's auto here, AMX tiles for layer weights, amx.h) forces one; a forced path the CPU lacks falls back
  * to auto with a one-line warning on stderr. */
 const char *dsp_cpu_kernel_name(void);
 

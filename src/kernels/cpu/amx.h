@@ -1,0 +1,74 @@
+/* The CPU product on AMX tiles (tdpbf16ps), for the models' linear layers
+ * where the CPU has AMX-BF16 and the OS grants the tile state.
+ *
+ * THE ORDER (contract 2). Output (m, n) is the fp32 tile accumulator over k
+ * blocks of 32 in order, from +0: each tdpbf16ps adds one block's 32 products
+ * in the hardware's own order and precision, then one RNE rounding to bf16
+ * (or the fp32 as is). That order depends on K alone: not on M, the other rows
+ * of a tile, the split of N or the thread count, so the product stays batch-
+ * and shard-invariant. It is not the fmaf chain of kernel.h (measured here:
+ * closer to the exact sum), so AMX weights are a backend choice like the
+ * GPU's tensor cores, taken with DSPARK_CPU_KERNEL=amx (strict weights keep
+ * the chain).
+ *
+ * tdpbf16ps reads subnormal inputs as zero and flushes subnormal results. An
+ * output whose A row or weight row holds a subnormal, an inf or a NaN, or
+ * whose products could be subnormal (every partial sum is a multiple of
+ * 2^(ea + ew - 268) for the smallest biased exponents ea, ew of the two rows'
+ * nonzero values: below 2^-126 when ea + ew < 142), is computed with the fmaf
+ * chain instead; the choice depends only on the two rows, so the invariances
+ * hold for those outputs too. */
+#ifndef DSP_KERNELS_CPU_AMX_H
+#define DSP_KERNELS_CPU_AMX_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+/* Weight rows in tiles: column block j (16 rows of W), k block t (32 k) is one
+ * 1 KiB tile [16 k pairs][16 columns][2], zero past N and K. Blocks go in
+ * groups of four (the last may have fewer), a group's tiles ordered by t,
+ * then block: the group a thread walks is one sequential stream. */
+typedef struct {
+  int64_t n, k, nb, kb;
+  uint16_t *data;
+  int16_t *guard;   /* [N]: the row's smallest nonzero biased exponent (255: all zero), -1024 if special */
+  int16_t guard_min;
+  size_t bytes;
+} dsp_cpu_amx;
+
+/* Products whose guards sum below this take the chain (see above). */
+#define DSP_CPU_AMX_GUARD 142
+
+/* 1 where AMX products can run here (CPU features, the OS's permission for
+ * tile data, granted once per process). */
+int dsp_cpu_amx_usable(void);
+/* 1 where AMX is usable and DSPARK_CPU_KERNEL=amx asks for it. */
+int dsp_cpu_amx_chosen(void);
+
+/* The guard of n bf16 values at stride s (the comment above). */
+int16_t dsp_cpu_amx_row_guard(const uint16_t *x, int64_t n, int64_t s);
+
+dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out);
+void dsp_cpu_amx_free(dsp_cpu_amx *p);
+/* The weight's rows back out of its tiles: dst [N][K]. */
+void dsp_cpu_amx_unpack(const dsp_cpu_amx *p, uint16_t *dst);
+/* Blocks in the group of block j, and the offset of tile (j, t) in elements. */
+static inline int64_t dsp_cpu_amx_gblocks(const dsp_cpu_amx *p, int64_t j) {
+  const int64_t left = p->nb - j / 4 * 4;
+  return left < 4 ? left : 4;
+}
+static inline size_t dsp_cpu_amx_tile(const dsp_cpu_amx *p, int64_t j, int64_t t) {
+  return ((size_t)(j / 4 * 4 * p->kb + t * dsp_cpu_amx_gblocks(p, j) + j % 4)) * 512;
+}
+/* Element (n, k) of the weight. */
+static inline uint16_t dsp_cpu_amx_at(const dsp_cpu_amx *p, int64_t n, int64_t k) {
+  return p->data[dsp_cpu_amx_tile(p, n / 16, k / 32) + (size_t)((k % 32) / 2) * 32 + (size_t)(n % 16) * 2 +
+                 (size_t)(k % 2)];
+}
+
+/* c = a w^T as dsp_cpu_matmul_nt (views, dtypes, canonical NaN), in the order
+ * above. nthreads <= 0: DSPARK_THREADS (0: OpenMP's default). */
+dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_tensor *c, int nthreads);
+
+#endif

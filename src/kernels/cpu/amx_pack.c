@@ -1,0 +1,110 @@
+/* Weight rows into AMX tiles (layout in amx.h), their guards, and whether
+ * AMX can run here. Done once at load time; bits are copied, never converted. */
+#include <cpuid.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/env.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/cpu/amx.h"
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_usable;
+
+static void detect(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+  const int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  if (!amx_bf16 || !amx_tile) return;
+  /* the OS must enable the tile state (XCR0 bits 17, 18) and let this process use it */
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3) != 3) return;
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
+  g_usable = 1;
+}
+
+int dsp_cpu_amx_usable(void) {
+  pthread_once(&g_once, detect);
+  return g_usable;
+}
+
+/* Opt-in: on the machines measured (bench/RESULTS.md) AMX wins from about 8
+ * rows up but streams a weight slower than the chain at 1 row, and decode runs
+ * 1 row; the path cannot change with M (batch invariance). */
+int dsp_cpu_amx_chosen(void) { return !strcmp(dsp_env_get()->cpu_kernel, "amx") && dsp_cpu_amx_usable(); }
+
+int16_t dsp_cpu_amx_row_guard(const uint16_t *x, int64_t n, int64_t s) {
+  int g = 255;
+  for (int64_t i = 0; i < n; i++) {
+    const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
+    if (e == 0xFFu || (e == 0 && (v & 0x7Fu))) return -1024; /* inf, NaN, subnormal */
+    if ((v & 0x7FFFu) && (int)e < g) g = (int)e;
+  }
+  return (int16_t)g;
+}
+
+dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
+  if (!w || !out) return dsp_fail(DSP_ERR_ARG, "cpu amx pack: NULL argument");
+  *out = NULL;
+  char sh[64];
+  if (w->dtype != DSP_BF16)
+    return dsp_fail(DSP_ERR_DTYPE, "cpu amx pack: weight is %s, expected BF16", dsp_dtype_name(w->dtype));
+  if (w->ndim != 2 || w->shape[0] < 1 || w->shape[1] < 1 || w->shape[0] > INT32_MAX || w->shape[1] > INT32_MAX ||
+      !w->data)
+    return dsp_fail(DSP_ERR_SHAPE, "cpu amx pack: weight %s, expected a non-empty [N, K] below 2^31",
+                    dsp_shape_str(w, sh, sizeof sh));
+  dsp_cpu_amx *p = calloc(1, sizeof *p);
+  if (!p) return dsp_fail(DSP_ERR_NOMEM, "cpu amx pack: out of memory");
+  p->n = w->shape[0];
+  p->k = w->shape[1];
+  p->nb = (p->n + 15) / 16;
+  p->kb = (p->k + 31) / 32;
+  p->bytes = (size_t)p->nb * (size_t)p->kb * 1024;
+  p->data = aligned_alloc(64, p->bytes);
+  p->guard = malloc((size_t)p->n * sizeof *p->guard);
+  if (!p->data || !p->guard) {
+    const long long n = (long long)p->n, k = (long long)p->k;
+    dsp_cpu_amx_free(p);
+    return dsp_fail(DSP_ERR_NOMEM, "cpu amx pack: cannot allocate %lld x %lld tiles", n, k);
+  }
+  const uint16_t *src = w->data;
+  const int64_t rs = w->stride[0], cs = w->stride[1], n = p->n, k = p->k, kb = p->kb;
+  for (int64_t j = 0; j < p->nb; j++)
+    for (int64_t t = 0; t < kb; t++) {
+      uint16_t *tile = p->data + dsp_cpu_amx_tile(p, j, t);
+      for (int pr = 0; pr < 16; pr++)
+        for (int c = 0; c < 16; c++)
+          for (int e = 0; e < 2; e++) {
+            const int64_t row = j * 16 + c, kk = t * 32 + 2 * pr + e;
+            tile[pr * 32 + c * 2 + e] = row < n && kk < k ? src[row * rs + kk * cs] : 0;
+          }
+    }
+  p->guard_min = 255;
+  for (int64_t r = 0; r < n; r++) {
+    p->guard[r] = dsp_cpu_amx_row_guard(src + r * rs, k, cs);
+    if (p->guard[r] < p->guard_min) p->guard_min = p->guard[r];
+  }
+  *out = p;
+  return DSP_OK;
+}
+
+void dsp_cpu_amx_unpack(const dsp_cpu_amx *p, uint16_t *dst) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t k = 0; k < p->k; k++) dst[n * p->k + k] = dsp_cpu_amx_at(p, n, k);
+}
+
+void dsp_cpu_amx_free(dsp_cpu_amx *p) {
+  if (!p) return;
+  free(p->data);
+  free(p->guard);
+  free(p);
+}
