@@ -438,12 +438,25 @@ static void run_rmsnorm(dsp_backend *be, const uint16_t *x, const uint16_t *w, i
   if (!in_place) dsp_op_release(be, 0, dout);
 }
 
+/* On a CPU with AVX-512, the scalar path's result of the same call (bits, NaN equal to NaN) must be the vector
+   path's: *isa counts the values that differ. */
+static int scalar_path(void) {
+  if (g_cuda || !dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) return 0;
+  assert_int_equal(dsp_cpu_kernel_force("scalar"), DSP_OK);
+  return 1;
+}
+static void isa_cmp(long *isa, const uint16_t *vec, const uint16_t *sc, size_t n) {
+  assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+  for (size_t i = 0; i < n; i++) *isa += vec[i] != sc[i] && !(is_nan16(vec[i]) && is_nan16(sc[i]));
+}
+
 static void t_rmsnorm(void) {
   /* rows of 4096 (one block per row on CUDA), 256, 1000 and 72; per-head views in wider rows; in place */
   const struct { int64_t r, n, d, ld; int grid, in_place; } cs[] = {
       {5, 1, 4096, 4096, 0, 0}, {7, 1, 256, 264, 1, 0}, {3, 1, 1000, 1000, 0, 1}, {6, 8, 128, 1536, 0, 1},
       {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}};
   op_tally t = {0};
+  long isa = 0;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     const int64_t R = cs[c].r, N = cs[c].n, D = cs[c].d, ld = cs[c].ld;
     uint16_t *x = malloc((size_t)(R * ld) * 2), *w = malloc((size_t)D * 2);
@@ -452,6 +465,10 @@ static void t_rmsnorm(void) {
     for (int64_t i = 0; i < D; i++) w[i] = rand_val();
     run_rmsnorm(g_be, x, w, R, N, D, ld, cs[c].in_place, o);
     if (g_cpu) run_rmsnorm(g_cpu, x, w, R, N, D, ld, cs[c].in_place, oc);
+    if (scalar_path()) {
+      run_rmsnorm(g_be, x, w, R, N, D, ld, cs[c].in_place, oc);
+      isa_cmp(&isa, o, oc, (size_t)(R * ld));
+    }
     for (int64_t r = 0; r < R; r++)
       for (int64_t h = 0; h < N; h++) {
         const uint16_t *xr = x + r * ld + h * D;
@@ -468,6 +485,7 @@ static void t_rmsnorm(void) {
     free(x), free(w), free(o), free(oc);
   }
   op_done(&t, "rmsnorm");
+  if (isa) fail_msg("rmsnorm: %ld values differ between the CPU's AVX-512 and scalar paths", isa);
   print_message("rmsnorm: %ld equal to the contract, %ld one ulp from it\n", t.exact, t.near);
 }
 
@@ -567,6 +585,13 @@ static void t_elementwise(void) {
     for (int64_t i = 0; i < rows * ld; i++) o[i] = oc[i] = 0xbeef; /* untouched padding and rows must stay */
     run_ew(g_be, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, o);
     if (g_cpu) run_ew(g_cpu, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, oc);
+    if (scalar_path()) {
+      long isa = 0;
+      for (int64_t i = 0; i < rows * ld; i++) oc[i] = 0xbeef;
+      run_ew(g_be, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, oc);
+      isa_cmp(&isa, o, oc, (size_t)(rows * ld));
+      if (isa) fail_msg("%s: %ld values differ between the CPU's AVX-512 and scalar paths", names[k], isa);
+    }
     for (int64_t r = 0; r < rows; r++)
       for (int64_t c = 0; c < ld; c++) {
         const int64_t i = r * ld + c;

@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "kernels/cpu/expf.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/layers_avx512.h"
 
 static inline float ld(const dsp_tensor *t, const dsp_bf16 *row, int64_t c) {
   return dsp_bf16_to_f32(row[c * t->stride[t->ndim - 1]]);
@@ -30,10 +33,9 @@ void dsp_cpu_embed(const dsp_tensor *table, const int32_t *ids, int64_t t, dsp_t
   }
 }
 
-void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out) {
-  const int64_t R = nrows(x), D = x->shape[x->ndim - 1], os = out->stride[out->ndim - 1];
-#pragma omp parallel for schedule(static) if (R * D > 65536)
-  for (int64_t r = 0; r < R; r++) {
+static void rmsnorm_rows(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out, int64_t r0, int64_t r1) {
+  const int64_t D = x->shape[x->ndim - 1], os = out->stride[out->ndim - 1];
+  for (int64_t r = r0; r < r1; r++) {
     const dsp_bf16 *xr = row_ptr(x, r);
     dsp_bf16 *orow = row_ptr(out, r);
     float ss = 0.0f;
@@ -46,6 +48,24 @@ void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tens
       const float xn = dsp_round_bf16(ld(x, xr, d) * inv);
       orow[d * os] = dsp_f32_to_bf16(dsp_bf16_to_f32(w[d]) * xn);
     }
+  }
+}
+
+/* Groups of 16 rows: the AVX-512 form where rows are contiguous, else the loop above. */
+void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out) {
+  const int64_t R = nrows(x), D = x->shape[x->ndim - 1], G = (R + 15) / 16;
+  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && D >= 2 && x->stride[x->ndim - 1] == 1 &&
+                  out->stride[out->ndim - 1] == 1;
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+  for (int64_t gi = 0; gi < G; gi++) {
+    const int64_t r0 = gi * 16, r1 = r0 + 16 < R ? r0 + 16 : R;
+    if (!vec) {
+      rmsnorm_rows(x, w, eps, out, r0, r1);
+      continue;
+    }
+    dsp_bf16 *xr[16], *orow[16];
+    for (int64_t r = r0; r < r1; r++) xr[r - r0] = row_ptr(x, r), orow[r - r0] = row_ptr(out, r);
+    dsp_cpu_rmsnorm_avx512(xr, orow, (int)(r1 - r0), D, w, eps);
   }
 }
 
@@ -80,13 +100,19 @@ void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
 
 void dsp_cpu_silu_mul(const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
   const int64_t M = g->shape[0], N = g->shape[1];
+  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && g->stride[1] == 1 && u->stride[1] == 1 &&
+                  out->stride[1] == 1;
 #pragma omp parallel for schedule(static) if (M * N > 16384)
   for (int64_t i = 0; i < M; i++) {
     const dsp_bf16 *gr = (const dsp_bf16 *)g->data + i * g->stride[0], *ur = (const dsp_bf16 *)u->data + i * u->stride[0];
     dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
+    if (vec) {
+      dsp_cpu_silu_mul_avx512(gr, ur, o, N);
+      continue;
+    }
     for (int64_t j = 0; j < N; j++) {
       const float x = dsp_bf16_to_f32(gr[j * g->stride[1]]);
-      const float s = dsp_round_bf16(x / (1.0f + expf(-x)));
+      const float s = dsp_round_bf16(x / (1.0f + dsp_cpu_expf(-x)));
       o[j * out->stride[1]] = dsp_f32_to_bf16(s * dsp_bf16_to_f32(ur[j * u->stride[1]]));
     }
   }
