@@ -14,6 +14,8 @@
 
 #include "core/bf16.h"
 #include "kernels/cpu/avx512.h"
+#include "kernels/cpu/expf.h"
+#include "kernels/cpu/expf_avx512.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/layers.h"
 
@@ -66,7 +68,7 @@ static void softmax_scalar(const item *it, int64_t r, float scale) {
     m = e[j] > m ? e[j] : m;
   }
   for (int64_t j = 0; j < it->nk; j++) {
-    e[j] = expf(e[j] - m);
+    e[j] = dsp_cpu_expf(e[j] - m);
     z += e[j];
   }
   for (int64_t j = 0; j < it->nk; j++) e[j] = dsp_round_bf16(e[j] / z);
@@ -165,7 +167,8 @@ DSP_AVX512 static void pv_avx512(const item *it) {
 
 /* softmax_scalar's bits: the rounding passes 16 keys at a time; the max over
  * lanes (equal values may differ only in the sign of a zero, which no e = expf(s
- * - max) sees); expf and z in key order as the scalar path. A row with a NaN
+ * - max) sees); expf 16 keys at a time (expf_avx512.h: the scalar one's
+ * bits), z in key order as the scalar path. A row with a NaN
  * score gives NaN probabilities, as the scalar path's NaN z does. */
 DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
   float *e = it->e + r * it->es;
@@ -185,11 +188,13 @@ DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
     return;
   }
   const float m = _mm512_reduce_max_ps(mv);
-  float z = 0.0f;
-  for (int64_t j = 0; j < it->nk; j++) {
-    e[j] = expf(e[j] - m);
-    z += e[j];
+  const __m512 mm = _mm512_set1_ps(m);
+  for (int64_t j = 0; j < it->nk; j += 16) {
+    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
+    _mm512_mask_storeu_ps(e + j, live, dsp_avx512_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, e + j), mm)));
   }
+  float z = 0.0f;
+  for (int64_t j = 0; j < it->nk; j++) z += e[j];
   const __m512 zv = _mm512_set1_ps(z);
   for (int64_t j = 0; j < it->nk; j += 16) {
     const __mmask16 live = dsp_avx512_lanes(it->nk - j);

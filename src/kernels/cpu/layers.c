@@ -71,11 +71,16 @@ void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tens
 
 void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const dsp_bf16 *sin, int64_t half) {
   const int64_t T = x->shape[0], N = x->shape[1], cs = x->stride[2];
+  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && cs == 1;
 #pragma omp parallel for schedule(static) if (T * N * half > 65536)
   for (int64_t t = 0; t < T; t++) {
     const dsp_bf16 *c = cos + (int64_t)pos[t] * half, *s = sin + (int64_t)pos[t] * half;
     for (int64_t n = 0; n < N; n++) {
       dsp_bf16 *row = (dsp_bf16 *)x->data + t * x->stride[0] + n * x->stride[1];
+      if (vec) {
+        dsp_cpu_rope_avx512(row, c, s, half);
+        continue;
+      }
       for (int64_t i = 0; i < half; i++) {
         const float a = dsp_bf16_to_f32(row[i * cs]), b = dsp_bf16_to_f32(row[(i + half) * cs]);
         const float ci = dsp_bf16_to_f32(c[i]), si = dsp_bf16_to_f32(s[i]);
@@ -88,10 +93,16 @@ void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const 
 
 void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
   const int64_t M = a->shape[0], N = a->shape[1];
+  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && a->stride[1] == 1 && b->stride[1] == 1 &&
+                  out->stride[1] == 1;
 #pragma omp parallel for schedule(static) if (M * N > 65536)
   for (int64_t i = 0; i < M; i++) {
     const dsp_bf16 *ar = (const dsp_bf16 *)a->data + i * a->stride[0], *br = (const dsp_bf16 *)b->data + i * b->stride[0];
     dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
+    if (vec) {
+      dsp_cpu_add_avx512(ar, br, o, N);
+      continue;
+    }
     for (int64_t j = 0; j < N; j++)
       o[j * out->stride[1]] =
           dsp_f32_to_bf16(dsp_bf16_to_f32(ar[j * a->stride[1]]) + dsp_bf16_to_f32(br[j * b->stride[1]]));

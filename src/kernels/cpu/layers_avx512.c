@@ -1,7 +1,8 @@
-/* AVX-512 forms of layers.c's RMSNorm and silu_mul, bit for bit the scalar
- * ones (test_ops checks it). RMSNorm: the sum of squares of 16 rows at once,
+/* AVX-512 forms of layers.c's RMSNorm, silu_mul, RoPE and add, bit for bit
+ * the scalar ones (test_ops checks it). RMSNorm: the sum of squares of 16 rows at once,
  * one row per lane, each still one fmaf chain in order over d; the scaling 16
- * dims at a time. silu_mul: 16 columns at a time with expf_avx512.h. The
+ * dims at a time. silu_mul (with expf_avx512.h), RoPE and add: 16 columns at
+ * a time. The
  * roundings are core/bf16.h's (a NaN keeps its sign and payload, quieted).
  * Called only where dsp_cpu_isa_current() is AVX-512. */
 #include <immintrin.h>
@@ -80,5 +81,22 @@ DSP_AVX512 void dsp_cpu_silu_mul_avx512(const dsp_bf16 *g, const dsp_bf16 *u, ds
     const __m512 e = dsp_avx512_expf(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f))); /* -x, as the scalar form */
     const __m512 s = round_bf16(_mm512_div_ps(x, _mm512_add_ps(one, e)));
     store16(o + j, _mm512_mul_ps(s, load16(u + j, m)), m);
+  }
+}
+
+DSP_AVX512 void dsp_cpu_rope_avx512(dsp_bf16 *row, const dsp_bf16 *c, const dsp_bf16 *sn, int64_t half) {
+  for (int64_t i = 0; i < half; i += 16) {
+    const __mmask16 m = dsp_avx512_lanes(half - i);
+    const __m512 a = load16(row + i, m), b = load16(row + half + i, m);
+    const __m512 ci = load16(c + i, m), si = load16(sn + i, m);
+    store16(row + i, _mm512_sub_ps(round_bf16(_mm512_mul_ps(a, ci)), round_bf16(_mm512_mul_ps(b, si))), m);
+    store16(row + half + i, _mm512_add_ps(round_bf16(_mm512_mul_ps(b, ci)), round_bf16(_mm512_mul_ps(a, si))), m);
+  }
+}
+
+DSP_AVX512 void dsp_cpu_add_avx512(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = dsp_avx512_lanes(n - j);
+    store16(o + j, _mm512_add_ps(load16(a + j, m), load16(b + j, m)), m);
   }
 }

@@ -11,5 +11,9 @@ void dsp_cpu_rmsnorm_avx512(dsp_bf16 *const *xr, dsp_bf16 *const *orow, int n, i
                             float eps);
 /* o[j] = bf16(bf16(silu(g[j])) * u[j]), j < n, contiguous. */
 void dsp_cpu_silu_mul_avx512(const dsp_bf16 *g, const dsp_bf16 *u, dsp_bf16 *o, int64_t n);
+/* RoPE of one head row in place (contiguous), the tables' row c, sn. */
+void dsp_cpu_rope_avx512(dsp_bf16 *row, const dsp_bf16 *c, const dsp_bf16 *sn, int64_t half);
+/* o[j] = bf16(a[j] + b[j]), j < n, contiguous (o may alias a or b). */
+void dsp_cpu_add_avx512(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n);
 
 #endif
