@@ -165,40 +165,78 @@ DSP_AVX512 static void pv_avx512(const item *it) {
   }
 }
 
-/* softmax_scalar's bits: the rounding passes 16 keys at a time; the max over
- * lanes (equal values may differ only in the sign of a zero, which no e = expf(s
- * - max) sees); expf 16 keys at a time (expf_avx512.h: the scalar one's
- * bits), z in key order as the scalar path. A row with a NaN
- * score gives NaN probabilities, as the scalar path's NaN z does. */
-DSP_AVX512 static void softmax_avx512(const item *it, int64_t r, float scale) {
-  float *e = it->e + r * it->es;
+/* softmax_scalar's bits in three passes, so that the z sums, each a chain in
+ * key order, run 16 q vectors at once (one per lane) instead of one after
+ * another. Pass 1 (one q vector): the rounding passes 16 keys at a time, the
+ * max over lanes (equal values may differ only in the sign of a zero, which no
+ * e = expf(s - max) sees), expf 16 keys at a time (expf_avx512.h: the scalar
+ * one's bits). A vector with a NaN score gets NaN everywhere, as the scalar
+ * path's NaN z gives. */
+DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
   const __m512 sc = _mm512_set1_ps(scale);
   __m512 mv = _mm512_set1_ps(-INFINITY);
   __mmask16 nan = 0;
-  for (int64_t j = 0; j < it->nk; j += 16) {
-    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
+  for (int64_t j = 0; j < nk; j += 16) {
+    const __mmask16 live = dsp_avx512_lanes(nk - j);
     const __m512 x = _mm512_maskz_loadu_ps(live, e + j);
     nan |= _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
     const __m512 y = dsp_avx512_round_bf16(_mm512_mul_ps(dsp_avx512_round_bf16(x), sc));
     _mm512_mask_storeu_ps(e + j, live, y);
     mv = _mm512_mask_max_ps(mv, live, mv, y);
   }
-  if (nan) { /* the scalar path's z is then NaN, and so is every probability */
-    for (int64_t j = 0; j < it->nk; j++) e[j] = NAN;
+  if (nan) {
+    for (int64_t j = 0; j < nk; j++) e[j] = NAN;
     return;
   }
-  const float m = _mm512_reduce_max_ps(mv);
-  const __m512 mm = _mm512_set1_ps(m);
-  for (int64_t j = 0; j < it->nk; j += 16) {
-    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
+  const __m512 mm = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  for (int64_t j = 0; j < nk; j += 16) {
+    const __mmask16 live = dsp_avx512_lanes(nk - j);
     _mm512_mask_storeu_ps(e + j, live, dsp_avx512_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, e + j), mm)));
   }
-  float z = 0.0f;
-  for (int64_t j = 0; j < it->nk; j++) z += e[j];
+}
+
+/* Pass 2: z of n <= 16 q vectors, vector v's e at e + v * es over its nk[v]
+ * keys, lane v adding them in key order from +0. */
+DSP_AVX512 static void softmax_z_avx512(const float *e, int64_t es, const int64_t *nk, int n, float *z) {
+  int64_t most = 0;
+  for (int v = 0; v < n; v++) most = nk[v] > most ? nk[v] : most;
+  __m512i idx = _mm512_setzero_si512(), cnt = _mm512_setzero_si512();
+  for (int v = 0; v < n; v++) {
+    idx = _mm512_mask_set1_epi32(idx, (__mmask16)(1u << v), (int)(v * es));
+    cnt = _mm512_mask_set1_epi32(cnt, (__mmask16)(1u << v), (int)nk[v]);
+  }
+  __m512 zv = _mm512_setzero_ps();
+  for (int64_t j = 0; j < most; j++) {
+    const __mmask16 live = _mm512_cmpgt_epi32_mask(cnt, _mm512_set1_epi32((int)j));
+    const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, e + j, 4);
+    zv = _mm512_mask_add_ps(zv, live, zv, x);
+  }
+  float t[16];
+  _mm512_storeu_ps(t, zv);
+  for (int v = 0; v < n; v++) z[v] = t[v];
+}
+
+/* Pass 3: p = bf16(e / z). */
+DSP_AVX512 static void softmax_div_avx512(float *e, int64_t nk, float z) {
   const __m512 zv = _mm512_set1_ps(z);
-  for (int64_t j = 0; j < it->nk; j += 16) {
-    const __mmask16 live = dsp_avx512_lanes(it->nk - j);
+  for (int64_t j = 0; j < nk; j += 16) {
+    const __mmask16 live = dsp_avx512_lanes(nk - j);
     _mm512_mask_storeu_ps(e + j, live, dsp_avx512_round_bf16(_mm512_div_ps(_mm512_maskz_loadu_ps(live, e + j), zv)));
+  }
+}
+
+/* The three passes over the run's nr rows x rep heads (vector r * rep + h
+ * holds row r's keys). */
+static void softmax_run_avx512(const item *it, int64_t nr, const int64_t *row_nk, float scale) {
+  const int64_t nv = nr * it->rep;
+  for (int64_t v = 0; v < nv; v++) softmax_exp_avx512(it->e + v * it->es, row_nk[v / it->rep], scale);
+  for (int64_t v0 = 0; v0 < nv; v0 += 16) {
+    const int n = (int)(nv - v0 < 16 ? nv - v0 : 16);
+    int64_t nk[16];
+    float z[16];
+    for (int v = 0; v < n; v++) nk[v] = row_nk[(v0 + v) / it->rep];
+    softmax_z_avx512(it->e + v0 * it->es, it->es, nk, n, z);
+    for (int v = 0; v < n; v++) softmax_div_avx512(it->e + (v0 + v) * it->es, nk[v], z[v]);
   }
 }
 
@@ -237,14 +275,19 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
             const dsp_bf16 *qr = (const dsp_bf16 *)q->data + (t0 + r) * q->stride[0] + (g * rep + h) * q->stride[1];
             for (int64_t d = 0; d < D; d++) it.qf[(r * rep + h) * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
           }
-        if (vec) scores_avx512(&it);
-        else scores_scalar(&it);
+        int64_t row_nk[RUN];
+        for (int64_t r = 0; r < nr; r++) row_nk[r] = clamp_keys(a, t0 + r);
+        if (vec) {
+          scores_avx512(&it);
+          softmax_run_avx512(&it, nr, row_nk, a->scale);
+        } else {
+          scores_scalar(&it);
+        }
         for (int64_t r = 0; r < nr; r++) {
           item ir = it; /* row r: its scores, its keys */
           ir.e = it.e + r * rep * it.es;
-          ir.nk = clamp_keys(a, t0 + r);
+          ir.nk = row_nk[r];
           if (vec) {
-            for (int64_t h = 0; h < rep; h++) softmax_avx512(&ir, h, a->scale);
             pv_avx512(&ir);
           } else {
             for (int64_t h = 0; h < rep; h++) softmax_scalar(&ir, h, a->scale), pv_scalar(&ir, h);
