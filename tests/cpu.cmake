@@ -6,3 +6,5 @@ dsp_cmd_test(cpu_info COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cpu_info_chec
 dsp_test(test_cpu_amx SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_amx.c LABELS unit TIMEOUT 120)
 # The CPU kernels' expf against libm and its AVX-512 form.
 dsp_test(test_cpu_expf SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_expf.c LABELS unit TIMEOUT 120)
+# Contract 5's noise and the selections on AVX-512 against the scalar forms.
+dsp_test(test_cpu_gumbel SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_gumbel.c LABELS unit TIMEOUT 120)

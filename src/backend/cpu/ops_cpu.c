@@ -15,7 +15,7 @@
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/layers.h"
-#include "kernels/cpu/layers_avx512.h"
+#include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 
@@ -225,8 +225,9 @@ dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args 
     const dsp_bf16 *p = (const dsp_bf16 *)l->data + r * l->stride[0];
     /* the noise is keyed by the global id, so a shard's draw is the full-vocabulary draw */
     uint64_t best = 0;
-    if (T <= 0.0f && l->stride[1] == 1 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512) {
-      a->keys[r] = dsp_cpu_select_greedy_avx512(p, a->n_valid, (uint32_t)a->id0);
+    if (l->stride[1] == 1 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512) { /* the loop below, 16 ids at a time */
+      a->keys[r] = dsp_cpu_select_avx512(p, 0, a->n_valid, T, T > 0.0f ? a->seed_row[r] : 0, T > 0.0f ? a->pos[r] : 0,
+                                         a->id0);
       continue;
     }
     for (int64_t v = 0; v < a->n_valid; v++) {

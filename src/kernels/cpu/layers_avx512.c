@@ -100,30 +100,3 @@ DSP_AVX512 void dsp_cpu_add_avx512(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf1
     store16(o + j, _mm512_add_ps(load16(a + j, m), load16(b + j, m)), m);
   }
 }
-
-/* core/select.h's key on 16 lanes: the value's order in the high 32 bits (-0
- * onto +0, NaN on top), ~id in the low 32; the largest key is the contract's
- * winner. */
-DSP_AVX512 uint64_t dsp_cpu_select_greedy_avx512(const dsp_bf16 *p, int64_t n, uint32_t id0) {
-  const __m512i sign = _mm512_set1_epi32((int)0x80000000u), lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                                                                       10, 11, 12, 13, 14, 15);
-  __m512i best = _mm512_setzero_si512();
-  for (int64_t v = 0; v < n; v += 16) {
-    const __mmask16 m = dsp_avx512_lanes(n - v);
-    __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + v)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_andnot_si512(sign, u), _mm512_set1_epi32(0x7F800000));
-    u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(u, sign), _mm512_setzero_si512());
-    const __mmask16 neg = _mm512_test_epi32_mask(u, sign);
-    __m512i o = _mm512_mask_mov_epi32(_mm512_or_si512(u, sign), neg, _mm512_xor_si512(u, _mm512_set1_epi32(-1)));
-    o = _mm512_mask_mov_epi32(o, nan, _mm512_set1_epi32(-1));
-    const __m512i id = _mm512_xor_si512(_mm512_add_epi32(lane, _mm512_set1_epi32((int)(id0 + (uint32_t)v))),
-                                        _mm512_set1_epi32(-1));
-    /* (~id, order) pairs as 64-bit keys: unpacklo holds elements 0 1 4 5 8 9 12 13, unpackhi the rest */
-    const __m512i lo = _mm512_unpacklo_epi32(id, o), hi = _mm512_unpackhi_epi32(id, o);
-    const __mmask8 mlo = (__mmask8)(((m >> 0) & 3) | (((m >> 4) & 3) << 2) | (((m >> 8) & 3) << 4) | (((m >> 12) & 3) << 6));
-    const __mmask8 mhi = (__mmask8)(((m >> 2) & 3) | (((m >> 6) & 3) << 2) | (((m >> 10) & 3) << 4) | (((m >> 14) & 3) << 6));
-    best = _mm512_max_epu64(best, _mm512_maskz_mov_epi64(mlo, lo));
-    best = _mm512_max_epu64(best, _mm512_maskz_mov_epi64(mhi, hi));
-  }
-  return (uint64_t)_mm512_reduce_max_epu64(best);
-}

@@ -15,7 +15,4 @@ void dsp_cpu_silu_mul_avx512(const dsp_bf16 *g, const dsp_bf16 *u, dsp_bf16 *o, 
 void dsp_cpu_rope_avx512(dsp_bf16 *row, const dsp_bf16 *c, const dsp_bf16 *sn, int64_t half);
 /* o[j] = bf16(a[j] + b[j]), j < n, contiguous (o may alias a or b). */
 void dsp_cpu_add_avx512(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n);
-/* The largest core/select.h key over p[v], v < n, with ids id0 + v (0: n == 0). */
-uint64_t dsp_cpu_select_greedy_avx512(const dsp_bf16 *p, int64_t n, uint32_t id0);
-
 #endif

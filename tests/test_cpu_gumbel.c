@@ -1,0 +1,132 @@
+/* Contract 5's noise and selection on AVX-512 (src/kernels/cpu/gumbel_avx512.h)
+ * against the scalar forms: dsp_gumbel (core/philox.h) over random seeds,
+ * positions and ids (and ids whose 16 lanes would cross 2^32), the noise of
+ * Philox's first word r over 2^22 random r and the r where the vector logs
+ * alone round the other way (found by an exhaustive search over all 2^32:
+ * 22 of them without the boundary check, 0 with it), and the selection key
+ * against one written here from select.h's order (T 0 and T > 0, bf16 and
+ * fp32 rows, NaN, ties, -inf). Skipped without AVX-512. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/philox.h"
+#include "core/select.h"
+#include "kernels/cpu/gumbel_avx512.h"
+#include "kernels/cpu/kernel.h"
+
+static uint64_t g_rng = 0x9FB21C651E98DF25ull;
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float gumbel_r(uint32_t r) { return (float)(-log(-log(((double)r + 0.5) * (1.0 / 4294967296.0)))); }
+
+static int no_avx512(void) {
+  if (dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) return 0;
+  print_message("  (no AVX-512 here: skipped)\n");
+  return 1;
+}
+
+static void test_noise_of_r(void **st) {
+  (void)st;
+  if (no_avx512()) skip();
+  static const uint32_t edge[] = {0u, 1u, 2u, 0x7FFFFFFFu, 0x80000000u, 0xFFFFFFFEu, 0xFFFFFFFFu,
+                                  1577369013u, 1580021308u, 1580022522u, 1580025460u, 1580028313u,
+                                  1580021307u, 1580021309u, 1580028312u, 1580028314u, 1579000000u};
+  uint32_t r[16];
+  float g[16];
+  long differ = 0, redone = 0, n = 0;
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i += 16) {
+    for (int j = 0; j < 16; j++) r[j] = edge[(i + (size_t)j) % (sizeof edge / sizeof edge[0])];
+    redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
+    for (int j = 0; j < 16; j++) differ += bits(g[j]) != bits(gumbel_r(r[j])), n++;
+  }
+  for (long b = 0; b < (1 << 22); b += 16) {
+    for (int j = 0; j < 16; j++) r[j] = (uint32_t)rnd();
+    redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
+    for (int j = 0; j < 16; j++) differ += bits(g[j]) != bits(gumbel_r(r[j])), n++;
+  }
+  print_message("  noise of r: %ld values, %ld differ, %ld recomputed by the scalar form\n", n, differ, redone);
+  assert_int_equal(differ, 0);
+}
+
+static void test_noise_of_ids(void **st) {
+  (void)st;
+  if (no_avx512()) skip();
+  long differ = 0;
+  for (int t = 0; t < 20000; t++) {
+    const uint64_t seed = rnd();
+    const int64_t pos = t % 7 ? (int64_t)(rnd() % 100000) : (int64_t)(rnd() >> 1);
+    int64_t id0 = (int64_t)(rnd() % 200000);
+    if (t % 11 == 0) id0 = 0xFFFFFFFFll - (int64_t)(rnd() % 16); /* lanes across 2^32: the scalar form */
+    if (t % 13 == 0) id0 = (int64_t)(rnd() >> 2);
+    const int n = 1 + (int)(rnd() % 16);
+    float g[16];
+    dsp_cpu_gumbel16_avx512(seed, pos, id0, n, g);
+    for (int i = 0; i < n; i++) differ += bits(g[i]) != bits(dsp_gumbel(seed, pos, id0 + i));
+  }
+  assert_int_equal(differ, 0);
+}
+
+/* select.h's order, written from contract 4: NaN above everything (the lowest
+ * id among NaNs), then the larger value, then the lower id; -0 == +0. */
+static int better(float a, int64_t ai, float b, int64_t bi) {
+  if (isnan(a) || isnan(b)) return isnan(a) && (!isnan(b) || ai < bi);
+  if (a != b) return a > b;
+  return ai < bi;
+}
+
+static void test_select(void **st) {
+  (void)st;
+  if (no_avx512()) skip();
+  enum { V = 1000 };
+  static uint16_t b16[V];
+  static float f32[V];
+  for (int c = 0; c < 60; c++) {
+    const int64_t n = c < 3 ? c + 1 : 1 + (int64_t)(rnd() % V), id0 = (int64_t)(rnd() % 100000);
+    const float T = c % 3 == 0 ? 0.0f : c % 3 == 1 ? 0.8f : 1.7f;
+    const uint64_t seed = rnd();
+    const int64_t pos = (int64_t)(rnd() % 4096);
+    for (int64_t v = 0; v < n; v++) { /* few distinct values: many ties */
+      f32[v] = (float)((int)(rnd() % 9) - 4) * 0.5f;
+      if (c % 5 == 1 && v == n / 2) f32[v] = NAN;
+      if (c % 5 == 2) f32[v] = -INFINITY;
+      if (c % 7 == 3 && v % 3 == 0) f32[v] = -0.0f;
+      b16[v] = (uint16_t)(bits(f32[v]) >> 16);
+    }
+    for (int f = 0; f < 2; f++) {
+      float bv = 0;
+      int64_t bi = -1;
+      for (int64_t v = 0; v < n; v++) {
+        float x = f ? f32[v] : (float)0 + (float)((union { uint32_t u; float f; }){(uint32_t)b16[v] << 16}).f;
+        if (T > 0.0f) {
+          volatile float q = x / T;
+          x = q + dsp_gumbel(seed, pos, id0 + v);
+        }
+        if (bi < 0 || better(x, id0 + v, bv, bi)) bv = x, bi = id0 + v;
+      }
+      const uint64_t key = dsp_cpu_select_avx512(f ? (const void *)f32 : (const void *)b16, f, n, T, seed, pos, id0);
+      if (dsp_select_key_id(key) != bi)
+        fail_msg("case %d (%s, n %lld, T %g): id %lld, the order gives %lld", c, f ? "fp32" : "bf16", (long long)n,
+                 (double)T, (long long)dsp_select_key_id(key), (long long)bi);
+    }
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_noise_of_r), cmocka_unit_test(test_noise_of_ids),
+                                     cmocka_unit_test(test_select)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
