@@ -25,6 +25,7 @@ DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   }
+#pragma GCC unroll 4
   for (int64_t kk = 0; kk < kc; kk++) {
     __m512i x = _mm512_load_si512((const void *)(bp + kk * DSP_CPU_NR));
     __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
