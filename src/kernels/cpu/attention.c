@@ -23,10 +23,10 @@
 enum { RUN = 8 }; /* rows of one slot whose q.k share each key load */
 
 /* Per thread: q of a run's (row, head) pairs in fp32 (RUN x rep x D), their
- * scores (RUN x rep x max_len), one row's output accumulators (rep x D). */
+ * scores (RUN x rep x max_len), their output accumulators (RUN x rep x D). */
 size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int nthreads) {
   const int64_t rep = kv_heads > 0 ? (q_heads + kv_heads - 1) / kv_heads : q_heads;
-  const size_t per = (size_t)(RUN * rep * head_dim + RUN * rep * max_len + rep * head_dim + 16);
+  const size_t per = (size_t)(RUN * rep * head_dim + RUN * rep * max_len + RUN * rep * head_dim + 16);
   return (per + 15) / 16 * 16 * (size_t)nthreads;
 }
 
@@ -120,12 +120,16 @@ DSP_AVX512 static void scores_avx512(const item *it) {
  * are constants at every call site, so the loops unroll and acc stays in
  * registers. */
 DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const int HG, int64_t r0, int rc,
-                                const __mmask16 *m) {
+                                const __mmask16 *m, int64_t j0, int64_t j1) {
   __m512 acc[16];
+  float *out = it->acc + r0 * it->D + d0;
 #pragma GCC unroll 16
-  for (int i = 0; i < NV * HG; i++) acc[i] = _mm512_setzero_ps();
+  for (int h = 0; h < HG; h++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; c++)
+      acc[h * NV + c] = j0 && h < rc ? _mm512_maskz_loadu_ps(m[c], out + h * it->D + 16 * c) : _mm512_setzero_ps();
   const float *p = it->e + r0 * it->es;
-  for (int64_t j = 0; j < it->nk; j++) {
+  for (int64_t j = j0; j < j1; j++) {
     const dsp_bf16 *vr = it->vb + j * it->kst + d0;
     __m512 v[4];
 #pragma GCC unroll 4
@@ -143,26 +147,38 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
   for (int h = 0; h < HG; h++)
     if (h < rc)
 #pragma GCC unroll 4
-      for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(it->acc + (r0 + h) * it->D + d0 + 16 * c, m[c], acc[h * NV + c]);
+      for (int c = 0; c < NV; c++) _mm512_mask_storeu_ps(out + h * it->D + 16 * c, m[c], acc[h * NV + c]);
 }
 
-/* p.v of every head of the item, 64 dims at a time. */
-DSP_AVX512 static void pv_avx512(const item *it) {
+/* q vectors v0 .. v0 + nq - 1 over keys [j0, j1) (j0 > 0: continuing their
+ * chains from it->acc), 64 dims at a time. */
+DSP_AVX512 static void pv_range(const item *it, int64_t v0, int64_t nq, int64_t j0, int64_t j1) {
   for (int64_t d0 = 0; d0 < it->D; d0 += 64) {
     const int64_t n = it->D - d0 < 64 ? it->D - d0 : 64;
-    const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, heads per group */
+    const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, q vectors per group */
     __mmask16 m[4];
     for (int c = 0; c < 4; c++) m[c] = dsp_avx512_lanes(n - 16 * c);
-    for (int64_t r0 = 0; r0 < it->rep; r0 += hg) {
-      const int rc = (int)(it->rep - r0 < hg ? it->rep - r0 : hg);
+    for (int64_t r0 = v0; r0 < v0 + nq; r0 += hg) {
+      const int rc = (int)(v0 + nq - r0 < hg ? v0 + nq - r0 : hg);
       switch (nv) {
-        case 4: pv_group(it, d0, 4, 4, r0, rc, m); break;
-        case 3: pv_group(it, d0, 3, 5, r0, rc, m); break;
-        case 2: pv_group(it, d0, 2, 8, r0, rc, m); break;
-        default: pv_group(it, d0, 1, 16, r0, rc, m); break;
+        case 4: pv_group(it, d0, 4, 4, r0, rc, m, j0, j1); break;
+        case 3: pv_group(it, d0, 3, 5, r0, rc, m, j0, j1); break;
+        case 2: pv_group(it, d0, 2, 8, r0, rc, m, j0, j1); break;
+        default: pv_group(it, d0, 1, 16, r0, rc, m, j0, j1); break;
       }
     }
   }
+}
+
+/* p.v of the run's nr rows x rep heads: the keys every row sees with all q
+ * vectors together (more chains in flight), then each row's own further keys;
+ * each (vector, dim) chain still runs in key order from +0. */
+DSP_AVX512 static void pv_run_avx512(const item *it, int64_t nr, const int64_t *row_nk) {
+  int64_t common = row_nk[0];
+  for (int64_t r = 1; r < nr; r++) common = row_nk[r] < common ? row_nk[r] : common;
+  pv_range(it, 0, nr * it->rep, 0, common);
+  for (int64_t r = 0; r < nr; r++)
+    if (row_nk[r] > common) pv_range(it, r * it->rep, it->rep, common, row_nk[r]);
 }
 
 /* softmax_scalar's bits in three passes, so that the z sums, each a chain in
@@ -280,18 +296,17 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
         if (vec) {
           scores_avx512(&it);
           softmax_run_avx512(&it, nr, row_nk, a->scale);
+          pv_run_avx512(&it, nr, row_nk);
         } else {
           scores_scalar(&it);
         }
         for (int64_t r = 0; r < nr; r++) {
-          item ir = it; /* row r: its scores, its keys */
+          item ir = it; /* row r: its scores, its keys, its accumulators */
           ir.e = it.e + r * rep * it.es;
+          ir.acc = it.acc + r * rep * D;
           ir.nk = row_nk[r];
-          if (vec) {
-            pv_avx512(&ir);
-          } else {
+          if (!vec)
             for (int64_t h = 0; h < rep; h++) softmax_scalar(&ir, h, a->scale), pv_scalar(&ir, h);
-          }
           for (int64_t h = 0; h < rep; h++) {
             const int64_t hq = g * rep + h;
             dsp_bf16 *orow = a->out->ndim == 3
