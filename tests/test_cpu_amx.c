@@ -18,6 +18,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
+#include "test_bits.h"
 
 static uint64_t g_rng = 0x5851F42D4C957F2Dull;
 static uint64_t rnd(void) {
@@ -26,24 +27,12 @@ static uint64_t rnd(void) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-static float widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)(u >> 16);
-}
 /* Contract 1: nearest, ties to even; NaN canonical. */
 static uint16_t round_bf16(double d) {
   float f = (float)d;
   if (isnan(f)) return 0x7FC0;
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t lo = u & 0xFFFFu, hi = u >> 16;
+  const uint32_t u = u_of(f), lo = u & 0xFFFFu;
+  uint32_t hi = u >> 16;
   if (lo > 0x8000u || (lo == 0x8000u && (hi & 1u))) hi++;
   return (uint16_t)hi;
 }
@@ -84,8 +73,8 @@ static void test_exact_grid(void **st) {
     const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
     uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *c = malloc((size_t)(M * N) * 2);
     float *c32 = malloc((size_t)(M * N) * 4);
-    for (int64_t i = 0; i < M * K; i++) a[i] = bits((float)((int)(rnd() % 17) - 8) * 0.25f);
-    for (int64_t i = 0; i < N * K; i++) w[i] = bits((float)((int)(rnd() % 17) - 8) * 0.25f);
+    for (int64_t i = 0; i < M * K; i++) a[i] = hi16((float)((int)(rnd() % 17) - 8) * 0.25f);
+    for (int64_t i = 0; i < N * K; i++) w[i] = hi16((float)((int)(rnd() % 17) - 8) * 0.25f);
     dsp_cpu_amx *p = pack(dsp_tensor_2d(w, DSP_BF16, N, K));
     product(dsp_tensor_2d(a, DSP_BF16, M, K), p, c, DSP_BF16, N, 2);
     product(dsp_tensor_2d(a, DSP_BF16, M, K), p, c32, DSP_F32, N, 2);

@@ -16,21 +16,12 @@
 #include "kernels/cpu/expf.h"
 #include "kernels/cpu/expf_avx512.h"
 #include "kernels/cpu/kernel.h"
+#include "test_bits.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd32(void) {
   g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
   return (uint32_t)(g_rng >> 16);
-}
-static float f_of(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint32_t u_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
 }
 
 DSP_AVX512 static void vec16(const float *x, float *y) { _mm512_storeu_ps(y, dsp_avx512_expf(_mm512_loadu_ps(x))); }

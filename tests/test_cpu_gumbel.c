@@ -20,16 +20,12 @@
 #include "core/select.h"
 #include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/kernel.h"
+#include "test_bits.h"
 
 static uint64_t g_rng = 0x9FB21C651E98DF25ull;
 static uint64_t rnd(void) {
   g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
   return g_rng;
-}
-static uint32_t bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
 }
 static float gumbel_r(uint32_t r) { return (float)(-log(-log(((double)r + 0.5) * (1.0 / 4294967296.0)))); }
 
@@ -51,12 +47,12 @@ static void test_noise_of_r(void **st) {
   for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i += 16) {
     for (int j = 0; j < 16; j++) r[j] = edge[(i + (size_t)j) % (sizeof edge / sizeof edge[0])];
     redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
-    for (int j = 0; j < 16; j++) differ += bits(g[j]) != bits(gumbel_r(r[j])), n++;
+    for (int j = 0; j < 16; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
   }
   for (long b = 0; b < (1 << 22); b += 16) {
     for (int j = 0; j < 16; j++) r[j] = (uint32_t)rnd();
     redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
-    for (int j = 0; j < 16; j++) differ += bits(g[j]) != bits(gumbel_r(r[j])), n++;
+    for (int j = 0; j < 16; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
   }
   print_message("  noise of r: %ld values, %ld differ, %ld recomputed by the scalar form\n", n, differ, redone);
   assert_int_equal(differ, 0);
@@ -75,7 +71,7 @@ static void test_noise_of_ids(void **st) {
     const int n = 1 + (int)(rnd() % 16);
     float g[16];
     dsp_cpu_gumbel16_avx512(seed, pos, id0, n, g);
-    for (int i = 0; i < n; i++) differ += bits(g[i]) != bits(dsp_gumbel(seed, pos, id0 + i));
+    for (int i = 0; i < n; i++) differ += u_of(g[i]) != u_of(dsp_gumbel(seed, pos, id0 + i));
   }
   assert_int_equal(differ, 0);
 }
@@ -104,13 +100,13 @@ static void test_select(void **st) {
       if (c % 5 == 1 && v == n / 2) f32[v] = NAN;
       if (c % 5 == 2) f32[v] = -INFINITY;
       if (c % 7 == 3 && v % 3 == 0) f32[v] = -0.0f;
-      b16[v] = (uint16_t)(bits(f32[v]) >> 16);
+      b16[v] = hi16(f32[v]);
     }
     for (int f = 0; f < 2; f++) {
       float bv = 0;
       int64_t bi = -1;
       for (int64_t v = 0; v < n; v++) {
-        float x = f ? f32[v] : (float)0 + (float)((union { uint32_t u; float f; }){(uint32_t)b16[v] << 16}).f;
+        float x = f ? f32[v] : widen(b16[v]);
         if (T > 0.0f) {
           volatile float q = x / T;
           x = q + dsp_gumbel(seed, pos, id0 + v);

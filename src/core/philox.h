@@ -38,13 +38,18 @@ DSP_HD dsp_philox4 dsp_philox4x32_10(dsp_philox4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
+/* The noise from Philox's first word w: u = (w + 0.5) / 2^32, -log(-log(u)). */
+DSP_HD float dsp_gumbel_of_word(uint32_t w) {
+  double u = ((double)w + 0.5) * (1.0 / 4294967296.0);
+  return (float)(-log(-log(u)));
+}
+
 /* The Gumbel noise g_v for one (seed, position, token id). */
 DSP_HD float dsp_gumbel(uint64_t seed, int64_t position, int64_t id) {
   dsp_philox4 c = {{(uint32_t)(uint64_t)id, (uint32_t)((uint64_t)id >> 32),
                     (uint32_t)(uint64_t)position, (uint32_t)((uint64_t)position >> 32)}};
   dsp_philox4 r = dsp_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
-  double u = ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
-  return (float)(-log(-log(u)));
+  return dsp_gumbel_of_word(r.v[0]);
 }
 
 #endif

@@ -2,7 +2,6 @@
  * AMX can run here. Done once at load time; bits are copied, never converted. */
 #include <cpuid.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>

@@ -1,7 +1,6 @@
 /* gumbel_avx512.h: Philox4x32-10 on 16 lanes, the noise's two logs in
  * double, and the selection keys. */
 #include <immintrin.h>
-#include <math.h>
 
 #include "core/philox.h"
 #include "kernels/cpu/avx512.h"
@@ -75,11 +74,6 @@ DSP_AVX512_INLINE __m256 noise8(__m256i r, __mmask8 *near) {
   return f;
 }
 
-static float gumbel_of_r(uint32_t r) {
-  const double u = ((double)r + 0.5) * (1.0 / 4294967296.0);
-  return (float)(-log(-log(u)));
-}
-
 DSP_AVX512 int dsp_cpu_gumbel_from_r16_avx512(const uint32_t *r, float *g) {
   const __m512i rv = _mm512_loadu_si512(r);
   __mmask8 n0, n1;
@@ -87,7 +81,7 @@ DSP_AVX512 int dsp_cpu_gumbel_from_r16_avx512(const uint32_t *r, float *g) {
   _mm256_storeu_ps(g + 8, noise8(_mm512_extracti64x4_epi64(rv, 1), &n1));
   const unsigned near = (unsigned)n0 | ((unsigned)n1 << 8);
   for (int i = 0; i < 16; i++)
-    if (near >> i & 1) g[i] = gumbel_of_r(r[i]);
+    if (near >> i & 1) g[i] = dsp_gumbel_of_word(r[i]);
   return __builtin_popcount(near);
 }
 
