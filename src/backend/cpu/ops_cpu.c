@@ -13,9 +13,9 @@
 #include <omp.h>
 
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/layers.h"
-#include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 
