@@ -26,6 +26,7 @@ typedef struct {
   int cuda_strict;        /* DSPARK_CUDA_STRICT=1: fixed-order fp32 products on the GPU (bitwise = CPU) */
   dsp_tail_kernel cuda_tail; /* DSPARK_CUDA_TAIL */
   int gemm_split;         /* DSPARK_GEMM_SPLIT=1: split a linear layer's K over a cluster where its shape leaves SMs idle */
+  int gemm_tile;          /* DSPARK_GEMM_TILE: the own GEMM's token tile for every M (0: chosen by M) */
   const char *error;      /* NULL, or why a variable was refused */
 } dsp_env;
 

@@ -6,7 +6,7 @@
 extern "C" int dsp_cuda_gemm_wg_supported(int64_t k) {
   if (k < LW_BK || k % LW_BK || k > INT32_MAX) return 0;
   const lw_dev dv = lw_device();
-  return dv.ok && lw_stages<224>(dv.optin) >= 2;
+  return dv.ok && lw_stages<224>(dv.optin) >= 2 && lw_stages<64, 1, 64>(dv.optin) >= 2;
 }
 
 /* The operands both entry points need: this device, K in 64s, 8-element strides, 16-byte alignment. */
@@ -23,15 +23,34 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
   DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
-  if (nt == 0) nt = m <= 112 ? 112 : 224;
-  if (cluster == 0) cluster = nt == 112 ? lw_default_cluster<112>(dv, s) : lw_default_cluster<224>(dv, s);
+  if (nt == 0) nt = dsp_cuda_gemm_wg_tile(m, n);
+  if (cluster == 0)
+    cluster = nt == 32    ? lw_default_cluster<32, 64>(dv, s)
+              : nt == 64  ? lw_default_cluster<64, 64>(dv, s)
+              : nt == 112 ? lw_default_cluster<112>(dv, s)
+                          : lw_default_cluster<224>(dv, s);
   if (cluster != 1 && cluster != 2)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): cluster %d (1 or 2)", cluster);
+  if (nt == 32) return cluster == 2 ? lw_launch<32, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s)
+                                    : lw_launch<32, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s);
+  if (nt == 64) return cluster == 2 ? lw_launch<64, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s)
+                                    : lw_launch<64, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s);
   if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, lda, w, out, m, n, k, ldo, dv, s)
                                      : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s);
   if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s)
                                      : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s);
-  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (112 or 224)", nt);
+  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (32, 64, 112 or 224)", nt);
+}
+
+/* Past 64 rows: waves of tiles times a tile's time, 0.6 for 112 tokens against 1 for 224 (an H200's
+ * per-k-block times, bench/RESULTS.md, sixteenth session); ties go to the narrower tile. */
+extern "C" int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n) {
+  const int t = dsp_env_get()->gemm_tile;
+  if (t) return t;
+  if (m <= 64) return m <= 32 ? 32 : 64;
+  const int64_t sms = lw_dev_once().sms > 0 ? lw_dev_once().sms : 1, nvt = (n + LW_BM - 1) / LW_BM;
+  const int64_t w112 = ((m + 111) / 112 * nvt + sms - 1) / sms, w224 = ((m + 223) / 224 * nvt + sms - 1) / sms;
+  return 6 * w112 <= 10 * w224 ? 112 : 224;
 }
 
 /* Rounds of tiles per cluster times (k blocks per tile + the hand-over of a
@@ -70,6 +89,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, con
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): split %d (2, 4 or 8)", split);
 }
 
+#define NVAR 7 /* (token tile, cluster) pairs the check compares with (224, 2) */
 extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, long long *differ) {
   const int64_t M = 224, N = 512;
   *compared = *differ = 0;
@@ -79,7 +99,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, lon
   uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
   dsp_status st = DSP_OK;
   cudaStream_t s = NULL;
-  uint16_t *h = (uint16_t *)malloc(4 * no * 2);
+  uint16_t *h = (uint16_t *)malloc((NVAR + 1) * no * 2);
   if (!h) st = dsp_fail(DSP_ERR_NOMEM, "cuda gemm (wgmma) check: out of memory");
   if (st == DSP_OK && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cudaStreamCreate: %s", __FILE__, __LINE__,
@@ -89,22 +109,22 @@ extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, lon
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
     st = dsp_cuda_gemm_wg_run(a, k, w, o1, M, N, k, N, 224, 2, s);
   }
-  /* the other three (token tile, cluster) pairs in turn against (224, 2) */
-  const int other[3][2] = {{112, 2}, {224, 1}, {112, 1}};
-  for (int v = 0; v < 3 && st == DSP_OK; v++) {
+  /* the other (token tile, cluster) pairs in turn against (224, 2) */
+  const int other[NVAR][2] = {{112, 2}, {224, 1}, {112, 1}, {32, 2}, {32, 1}, {64, 2}, {64, 1}};
+  for (int v = 0; v < NVAR && st == DSP_OK; v++) {
     st = dsp_cuda_gemm_wg_run(a, k, w, o2, M, N, k, N, other[v][0], other[v][1], s);
     if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
       st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (wgmma) check: %s", __FILE__, __LINE__,
                     cudaGetErrorString(cudaGetLastError()));
   }
-  if (st == DSP_OK && (cudaMemcpyAsync(h + 3 * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+  if (st == DSP_OK && (cudaMemcpyAsync(h + NVAR * no, o1, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                        cudaStreamSynchronize(s) != cudaSuccess))
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (wgmma) check: %s", __FILE__, __LINE__,
                   cudaGetErrorString(cudaGetLastError()));
   if (st == DSP_OK) {
-    for (size_t v = 0; v < 3; v++)
-      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[3 * no + i];
-    *compared = 3 * (long long)no;
+    for (size_t v = 0; v < NVAR; v++)
+      for (size_t i = 0; i < no; i++) *differ += h[v * no + i] != h[NVAR * no + i];
+    *compared = NVAR * (long long)no;
   }
   if (s) cudaStreamDestroy(s);
   free(h);

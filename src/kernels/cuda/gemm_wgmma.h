@@ -4,15 +4,16 @@
  *
  * Accumulation order of one element (contract 2): onto +0, the K / 16 groups
  * of 16 k in ascending order, one wgmma m64nNk16 each (the tensor core adds a
- * group's 16 products into the fp32 accumulator). The token tile (112 for
- * M <= 112, else 224) changes the instruction's width, not an element's
+ * group's 16 products into the fp32 accumulator). The token tile (32, 64,
+ * 112 or 224 by M) changes the instruction's width, not an element's
  * sequence; whether the device gives the same bits at both widths is measured
  * by dsp_cuda_gemm_wg_check before gemm.cu uses this kernel. Which block
  * computes a row of w changes nothing: batch- and shard-invariant. The split
  * form (dsp_cuda_gemm_wg_split_run) has its own fixed order, below.
  *
  * Layout: rows of w (output features, vocabulary rows) are wgmma's M (128 per
- * tile, two consumer warpgroups of 64), rows of a (tokens) its N. A persistent
+ * tile, two consumer warpgroups of 64; 64 per tile for token tiles 32 and 64,
+ * the two warpgroups taking half of the tokens each), rows of a (tokens) its N. A persistent
  * grid; one producer thread per block streams [64 k] boxes of both operands by
  * TMA with the 128-byte swizzle into a ring of stages. */
 #ifndef DSP_KERNELS_CUDA_GEMM_WGMMA_H
@@ -30,12 +31,16 @@ extern "C" {
  * fits shared memory, a tensor-map encoder exists), else 0. */
 int dsp_cuda_gemm_wg_supported(int64_t k);
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
- * out: [m][ldo] (ldo % 8 == 0). nt: 0 picks the token tile by M; 112 or 224
- * forces one. cluster: 0 the default (2 where pairs of blocks fill at least
+ * out: [m][ldo] (ldo % 8 == 0). nt: 0 picks the token tile by M
+ * (dsp_cuda_gemm_wg_tile); 32, 64, 112 or 224 forces one. cluster: 0 the default (2 where pairs of blocks fill at least
  * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
  * activation loads by TMA multicast. Enqueued on s, capturable. */
 dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                                 int64_t ldo, int nt, int cluster, cudaStream_t s);
+/* The token tile for M rows of a product with N outputs: 32 and 64 run
+ * 64-row weight tiles, 112 and 224 128-row ones (every tile gives the same
+ * bits; DSPARK_GEMM_TILE forces one for every M, for measurement). */
+int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n);
 /* The K split for a weight [n][k] on this device: 1 (none), 2, 4 or 8, the
  * fewest k blocks per SM with every cluster of the split resident, from n, k
  * and the device alone (never from M: batch invariance). Splitting changes an

@@ -6,10 +6,11 @@
  * Block: 384 threads. Warpgroup 0's thread 0 is the producer: for each of the
  * block's tiles (tile t, t + grid, ...: vocabulary tile t / nmt, token tile
  * t % nmt, so tiles that share a weight box run side by side) it lands, per
- * 64 k, the weight box [128 rows][64 k] and the activation box [NT rows][64 k]
+ * 64 k, the weight box [BM rows][64 k] and the activation box [NT rows][64 k]
  * (one TMA each, 128-byte swizzle, zero fill past M, N and K) in the next free
- * stage. Warpgroups 1-2 each own 64 of the tile's vocabulary rows: per stage
- * four m64nNTk16 wgmma in k order, one group kept in flight, the stage handed
+ * stage. Warpgroups 1-2 each own 64 of the tile's vocabulary rows (BM 128), or
+ * half of its tokens (BM 64, for few tokens): per stage
+ * four m64nNk16 wgmma in k order, one group kept in flight, the stage handed
  * back when the group before it has finished. The epilogue rounds to bf16
  * and stores straight from the fragments (each warp writes 16-byte runs of
  * eight vocabulary ids; the producer is meanwhile filling the next tile's
@@ -47,16 +48,20 @@ extern "C" {
 
 namespace {
 
-constexpr int LW_BM = 128;  /* vocabulary rows per tile */
+constexpr int LW_BM = 128;  /* vocabulary rows per tile (the wide tiles; the narrow ones have 64) */
 constexpr int LW_BK = 64;   /* k per stage: one 128-byte swizzle row */
 constexpr int LW_THREADS = 384;
-constexpr int LW_MAXS = 8;
+constexpr int LW_MAXS = 16; /* the narrow tiles' stages are small: more of them keep enough bytes in flight */
 
-template <int NT>
+/* BM 128: consumer warpgroup c takes vocabulary rows 64 c.. of all NT tokens; BM 64: all 64 rows of the
+ * tokens NT / 2 c.. (a narrow weight tile doubles the tiles a few tokens spread over the SMs). */
+template <int NT, int BM = LW_BM>
 struct lw_cfg {
-  static constexpr uint32_t w_bytes = LW_BM * LW_BK * 2;
+  static_assert(BM == 128 || (BM == 64 && NT % 16 == 0), "64-row tiles split the tokens in two 8-row groups");
+  static constexpr uint32_t w_bytes = BM * LW_BK * 2;
   static constexpr uint32_t a_bytes = NT * LW_BK * 2; /* NT % 8 == 0: a multiple of 1024 */
   static constexpr uint32_t stage = w_bytes + a_bytes;
+  static constexpr int cw = BM == 128 ? NT : NT / 2; /* one consumer warpgroup's token columns */
 };
 
 /* Split K (SK > 1): each block of a cluster keeps its fp32 partial tile here
@@ -68,16 +73,16 @@ constexpr size_t lw_red_bytes() {
 
 /* Stages that fit: the ring, 2 * LW_MAXS mbarriers, with split K two more and
  * the partial tile, and 1024 bytes of alignment slack. */
-template <int NT, int SK = 1>
+template <int NT, int SK = 1, int BM = LW_BM>
 inline int lw_stages(size_t optin) {
   const size_t fixed = 1024 + 2 * LW_MAXS * 8 + (SK > 1 ? 16 + lw_red_bytes<NT>() : 0);
   if (optin <= fixed) return 0;
-  const int s = (int)((optin - fixed) / lw_cfg<NT>::stage);
+  const int s = (int)((optin - fixed) / lw_cfg<NT, BM>::stage);
   return s > LW_MAXS ? LW_MAXS : s;
 }
-template <int NT, int SK = 1>
+template <int NT, int SK = 1, int BM = LW_BM>
 inline size_t lw_smem(int stages) {
-  return (size_t)stages * lw_cfg<NT>::stage + 2 * LW_MAXS * 8 + (SK > 1 ? 16 + lw_red_bytes<NT>() : 0) + 1024;
+  return (size_t)stages * lw_cfg<NT, BM>::stage + 2 * LW_MAXS * 8 + (SK > 1 ? 16 + lw_red_bytes<NT>() : 0) + 1024;
 }
 
 /* Descriptor of a K-major tile with the 128-byte swizzle (layout type 1):
@@ -117,11 +122,11 @@ __device__ __forceinline__ void lw_release(uint32_t bar) {
  * its tile 2 (t / nmt) + rank. A second tile past the vocabulary's end
  * recomputes the last tile and stores nothing (its producer still lands its
  * half of the activations). */
-template <int NT, int CL>
+template <int NT, int CL, int BM>
 __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, int &v0, int &m0, bool &store) {
   const int vt = CL * (t / nmt) + (int)rank;
   store = vt < nvt;
-  v0 = (store ? vt : nvt - 1) * LW_BM;
+  v0 = (store ? vt : nvt - 1) * BM;
   m0 = (t % nmt) * NT;
 }
 
@@ -138,14 +143,18 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  * onto +0, keeps its partial tile in shared memory, and the tile's element is
  * ((p_0 + p_1) + ...) + p_{SK-1} in fp32, then one rounding, whichever block
  * adds it (block r adds the token columns 8 j.. with j % SK == r). SK comes
- * from the weight's shape alone (gemm.cu), so the order is batch-invariant. */
-template <int NT, int CL, int PART, int SK = 1>
+ * from the weight's shape alone (gemm.cu), so the order is batch-invariant.
+ *
+ * BM 64 (no split): the tile is 64 vocabulary rows; each consumer warpgroup multiplies them with its half of
+ * the token tile. An element's k groups and instructions are those of BM 128 (m64 wgmma), only N is narrower. */
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
               int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
   static_assert(CL == 1 || SK == 1, "a cluster shares activations or splits K, not both");
-  constexpr int CS = CL * SK;
-  constexpr uint32_t WB = lw_cfg<NT>::w_bytes, SB = lw_cfg<NT>::stage, AH = lw_cfg<NT>::a_bytes / CL;
+  static_assert(BM == LW_BM || SK == 1, "the split's partial tile is laid out for 128-row tiles");
+  constexpr int CS = CL * SK, CW = lw_cfg<NT, BM>::cw;
+  constexpr uint32_t WB = lw_cfg<NT, BM>::w_bytes, SB = lw_cfg<NT, BM>::stage, AH = lw_cfg<NT, BM>::a_bytes / CL;
   extern __shared__ unsigned char lw_raw[];
   /* the shared window has the same base in every block, so the same offsets line up across the cluster */
   unsigned char *smem = (unsigned char *)(((uintptr_t)lw_raw + 1023) & ~(uintptr_t)1023);
@@ -188,7 +197,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       for (int t = walker; t < nwalk; t += nwalkers) {
         int v0, m0;
         bool store;
-        lw_tile<NT, CL>(t, nmt, nvt, vrank, v0, m0, store);
+        lw_tile<NT, CL, BM>(t, nmt, nvt, vrank, v0, m0, store);
         for (int kb = kb0; kb < kb1; kb++) {
           dsp_bar_wait(empty0 + 8 * s, ph ^ 1);
           const uint32_t st = sbase + (uint32_t)s * SB, fb = full0 + 8 * s;
@@ -210,9 +219,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
     return;
   }
   {
-    /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 */
+    /* consumers: warpgroup c = wg - 1 owns tile rows 64 c .. 64 c + 63 (BM 128) or token columns CW c.. (BM 64) */
     const int c = wg - 1, w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3, ct = tid - 128;
-    float d[NT / 2];
+    const int rc = BM == LW_BM ? 64 * c : 0, cc0 = BM == LW_BM ? 0 : CW * c; /* this warpgroup's rows, columns */
+    float d[CW / 2];
     int s = 0, it = 0;
     uint32_t ph = 0;
     if (SK > 1 && ct == 0) /* the partial tile starts free: done's phase 0 completes before the first tile */
@@ -220,13 +230,13 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
     for (int t = walker; t < nwalk; t += nwalkers, it++) {
       int v0, m0;
       bool store;
-      lw_tile<NT, CL>(t, nmt, nvt, vrank, v0, m0, store);
+      lw_tile<NT, CL, BM>(t, nmt, nvt, vrank, v0, m0, store);
       /* this block's last tile: a kernel launched programmatically after this one (the Markov tail, PDL) may
          start placing its blocks on the SMs that blocks with one tile fewer leave; it still waits for this
          grid's completion (griddepcontrol.wait) before it reads base */
       if (t + nwalkers >= nwalk) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #pragma unroll
-      for (int i = 0; i < NT / 2; i++) d[i] = 0.0f;
+      for (int i = 0; i < CW / 2; i++) d[i] = 0.0f;
       int prev = -1;
       for (int kb = kb0; kb < kb1; kb++) {
         dsp_bar_wait(full0 + 8 * s, ph);
@@ -236,10 +246,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
           continue;
         }
         const uint32_t st = sbase + (uint32_t)s * SB;
-        const uint32_t wa = st + (uint32_t)c * 64u * 128u, aa = st + WB;
+        const uint32_t wa = st + (uint32_t)rc * 128u, aa = st + WB + (uint32_t)cc0 * 128u;
         wg_fence();
 #pragma unroll
-        for (int i = 0; i < LW_BK / 16; i++) wg_mma<NT>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
+        for (int i = 0; i < LW_BK / 16; i++) wg_mma<CW>(d, lw_desc(wa + 32u * i), lw_desc(aa + 32u * i));
         wg_commit_wait1(); /* the group before this one is done: its stage can be refilled */
         if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
         prev = s;
@@ -249,11 +259,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       if (prev >= 0 && lane == 0) lw_release<CL>(empty0 + 8 * prev);
       const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
-      const int r = v0 + 64 * c + 16 * w4 + g;
+      const int r = v0 + rc + 16 * w4 + g;
       if (SK == 1) {
 #pragma unroll
-        for (int j = 0; j < NT / 8; j++) {
-          const int col = m0 + 8 * j + 2 * q;
+        for (int j = 0; j < CW / 8; j++) {
+          const int col = m0 + cc0 + 8 * j + 2 * q;
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
         if (ct == 0) dsp_bar_wait_acquire_cluster(done, (uint32_t)it & 1u); /* the peers read the last tile */
         dsp_named_sync(256);
 #pragma unroll
-        for (int j = 0; j < NT / 8; j++) mine[j * 256 + ct] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+        for (int j = 0; j < CW / 8; j++) mine[j * 256 + ct] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
         dsp_named_sync(256); /* every consumer's part is written; one thread releases them to the cluster */
         if (ct == 0) {
           dsp_fence_cluster();
@@ -275,7 +285,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
           dsp_bar_wait_acquire_cluster(ready, (uint32_t)it & 1u);
         }
         dsp_named_sync(256);
-        for (int j = (int)rank; j < NT / 8; j += SK) {
+        for (int j = (int)rank; j < CW / 8; j += SK) {
           float4 x[SK];
 #pragma unroll
           for (int p = 0; p < SK; p++) x[p] = *dsp_cluster_peer(mine + j * 256 + ct, (uint32_t)p);
@@ -349,32 +359,32 @@ const lw_dev &lw_dev_once() {
   return dv;
 }
 
-template <int NT, int CL, int PART, int SK = 1>
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
   constexpr int CS = CL * SK;
   static std::atomic<int> resident{0};
   if (!resident.load()) {
     cfg.gridDim = dim3((unsigned)(dv.sms / CS * CS));
     int nc = 0;
-    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART, SK>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART, SK, BM>, &cfg) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
     resident.store(nc < 1 ? 1 : nc > dv.sms / CS ? dv.sms / CS : nc);
     if (dsp_env_get()->verbose)
-      fprintf(stderr, "dspark: lm wgmma tile %d cluster %d split %d part %d: %d clusters resident (of %d SMs), %zu B\n",
-              NT, CL, SK, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
+      fprintf(stderr, "dspark: lm wgmma tile %d x %d cluster %d split %d part %d: %d clusters resident (of %d SMs), %zu B\n",
+              BM, NT, CL, SK, PART, nc, dv.sms, (size_t)cfg.dynamicSmemBytes);
   }
   return resident.load();
 }
 
 /* The launch configuration of an instance (its shared memory opted in on the current device). */
-template <int NT, int CL, int PART, int SK = 1>
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr, cudaLaunchConfig_t *cfg) {
-  const size_t smem = lw_smem<NT, SK>(lw_stages<NT, SK>(dv.optin));
+  const size_t smem = lw_smem<NT, SK, BM>(lw_stages<NT, SK, BM>(dv.optin));
   /* per call: the opt-in is per device, and one process may drive several (TP threads) */
-  DSP_CUDA_TRY(
-      cudaFuncSetAttribute(lw_kernel<NT, CL, PART, SK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART, SK, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
   *cfg = cudaLaunchConfig_t{};
   cfg->blockDim = dim3(LW_THREADS);
   cfg->dynamicSmemBytes = smem;
@@ -390,15 +400,15 @@ dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr
 
 /* The default cluster size: 2 where pairs fill at least 15/16 of the SMs (an H200: all 132), else 1
  * (decided once per process, like the device model). */
-template <int NT>
+template <int NT, int BM = LW_BM>
 int lw_default_cluster(const lw_dev &dv, cudaStream_t s) {
   static std::atomic<int> chosen{0};
   if (!chosen.load()) {
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg;
     int c = 1;
-    if (lw_config<NT, 2, 0>(dv, s, attr, &cfg) == DSP_OK)
-      c = 2 * lw_resident<NT, 2, 0>(dv, cfg) * 16 >= dv.sms * 15 ? 2 : 1;
+    if (lw_config<NT, 2, 0, 1, BM>(dv, s, attr, &cfg) == DSP_OK)
+      c = 2 * lw_resident<NT, 2, 0, 1, BM>(dv, cfg) * 16 >= dv.sms * 15 ? 2 : 1;
     else
       dsp_error_clear();
     chosen.store(c);
@@ -419,25 +429,25 @@ int lw_split_resident(const lw_dev &dv) {
   return lw_resident<NT, 1, 0, SK>(dv, cfg);
 }
 
-template <int NT, int CL, int PART = 0, int SK = 1>
+template <int NT, int CL, int PART = 0, int SK = 1, int BM = LW_BM>
 dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                      int64_t ldo, const lw_dev &dv, cudaStream_t s) {
-  const int stages = lw_stages<NT, SK>(dv.optin);
+  const int stages = lw_stages<NT, SK, BM>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
   if (SK > 1 && (k / LW_BK) < SK)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): K %lld split %d ways", (long long)k, SK);
   CUtensorMap tw, ta;
-  DSP_TRY(lw_map(&tw, w, n, k, k, LW_BM));
+  DSP_TRY(lw_map(&tw, w, n, k, k, BM));
   DSP_TRY(lw_map(&ta, a, m, k, lda, NT / CL));
-  const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + LW_BM - 1) / LW_BM);
+  const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + BM - 1) / BM);
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg;
-  DSP_TRY((lw_config<NT, CL, PART, SK>(dv, s, attr, &cfg)));
-  const int most = lw_resident<NT, CL, PART, SK>(dv, cfg); /* clusters that fit at once */
+  DSP_TRY((lw_config<NT, CL, PART, SK, BM>(dv, s, attr, &cfg)));
+  const int most = lw_resident<NT, CL, PART, SK, BM>(dv, cfg); /* clusters that fit at once */
   if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL * SK));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK>, tw, ta, (uint16_t *)out, (int)m, (int)n,
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK, BM>, tw, ta, (uint16_t *)out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
   return DSP_OK;
 }
