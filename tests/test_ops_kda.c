@@ -231,35 +231,50 @@ static long run_differ(const kcall *k, const kout *a, const kout *b) {
          (memcmp(a->cs, b->cs, (size_t)(k->pool * kCs(&k->d)) * 2) != 0);
 }
 
-/* The chunked form on CUDA against the CPU's: sums in another order, with fma.
- * Stated tolerance: states within a relative RMS of 2e-5 (each form is within
- * 1e-5 of fp64: test_kda_cpu), outputs within one bf16 ulp of the CPU's plus
- * 1e-4 of the largest |output|; conv states bit for bit. An H200 reached 1e-8
- * and 2e-7 on one draw of these cases; a tolerance 10x closer to that failed on
- * another draw (the suite's earlier tests move the random stream). */
-#define CHUNK_TOL_STATE 2e-5
-#define CHUNK_TOL_EXCESS 1e-4
-static void chunked_vs_cpu(const kcall *k, const kout *c, const char *what) {
-  kout r;
-  run_kda(g_cpu, k, &r);
+/* y of run a beyond one bf16 ulp of run b's, over b's largest |y|: the worst
+ * element. n counts a's values that differ from b's at all. */
+static double y_excess(const kcall *k, const uint16_t *a, const uint16_t *b, long *n) {
   const int64_t T = kT(k), HVV = (int64_t)k->d.HV * k->d.V;
   double ymax = 0, worst = 0;
-  long ydiff = 0;
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < HVV; i++) {
-      const double b = fabs((double)bf(r.y[t * k->y_tok + i]));
-      if (b > ymax) ymax = b;
+      const double v = fabs((double)bf(b[t * k->y_tok + i]));
+      if (v > ymax) ymax = v;
     }
+  *n = 0;
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < HVV; i++) {
-      const uint16_t ua = c->y[t * k->y_tok + i], ub = r.y[t * k->y_tok + i];
-      ydiff += ua != ub;
+      const uint16_t ua = a[t * k->y_tok + i], ub = b[t * k->y_tok + i];
+      *n += ua != ub;
       int e;
       frexp((double)bf(ub), &e);
       const double ulp = bf(ub) != 0.0f ? ldexp(1.0, e - 8) : 0.0;
       const double x = (fabs((double)bf(ua) - (double)bf(ub)) - ulp) / (ymax > 0 ? ymax : 1);
       if (x > worst) worst = x;
     }
+  return worst;
+}
+
+/* The chunked form on CUDA against the CPU's: sums in another order, with fma.
+ * Stated tolerance: states within a relative RMS of 2e-5 (each form is within
+ * 1e-5 of fp64: test_kda_cpu); conv states bit for bit; outputs within one
+ * bf16 ulp of the CPU's plus 1e-4 of the largest |output|, or, where the data
+ * makes the chunked form itself less exact, plus twice what separates the
+ * CPU's chunked outputs from its recurrent ones (the same metric). Strongly
+ * decaying gates cancel inside a chunk: one H200 draw reached 1.5e-4 where the
+ * states agreed to 2e-8 (bench/RESULTS.md, sixteenth session). */
+#define CHUNK_TOL_STATE 2e-5
+#define CHUNK_TOL_EXCESS 1e-4
+static void chunked_vs_cpu(const kcall *k, const kout *c, const char *what) {
+  kout r, rr;
+  run_kda(g_cpu, k, &r);
+  kcall rk = *k;
+  rk.form = DSP_KDA_RECURRENT;
+  run_kda(g_cpu, &rk, &rr);
+  const int64_t T = kT(k), HVV = (int64_t)k->d.HV * k->d.V;
+  long ydiff, rdiff;
+  const double worst = y_excess(k, c->y, r.y, &ydiff), own = y_excess(k, r.y, rr.y, &rdiff);
+  const double tol = CHUNK_TOL_EXCESS > 2 * own ? CHUNK_TOL_EXCESS : 2 * own;
   double se = 0, sr = 0;
   for (int64_t i = 0; i < k->pool * kSt(&k->d); i++) {
     const double e = (double)c->st[i] - (double)r.st[i];
@@ -267,13 +282,15 @@ static void chunked_vs_cpu(const kcall *k, const kout *c, const char *what) {
   }
   const double rms = sqrt(se / (sr > 0 ? sr : 1));
   const int cdif = memcmp(c->cs, r.cs, (size_t)(k->pool * kCs(&k->d)) * 2) != 0;
-  g_compared += T * HVV + k->pool * (kSt(&k->d) + kCs(&k->d));
-  print_message("  %s: chunked, CUDA vs CPU: %ld of %lld outputs differ, excess beyond one ulp %.2e of max |y|, "
-                "states' relative RMS %.2e, conv states %s\n",
-                what, ydiff, (long long)(T * HVV), worst > 0 ? worst : 0.0, rms, cdif ? "differ" : "identical");
-  if (!(worst <= CHUNK_TOL_EXCESS) || !(rms <= CHUNK_TOL_STATE) || cdif)
+  g_compared += 2 * T * HVV + k->pool * (kSt(&k->d) + kCs(&k->d));
+  print_message("  %s: chunked, CUDA vs CPU: %ld of %lld outputs differ, excess beyond one ulp %.2e of max |y| "
+                "(tolerance %.2e; the CPU's chunked vs recurrent: %.2e), states' relative RMS %.2e, conv states %s\n",
+                what, ydiff, (long long)(T * HVV), worst > 0 ? worst : 0.0, tol, own > 0 ? own : 0.0, rms,
+                cdif ? "differ" : "identical");
+  if (!(worst <= tol) || !(rms <= CHUNK_TOL_STATE) || cdif)
     fail_msg("%s: the chunked form, CUDA vs CPU, beyond the tolerance", what);
   kout_free(&r);
+  kout_free(&rr);
 }
 
 /* The chunked form on the backend under test: every value tile gives the same
