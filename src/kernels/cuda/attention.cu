@@ -100,6 +100,67 @@ __device__ __forceinline__ void at_scores(const dsp_cu_attention_args &a, const 
   }
 }
 
+/* p.v with 16-byte value loads: the 64 threads of range w take octets of 8
+ * dims and every `slices`-th pair; each (pair, dim) is still one chain over
+ * the range's keys in key order (the same bits as the scalar form). */
+template <int P, int DI>
+__device__ __forceinline__ void at_pv_vec(const dsp_cu_attention_args &a, const uint16_t *sc, const uint16_t *vb,
+                                          const int *nk, int np, float *part) {
+  constexpr int PP = (P * DI + 7) / 8; /* pairs per thread: 64 / (D / 8) slices hold every pair */
+  const int64_t D = a.q.dim, ts = a.kv_stride, L = a.max_len;
+  const int oct = (int)(D / 8), slices = 64 / oct, wr = threadIdx.x / 64, t = threadIdx.x % 64;
+  const int o = t % oct, sl = t / oct;
+  if (sl >= slices) return;
+  int pp_p[PP], j0[PP], j1[PP], J0 = (int)L, J1 = 0;
+#pragma unroll
+  for (int i = 0; i < PP; i++) {
+    const int p = sl + slices * i;
+    pp_p[i] = p < np ? p : -1;
+    int n = 0; /* nk[p] by unrolled selects: a runtime index would put nk in local memory */
+#pragma unroll
+    for (int q = 0; q < P; q++) n = q == p && p < np ? nk[q] : n;
+    j0[i] = n * wr / AT_RANGES, j1[i] = n * (wr + 1) / AT_RANGES;
+    if (pp_p[i] >= 0 && j0[i] < j1[i]) J0 = j0[i] < J0 ? j0[i] : J0, J1 = j1[i] > J1 ? j1[i] : J1;
+  }
+  float acc[PP][8];
+#pragma unroll
+  for (int i = 0; i < PP; i++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[i][e] = 0.0f;
+  const uint16_t *vo = vb + 8 * o;
+  constexpr int U = AT_VKEYS; /* value rows loaded ahead */
+  for (int j = J0; j < J1; j += U) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) w[u] = j + u < J1 ? *(const uint4 *)(vo + (int64_t)(j + u) * ts) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int jj = j + u;
+      const uint32_t wv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        v[2 * e] = dsp_dev_bf16_val((uint16_t)(wv[e] & 0xFFFFu));
+        v[2 * e + 1] = dsp_dev_bf16_val((uint16_t)(wv[e] >> 16));
+      }
+#pragma unroll
+      for (int i = 0; i < PP; i++) {
+        if (pp_p[i] < 0 || jj < j0[i] || jj >= j1[i]) continue;
+        const float pj = dsp_dev_bf16_val(sc[pp_p[i] * L + jj]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[i][e] = __fmaf_rn(pj, v[e], acc[i][e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PP; i++) {
+    if (pp_p[i] < 0) continue;
+    float *dst = part + ((size_t)wr * P + pp_p[i]) * D + 8 * o;
+#pragma unroll
+    for (int e = 0; e < 8; e++) dst[e] = acc[i][e];
+  }
+}
+
 template <int P, int DI>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args a) {
   extern __shared__ __align__(16) unsigned char at_sm[];
@@ -131,6 +192,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args 
     __syncthreads();
     const uint16_t *kb = a.k + (slot * L) * ts + kvh * D;
     const uint16_t *vb = a.v + (slot * L) * ts + kvh * D;
+    const bool vec_pv = D % 8 == 0 && ts % 8 == 0 && ((uintptr_t)a.v & 15) == 0;
     float m[P];
 #pragma unroll
     for (int p = 0; p < P; p++) m[p] = -INFINITY;
@@ -183,49 +245,52 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args 
       }
     }
     __syncthreads();
-    /* p.v: warp w sums range w % 8 for dims (w / 8) * 32 + lane + 64 i */
-    {
-      const int wr = warp % AT_RANGES, dh = warp / AT_RANGES;
-      int j0[P], j1[P], J0 = (int)L, J1 = 0;
+    if (vec_pv) at_pv_vec<P, DI>(a, sc, vb, nk, np, part);
+    else {
+      /* p.v: warp w sums range w % 8 for dims (w / 8) * 32 + lane + 64 i */
+      {
+        const int wr = warp % AT_RANGES, dh = warp / AT_RANGES;
+        int j0[P], j1[P], J0 = (int)L, J1 = 0;
 #pragma unroll
-      for (int p = 0; p < P; p++) {
-        j0[p] = nk[p] * wr / AT_RANGES, j1[p] = nk[p] * (wr + 1) / AT_RANGES;
-        if (p < np && j0[p] < j1[p]) J0 = j0[p] < J0 ? j0[p] : J0, J1 = j1[p] > J1 ? j1[p] : J1;
-      }
-      float acc[P][DI];
+        for (int p = 0; p < P; p++) {
+          j0[p] = nk[p] * wr / AT_RANGES, j1[p] = nk[p] * (wr + 1) / AT_RANGES;
+          if (p < np && j0[p] < j1[p]) J0 = j0[p] < J0 ? j0[p] : J0, J1 = j1[p] > J1 ? j1[p] : J1;
+        }
+        float acc[P][DI];
 #pragma unroll
-      for (int p = 0; p < P; p++)
+        for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int i = 0; i < DI; i++) acc[p][i] = 0.0f;
-      int dd[DI];
+          for (int i = 0; i < DI; i++) acc[p][i] = 0.0f;
+        int dd[DI];
 #pragma unroll
-      for (int i = 0; i < DI; i++) dd[i] = dh * 32 + lane + 64 * i;
-      for (int j = J0; j < J1; j += AT_VKEYS) {
-        float v[AT_VKEYS][DI];
+        for (int i = 0; i < DI; i++) dd[i] = dh * 32 + lane + 64 * i;
+        for (int j = J0; j < J1; j += AT_VKEYS) {
+          float v[AT_VKEYS][DI];
 #pragma unroll
-        for (int u = 0; u < AT_VKEYS; u++)
+          for (int u = 0; u < AT_VKEYS; u++)
 #pragma unroll
-          for (int i = 0; i < DI; i++)
-            v[u][i] = j + u < J1 && dd[i] < D ? dsp_dev_bf16_val(vb[(int64_t)(j + u) * ts + dd[i]]) : 0.0f;
+            for (int i = 0; i < DI; i++)
+              v[u][i] = j + u < J1 && dd[i] < D ? dsp_dev_bf16_val(vb[(int64_t)(j + u) * ts + dd[i]]) : 0.0f;
 #pragma unroll
-        for (int u = 0; u < AT_VKEYS; u++) {
-          const int jj = j + u;
+          for (int u = 0; u < AT_VKEYS; u++) {
+            const int jj = j + u;
 #pragma unroll
-          for (int p = 0; p < P; p++) {
-            if (p >= np) break;
-            if (jj < j0[p] || jj >= j1[p]) continue;
-            const float pj = dsp_dev_bf16_val(sc[p * L + jj]);
+            for (int p = 0; p < P; p++) {
+              if (p >= np) break;
+              if (jj < j0[p] || jj >= j1[p]) continue;
+              const float pj = dsp_dev_bf16_val(sc[p * L + jj]);
 #pragma unroll
-            for (int i = 0; i < DI; i++) acc[p][i] = __fmaf_rn(pj, v[u][i], acc[p][i]);
+              for (int i = 0; i < DI; i++) acc[p][i] = __fmaf_rn(pj, v[u][i], acc[p][i]);
+            }
           }
         }
-      }
 #pragma unroll
-      for (int p = 0; p < P; p++) {
-        if (p >= np) break;
+        for (int p = 0; p < P; p++) {
+          if (p >= np) break;
 #pragma unroll
-        for (int i = 0; i < DI; i++)
-          if (dd[i] < D) part[((size_t)wr * P + p) * D + dd[i]] = acc[p][i];
+          for (int i = 0; i < DI; i++)
+            if (dd[i] < D) part[((size_t)wr * P + p) * D + dd[i]] = acc[p][i];
+        }
       }
     }
     __syncthreads();
