@@ -38,6 +38,16 @@ __device__ __forceinline__ int64_t at_keys(const dsp_cu_attention_args &a, int64
   return rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk;
 }
 
+/* Eight bf16 values of a 16-byte load, widened in memory order. */
+__device__ __forceinline__ void at_unpack8(uint4 w, float (&f)[8]) {
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    f[2 * i] = dsp_dev_bf16_val((uint16_t)(u[i] & 0xFFFFu));
+    f[2 * i + 1] = dsp_dev_bf16_val((uint16_t)(u[i] >> 16));
+  }
+}
+
 template <int P>
 __device__ __forceinline__ void at_scores(const dsp_cu_attention_args &a, const float *qs, uint16_t *sc,
                                           const uint16_t *kb, const uint16_t *vb, const int *nk, int np, int nkmax,
@@ -61,13 +71,8 @@ __device__ __forceinline__ void at_scores(const dsp_cu_attention_args &a, const 
 #pragma unroll
         for (int c = 0; c < AT_KCHUNKS; c++) {
           if (d0 + 8 * c >= D) break;
-          const uint32_t u[4] = {w[c].x, w[c].y, w[c].z, w[c].w};
           float kv[8];
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            kv[2 * i] = dsp_dev_bf16_val((uint16_t)(u[i] & 0xFFFFu));
-            kv[2 * i + 1] = dsp_dev_bf16_val((uint16_t)(u[i] >> 16));
-          }
+          at_unpack8(w[c], kv);
 #pragma unroll
           for (int p = 0; p < P; p++) {
             if (p >= np) break;
@@ -136,13 +141,8 @@ __device__ __forceinline__ void at_pv_vec(const dsp_cu_attention_args &a, const 
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int jj = j + u;
-      const uint32_t wv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
       float v[8];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        v[2 * e] = dsp_dev_bf16_val((uint16_t)(wv[e] & 0xFFFFu));
-        v[2 * e + 1] = dsp_dev_bf16_val((uint16_t)(wv[e] >> 16));
-      }
+      at_unpack8(w[u], v);
 #pragma unroll
       for (int i = 0; i < PP; i++) {
         if (pp_p[i] < 0 || jj < j0[i] || jj >= j1[i]) continue;
