@@ -319,7 +319,9 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   if (a->out->ndim == 2) { /* [T, Hq * D] as heads of D */
     c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
   }
-  if (!dsp_cu_attention_config(&c, a->row_group, sms, limit))
+  /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
+  const int tc = dsp_env_get()->cuda_attention_tc && dsp_cu_attention_tc_config(&c, a->row_group, limit);
+  if (!tc && !dsp_cu_attention_config(&c, a->row_group, sms, limit))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
                     "(CUDA holds at most %lld) is not supported",
@@ -327,9 +329,14 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   dsp_cuda_impl *m = (dsp_cuda_impl *)be->impl;
   if (m->att_smem[dev] != limit) {
     DSP_CUDA_TRY(dsp_cu_attention_prepare(limit));
+    DSP_CUDA_TRY(dsp_cu_attention_tc_prepare(limit));
     m->att_smem[dev] = limit;
   }
-  dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
+  static int told[2]; /* verbose: each form named once per process (a test checks the tensor cores ran) */
+  if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc], 1, __ATOMIC_RELAXED))
+    fprintf(stderr, "dspark: attention: %s form (head dim %lld)\n", tc ? "tensor-core" : "fp32", (long long)D);
+  if (tc) dsp_cu_attention_tc(&c, dsp_cuda_stream(be, dev));
+  else dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
   return LAUNCHED("attention");
 }
 
