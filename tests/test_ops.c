@@ -307,13 +307,14 @@ static void check_att(const att_case *c) {
   rs[13] = 0, rk[13] = 9;
   const size_t cn = (size_t)(SLOTS * P * W), qn = (size_t)(T * Hq * D);
   uint16_t *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2);
-  uint16_t *o[5];
-  for (int i = 0; i < 5; i++) o[i] = malloc(qn * 2);
+  uint16_t *o[6]; /* hints 0, 7, 4, rows alone, the CPU, hint 16 (32 pairs: CUDA's two-tile tensor-core form) */
+  for (int i = 0; i < 6; i++) o[i] = malloc(qn * 2);
   for (size_t i = 0; i < qn; i++) q[i] = grid_val();
   for (size_t i = 0; i < cn; i++) kc[i] = grid_val(), vc[i] = rand_val();
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 0, o[0]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 7, o[1]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 4, o[2]);
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 16, o[5]);
   for (int t = 0; t < T; t++) /* each row alone */
     run_att(g_be, c, 1, q + (size_t)t * (size_t)(Hq * D), kc, vc, SLOTS, rs + t, rk + t, 7,
             o[3] + (size_t)t * (size_t)(Hq * D));
@@ -356,6 +357,7 @@ static void check_att(const att_case *c) {
           print_message("  attention row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n", (long long)t,
                         (long long)h, (long long)d, (double)bf(o[0][i]), ref, tol);
         for (int v = 1; v < 4; v++) launch += o[v][i] != o[0][i];
+        launch += o[5][i] != o[0][i];
         if (g_cpu) cross += fabs((double)bf(o[4][i]) - ref) > tol;
         g_compared++;
       }
@@ -365,7 +367,7 @@ static void check_att(const att_case *c) {
              "(hints, rows alone), %ld CPU values beyond it, %ld differ between the CPU's AVX-512 and scalar paths",
              (long long)Hq, (long long)Hkv, (long long)D, (long long)c->stride_mul, bad, launch, cross, isa);
   free(sc), free(q), free(kc), free(vc);
-  for (int i = 0; i < 5; i++) free(o[i]);
+  for (int i = 0; i < 6; i++) free(o[i]);
 }
 
 static void t_attention(void **st) {

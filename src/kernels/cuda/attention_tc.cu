@@ -2,17 +2,20 @@
  * tensor-core form"; chosen by DSPARK_CUDA_ATTENTION=tc). One block of four
  * warps per (group of rows that read one slot, KV head): its query heads'
  * (row, head) pairs are the rows of m16n8k16 products, 16 or 32 of them.
- *   s: q.k as bf16 products in 16-dim groups, in increasing order; within each
- *      32-dim chunk the lane with k pair q of its fragment holds dims 8q..8q+7
- *      (its first k step dims 8q..8q+3, its second 8q+4..8q+7), so a key row
- *      feeds a fragment in one 16-byte load. Then bf16, times the scale, bf16.
+ *   s: q.k as bf16 products, one m16n8k16 k step of 16 dims at a time onto +0:
+ *      32-dim chunk c gives two steps, the first over dims 32c + 8q + {0..3},
+ *      the second over 32c + 8q + {4..7} (q = 0..3), chunks in increasing
+ *      order, so a key row feeds a lane's fragments in one 16-byte load.
+ *      Then bf16, times the scale, bf16.
  *   z: per 128-key chunk, lane i of a warp sums keys 128c + i + 32u (u = 0..3)
  *      in order, an xor butterfly over 16, 8, 4, 2, 1; the chunks in order.
  *   p.v: per 128-key chunk, its 16-key groups in increasing order onto +0
  *      (one m16n8k16 each); the chunks added in order in fp32.
  * Every order is fixed by key and dim indices alone, so a launch's grouping of
  * rows never changes a bit. A pair's keys past its own count enter p.v as
- * exact zeros (p = 0); the value rows read there are the same run's rows. */
+ * exact zeros (p = 0) times the same run's later rows: a row's bits depend on
+ * the run it shares only if such a value is inf or NaN (0 x inf), or in the
+ * sign of an exactly zero output. */
 #include <stdint.h>
 
 #include "kernels/cuda/common/devmath.cuh"
@@ -122,10 +125,10 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
     const int ntile = (nkmax + 7) / 8;
     for (int t = warp; t < ntile; t += TC_WARPS) {
       const int key = t * 8 + g;
-      uint4 kw[DC];
+      uint4 kw[DC]; /* rows past the run's keys are never read (they may be unwritten) */
 #pragma unroll
       for (int c = 0; c < DC; c++)
-        kw[c] = key < L ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
+        kw[c] = key < nkmax ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -67,9 +67,10 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
 /* The tensor-core form (attention_tc.cu, DSPARK_CUDA_ATTENTION=tc), with its
  * own fixed orders: q.k in 16-dim tensor-core groups; z and p.v over 128-key
  * chunks added in order (the file's head says how within a chunk). Head dims
- * 64 and 128, 16-byte aligned caches with kv_stride % 8 == 0, and a cache
- * short enough for 16 rows of scores in shared memory; the config returns 0
- * otherwise (a property of the shapes, never of the batch). */
+ * 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
+ * == 0, and a cache short enough for 16 rows of scores in shared memory (32
+ * for groups past 16); the config returns 0 otherwise (a property of the
+ * shapes, never of the batch). */
 int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, size_t smem_limit);
 cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
