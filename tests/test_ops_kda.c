@@ -30,6 +30,8 @@
 
 #include "backend/ops.h"
 #include "dspark.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/matmul.h"
 #include "test_ops.h"
 
 #define MAXS 16
@@ -309,6 +311,15 @@ static void check_chunked(const kcall *k, const char *what) {
     run_kda(g_be, &t, &o);
     const long dif = run_differ(k, &o, &cb);
     if (dif) fail_msg("%s: chunked, value tile %d vs the default: %ld values differ", what, tiles[i], dif);
+    kout_free(&o);
+  }
+  if (!g_cuda && dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) { /* the baseline build: the AVX-512 one's bits */
+    kout o;
+    assert_int_equal(dsp_cpu_kernel_force("scalar"), DSP_OK);
+    run_kda(g_be, &ch, &o);
+    assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+    const long dif = run_differ(k, &o, &cb);
+    if (dif) fail_msg("%s: chunked, the baseline build vs AVX-512: %ld values differ", what, dif);
     kout_free(&o);
   }
   kcall sg = ch;
