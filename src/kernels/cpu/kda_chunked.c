@@ -6,7 +6,7 @@
  *   T      = (I + diag(beta) A)^-1                   forward substitution (UT transform)
  *   w      = T diag(beta) (k exp(G)),  u = T diag(beta) v     (WY representation)
  *   U      = u - w S;  o = (q exp(G)) S + Aqk U;  S' = exp(G_last) S + (k exp(G_last - G))^T U
- * Numerics, all fp32, every sum in ascending index order:
+ * Numerics, all fp32, every sum in ascending index order, expf the kernels' (expf.h):
  * - q, k normalised by dsp_kda_qk_row (as the recurrence); G by running sums.
  * - exp(G_i - G_j) never overflows: as fla, 16-row blocks; a pair in one block
  *   takes expf of the difference, a pair across blocks the product of
@@ -23,11 +23,23 @@
 #include "core/bf16.h"
 #include "core/status.h"
 #include "kernels/cpu/kda.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda_chunked_avx512.h"
 #include "kernels/cpu/kernel.h"
 
 #define KDA_FN static
 #define KDA_SFX(name) name##_base
+/* out[d] = expf(a[d] - b[d]) (b NULL: expf(a[d])), the kernels' expf */
+static void exp_sub_base(float *out, const float *a, const float *b, int32_t n) {
+  for (int32_t d = 0; d < n; d++) out[d] = dsp_cpu_expf(b ? a[d] - b[d] : a[d]);
+}
+/* out[j] += c[r cs] rows[r rs + j], r = 0 .. m-1 in order, j < n */
+static void acc_rows_base(float *out, const float *c, int64_t cs, const float *rows, int64_t rs, int32_t m, int32_t n) {
+  for (int32_t r = 0; r < m; r++) {
+    const float cr = c[r * cs], *row = rows + r * rs;
+    for (int32_t j = 0; j < n; j++) out[j] += cr * row[j];
+  }
+}
 #include "kernels/cpu/kda_chunked_body.h"
 
 int32_t dsp_kda_chunked_value_tile(const dsp_kda_dims *d, const dsp_kda_opts *opt) {

@@ -2,7 +2,11 @@
  * kda_chunked.c (the baseline build) and kda_chunked_avx512.c (the same
  * source for AVX-512: the value-column loops 16 lanes wide). ISO C contracts
  * nothing, so both give the same bits. The includer defines KDA_FN (the
- * functions' attributes) and KDA_SFX(name) (their names); the algebra and its
+ * functions' attributes), KDA_SFX(name) (their names) and KDA_SFX(exp_sub)
+ * (out[d] = expf(a[d] - b[d]), or expf(a[d]) for b NULL, with the kernels'
+ * expf, expf.h: one definition for both builds) and KDA_SFX(acc_rows) (out[j]
+ * += c[r cs] rows[r rs + j] for r = 0, 1, .. in order, each product rounded
+ * before its add); the algebra and its
  * numerics are kda_chunked.c's. Included once per file (no guard). */
 #include <math.h>
 #include <string.h>
@@ -15,19 +19,19 @@ enum { C = DSP_KDA_CHUNK, BLK = 16 };
 static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Per-thread scratch, in floats, each piece a multiple of 16 (64 bytes). */
-typedef struct { float *S, *Q, *Kn, *Gc, *Wm, *KQ, *KP, *QP, *A, *Aqk, *Tb, *beta, *eglast, *Vt, *U, *O; } scratch;
+typedef struct { float *S, *Q, *Kn, *Gc, *Wm, *KQ, *KP, *QP, *A, *Aqk, *Tb, *beta, *eglast, *Vt, *U, *O, *E; } scratch;
 
 static inline size_t scratch_floats(int32_t K, int32_t V, int32_t bv) {
   return up16((size_t)K * V) + 5 * up16((size_t)C * K) + 2 * up16((size_t)BLK * K) + 3 * up16((size_t)C * C) +
-         up16(C) + up16((size_t)K) + 3 * up16((size_t)C * bv);
+         up16(C) + 2 * up16((size_t)K) + 3 * up16((size_t)C * bv);
 }
 
 static inline scratch carve(float *p, int32_t K, int32_t V, int32_t bv) {
   scratch s;
-  float **parts[] = {&s.S, &s.Q, &s.Kn, &s.Gc, &s.Wm, &s.KQ, &s.KP, &s.QP, &s.A, &s.Aqk, &s.Tb, &s.beta, &s.eglast, &s.Vt, &s.U, &s.O};
+  float **parts[] = {&s.S, &s.Q, &s.Kn, &s.Gc, &s.Wm, &s.KQ, &s.KP, &s.QP, &s.A, &s.Aqk, &s.Tb, &s.beta, &s.eglast, &s.Vt, &s.U, &s.O, &s.E};
   size_t sizes[] = {(size_t)K * V, (size_t)C * K, (size_t)C * K, (size_t)C * K, (size_t)C * K, (size_t)C * K,
                     (size_t)BLK * K, (size_t)BLK * K, (size_t)C * C, (size_t)C * C, (size_t)C * C, C, (size_t)K,
-                    (size_t)C * bv, (size_t)C * bv, (size_t)C * bv};
+                    (size_t)C * bv, (size_t)C * bv, (size_t)C * bv, (size_t)K};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     *parts[i] = p;
     p += up16(sizes[i]);
@@ -43,26 +47,23 @@ KDA_FN void KDA_SFX(chunk_scores)(const scratch *w, int32_t n, int32_t K) {
     const int32_t b1 = b0 + BLK < n ? b0 + BLK : n;
     if (b0 > 0) { /* rows of this block against all earlier rows, through row b0 */
       const float *Gr = w->Gc + (size_t)b0 * K;
-      for (int32_t i = b0; i < b1; i++)
+      for (int32_t i = b0; i < b1; i++) {
+        KDA_SFX(exp_sub)(w->E, w->Gc + (size_t)i * K, Gr, K);
         for (int32_t d = 0; d < K; d++) {
-          const float e = expf(w->Gc[(size_t)i * K + d] - Gr[d]);
-          w->KP[(size_t)(i - b0) * K + d] = w->Kn[(size_t)i * K + d] * e;
-          w->QP[(size_t)(i - b0) * K + d] = w->Q[(size_t)i * K + d] * e;
+          w->KP[(size_t)(i - b0) * K + d] = w->Kn[(size_t)i * K + d] * w->E[d];
+          w->QP[(size_t)(i - b0) * K + d] = w->Q[(size_t)i * K + d] * w->E[d];
         }
+      }
       /* KQ transposed [d][j], so the sums over d run with j as the vector lane */
-      for (int32_t j = 0; j < b0; j++)
-        for (int32_t d = 0; d < K; d++)
-          w->KQ[(size_t)d * C + j] = w->Kn[(size_t)j * K + d] * expf(Gr[d] - w->Gc[(size_t)j * K + d]);
+      for (int32_t j = 0; j < b0; j++) {
+        KDA_SFX(exp_sub)(w->E, Gr, w->Gc + (size_t)j * K, K);
+        for (int32_t d = 0; d < K; d++) w->KQ[(size_t)d * C + j] = w->Kn[(size_t)j * K + d] * w->E[d];
+      }
       for (int32_t i = b0; i < b1; i++) {
         const float *kp = w->KP + (size_t)(i - b0) * K, *qp = w->QP + (size_t)(i - b0) * K;
         float *Ai = w->A + i * C, *Qi = w->Aqk + i * C;
-        for (int32_t d = 0; d < K; d++) {
-          const float a = kp[d], b = qp[d], *kq = w->KQ + (size_t)d * C;
-          for (int32_t j = 0; j < b0; j++) {
-            Ai[j] += a * kq[j];
-            Qi[j] += b * kq[j];
-          }
-        }
+        KDA_SFX(acc_rows)(Ai, kp, 1, w->KQ, C, K, b0);
+        KDA_SFX(acc_rows)(Qi, qp, 1, w->KQ, C, K, b0);
       }
     }
     for (int32_t i = b0; i < b1; i++) /* pairs inside the block: expf of the difference */
@@ -70,10 +71,10 @@ KDA_FN void KDA_SFX(chunk_scores)(const scratch *w, int32_t n, int32_t K) {
         const float *ki = w->Kn + (size_t)i * K, *kj = w->Kn + (size_t)j * K, *qi = w->Q + (size_t)i * K;
         const float *gi = w->Gc + (size_t)i * K, *gj = w->Gc + (size_t)j * K;
         float a = 0.0f, aq = 0.0f;
+        KDA_SFX(exp_sub)(w->E, gi, gj, K);
         for (int32_t d = 0; d < K; d++) {
-          const float e = expf(gi[d] - gj[d]);
-          a += (ki[d] * kj[d]) * e;
-          aq += (qi[d] * kj[d]) * e;
+          a += (ki[d] * kj[d]) * w->E[d];
+          aq += (qi[d] * kj[d]) * w->E[d];
         }
         if (j < i) w->A[i * C + j] = a;
         w->Aqk[i * C + j] = aq;
@@ -132,25 +133,24 @@ KDA_FN void KDA_SFX(chunk_task)(const dsp_kda_dims *d, int32_t bv, float scale, 
     KDA_SFX(chunk_scores)(&w, nc, K);
     KDA_SFX(chunk_ut)(&w, nc);
     /* w = Tb (k exp(G)): k exp(G) into KQ (free now), then the row sums. */
-    for (int32_t j = 0; j < nc; j++)
-      for (int32_t e = 0; e < K; e++) w.KQ[(size_t)j * K + e] = w.Kn[(size_t)j * K + e] * expf(w.Gc[(size_t)j * K + e]);
+    for (int32_t j = 0; j < nc; j++) {
+      KDA_SFX(exp_sub)(w.E, w.Gc + (size_t)j * K, NULL, K);
+      for (int32_t e = 0; e < K; e++) w.KQ[(size_t)j * K + e] = w.Kn[(size_t)j * K + e] * w.E[e];
+    }
     for (int32_t i = 0; i < nc; i++) {
       float *wr = w.Wm + (size_t)i * K;
       memset(wr, 0, sizeof(float) * (size_t)K);
-      for (int32_t j = 0; j <= i; j++) {
-        const float tb = w.Tb[i * C + j];
-        const float *ke = w.KQ + (size_t)j * K;
-        for (int32_t e = 0; e < K; e++) wr[e] += tb * ke[e];
-      }
+      KDA_SFX(acc_rows)(wr, w.Tb + i * C, 1, w.KQ, K, i + 1, K);
     }
     /* In place: Q becomes q exp(G), Kn becomes k exp(G_last - G). */
     const float *Gl = w.Gc + (size_t)(nc - 1) * K;
-    for (int32_t e = 0; e < K; e++) w.eglast[e] = expf(Gl[e]);
-    for (int32_t i = 0; i < nc; i++)
-      for (int32_t e = 0; e < K; e++) {
-        w.Q[(size_t)i * K + e] *= expf(w.Gc[(size_t)i * K + e]);
-        w.Kn[(size_t)i * K + e] *= expf(Gl[e] - w.Gc[(size_t)i * K + e]);
-      }
+    KDA_SFX(exp_sub)(w.eglast, Gl, NULL, K);
+    for (int32_t i = 0; i < nc; i++) {
+      KDA_SFX(exp_sub)(w.E, w.Gc + (size_t)i * K, NULL, K);
+      for (int32_t e = 0; e < K; e++) w.Q[(size_t)i * K + e] *= w.E[e];
+      KDA_SFX(exp_sub)(w.E, Gl, w.Gc + (size_t)i * K, K);
+      for (int32_t e = 0; e < K; e++) w.Kn[(size_t)i * K + e] *= w.E[e];
+    }
 
     for (int32_t v0 = 0; v0 < V; v0 += bv) {
       const int32_t nv = V - v0 < bv ? V - v0 : bv;
@@ -162,32 +162,16 @@ KDA_FN void KDA_SFX(chunk_task)(const dsp_kda_dims *d, int32_t bv, float scale, 
       for (int32_t i = 0; i < nc; i++) {
         float *ur = w.U + (size_t)i * bv, *xs = w.O + (size_t)i * bv;
         for (int32_t j = 0; j < nv; j++) ur[j] = xs[j] = 0.0f;
-        for (int32_t m = 0; m <= i; m++) {
-          const float tb = w.Tb[i * C + m];
-          const float *vm = w.Vt + (size_t)m * bv;
-          for (int32_t j = 0; j < nv; j++) ur[j] += tb * vm[j];
-        }
-        for (int32_t e = 0; e < K; e++) {
-          const float we = w.Wm[(size_t)i * K + e];
-          const float *sr = S + (int64_t)e * V + v0;
-          for (int32_t j = 0; j < nv; j++) xs[j] += we * sr[j];
-        }
+        KDA_SFX(acc_rows)(ur, w.Tb + i * C, 1, w.Vt, bv, i + 1, nv);
+        KDA_SFX(acc_rows)(xs, w.Wm + (size_t)i * K, 1, S + v0, V, K, nv);
         for (int32_t j = 0; j < nv; j++) ur[j] = ur[j] - xs[j];
       }
       /* o = (q exp(G)) S + Aqk U (the Vt rows hold the second sum). */
       for (int32_t i = 0; i < nc; i++) {
         float *oi = w.O + (size_t)i * bv, *oa = w.Vt + (size_t)i * bv;
         for (int32_t j = 0; j < nv; j++) oi[j] = oa[j] = 0.0f;
-        for (int32_t e = 0; e < K; e++) {
-          const float qe = w.Q[(size_t)i * K + e];
-          const float *sr = S + (int64_t)e * V + v0;
-          for (int32_t j = 0; j < nv; j++) oi[j] += qe * sr[j];
-        }
-        for (int32_t m = 0; m <= i; m++) {
-          const float a = w.Aqk[i * C + m];
-          const float *um = w.U + (size_t)m * bv;
-          for (int32_t j = 0; j < nv; j++) oa[j] += a * um[j];
-        }
+        KDA_SFX(acc_rows)(oi, w.Q + (size_t)i * K, 1, S + v0, V, K, nv);
+        KDA_SFX(acc_rows)(oa, w.Aqk + i * C, 1, w.U, bv, i + 1, nv);
         dsp_bf16 *orow = io->o.data + (c0 + i) * io->o.tok + hv * io->o.head + v0;
         for (int32_t j = 0; j < nv; j++) orow[j] = dsp_f32_to_bf16(oi[j] + oa[j]);
       }
@@ -195,11 +179,7 @@ KDA_FN void KDA_SFX(chunk_task)(const dsp_kda_dims *d, int32_t bv, float scale, 
       float *acc = w.O;
       for (int32_t e = 0; e < K; e++) {
         for (int32_t j = 0; j < nv; j++) acc[j] = 0.0f;
-        for (int32_t m = 0; m < nc; m++) {
-          const float kg = w.Kn[(size_t)m * K + e];
-          const float *um = w.U + (size_t)m * bv;
-          for (int32_t j = 0; j < nv; j++) acc[j] += kg * um[j];
-        }
+        KDA_SFX(acc_rows)(acc, w.Kn + e, K, w.U, bv, nc, nv);
         float *sr = S + (int64_t)e * V + v0;
         const float eg = w.eglast[e];
         for (int32_t j = 0; j < nv; j++) sr[j] = eg * sr[j] + acc[j];
