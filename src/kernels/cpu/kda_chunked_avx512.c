@@ -8,7 +8,13 @@
 #include "kernels/cpu/avx512.h"
 #include "kernels/cpu/expf_avx512.h"
 
-#define KDA_FN static __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")))
+/* GCC's vectorizer would stop at 256 bits without the preference; clang takes no such attribute */
+#ifdef __clang__
+#define KDA_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
+#else
+#define KDA_TARGET "avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512"
+#endif
+#define KDA_FN static __attribute__((target(KDA_TARGET)))
 #define KDA_SFX(name) name##_avx512
 /* out[d] = expf(a[d] - b[d]) (b NULL: expf(a[d])), 16 lanes at a time: the scalar dsp_cpu_expf's bits */
 DSP_AVX512 static void exp_sub_avx512(float *out, const float *a, const float *b, int32_t n) {
@@ -40,7 +46,7 @@ DSP_AVX512 static void acc_rows_avx512(float *out, const float *c, int64_t cs, c
 }
 #include "kernels/cpu/kda_chunked_body.h"
 
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512"))) void
+__attribute__((target(KDA_TARGET))) void
 dsp_kda_chunk_task_avx512(const dsp_kda_dims *d, int32_t bv, float scale, int32_t raw, const dsp_kda_seqs *s,
                           const dsp_kda_io *io, dsp_kda_state *st, char *base, size_t per, int thread, int64_t task) {
   chunk_task_avx512(d, bv, scale, raw, s, io, st, base, per, thread, task);
