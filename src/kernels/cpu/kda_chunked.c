@@ -22,8 +22,8 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
-#include "kernels/cpu/kda.h"
 #include "kernels/cpu/expf.h"
+#include "kernels/cpu/kda.h"
 #include "kernels/cpu/kda_chunked_avx512.h"
 #include "kernels/cpu/kernel.h"
 

@@ -1,13 +1,14 @@
-/* The chunked form's work for one (sequence, value head), included by
- * kda_chunked.c (the baseline build) and kda_chunked_avx512.c (the same
- * source for AVX-512: the value-column loops 16 lanes wide). ISO C contracts
- * nothing, so both give the same bits. The includer defines KDA_FN (the
- * functions' attributes), KDA_SFX(name) (their names) and KDA_SFX(exp_sub)
- * (out[d] = expf(a[d] - b[d]), or expf(a[d]) for b NULL, with the kernels'
- * expf, expf.h: one definition for both builds) and KDA_SFX(acc_rows) (out[j]
- * += c[r cs] rows[r rs + j] for r = 0, 1, .. in order, each product rounded
- * before its add); the algebra and its
- * numerics are kda_chunked.c's. Included once per file (no guard). */
+/* The chunked form's work for one (sequence, value head), included once by
+ * each of kda_chunked.c (the baseline build) and kda_chunked_avx512.c (the
+ * same source for AVX-512). ISO C contracts nothing, so both builds give the
+ * same bits. The algebra and its numerics are kda_chunked.c's. The includer
+ * defines:
+ *   KDA_FN               the functions' attributes;
+ *   KDA_SFX(name)        their names;
+ *   KDA_SFX(exp_sub)     out[d] = expf(a[d] - b[d]) (b NULL: expf(a[d])), the
+ *                        kernels' expf (expf.h, one definition for both);
+ *   KDA_SFX(acc_rows)    out[j] += c[r cs] rows[r rs + j] for r = 0, 1, ...
+ *                        in order, each product rounded before its add. */
 #include <math.h>
 #include <string.h>
 
