@@ -15,6 +15,10 @@
 #                                   random checkpoint of a published shape (SHAPE,
 #                                   default qwen3-1.7b) with bench_target against
 #                                   the transformers peer
+#   scripts/device_check.sh tc      one call for the tensor-core attention (DSPARK_CUDA_ATTENTION=tc):
+#                                   build, its GPU test, test_ops's attention under memcheck and
+#                                   racecheck with it, the op perf table's attention rows fp32 / tc,
+#                                   then bench_spec on a random Qwen3-8B pair fp32 / tc
 #   scripts/device_check.sh gemm    one call for a change to the GEMM: build, the product
 #                                   tests (test_ops t_gemm*, test_cuda_head), the op
 #                                   harness's perf table with DSPARK_GEMM_SPLIT 0 and 1,
@@ -72,6 +76,33 @@ if [ "$MODE" = gemm ]; then
     stamp "bench_spec, DSPARK_GEMM_SPLIT=$sp"
     DSPARK_GEMM_SPLIT=$sp timeout 120 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
       --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -14
+  done
+  rm -rf /tmp/t8 /tmp/d8
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = tc ]; then
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build-gpu -j16 --target test_ops_cpu bench_spec; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  stamp "the tensor-core form's tests"
+  (cd build-gpu && timeout 200 ctest -R "test_ops_cuda$|attention_tc" --output-on-failure) > "$OUT/tc_tests.log" 2>&1
+  grep -E "tests passed|Passed|Failed|attention:|ERROR" "$OUT/tc_tests.log" | head -12
+  for tool in memcheck racecheck; do
+    DSPARK_CUDA_ATTENTION=tc timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/test_ops_cpu \
+      cuda "" t_attention > "$OUT/tc_$tool.log" 2>&1
+    echo "$tool rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tc_$tool.log")"
+  done
+  stamp "op perf: attention, fp32 / tc"
+  for f in fp32 tc; do DSPARK_CUDA_ATTENTION=$f timeout 100 build-gpu/tests/test_ops_cpu cuda perf > "$OUT/perf_$f.log" 2>&1; done
+  paste -d'|' <(grep -A8 "^attention" "$OUT/perf_fp32.log") <(grep -A8 "^attention" "$OUT/perf_tc.log" | cut -c45-)
+  [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
+  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+    python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; exit 1; }
+  for f in fp32 tc; do
+    stamp "bench_spec, DSPARK_CUDA_ATTENTION=$f"
+    DSPARK_CUDA_ATTENTION=$f timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
+      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -10
   done
   rm -rf /tmp/t8 /tmp/d8
   stamp "done"; exit 0
