@@ -13,6 +13,7 @@
  * rounded to bf16 by the contract, so nothing is lost. */
 #include <stdint.h>
 
+#include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/layers.h"
 
@@ -26,16 +27,6 @@
 
 __device__ __forceinline__ const uint16_t *at_in(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
   return (const uint16_t *)v.data + r * v.s_row + h * v.s_head + d * v.s_dim;
-}
-
-__device__ __forceinline__ int64_t at_slot(const dsp_cu_attention_args &a, int64_t t) {
-  const int64_t rs = a.row_slot[t];
-  return rs < 0 ? 0 : rs >= a.slots ? a.slots - 1 : rs;
-}
-
-__device__ __forceinline__ int64_t at_keys(const dsp_cu_attention_args &a, int64_t t) {
-  const int64_t rk = a.row_keys[t];
-  return rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk;
 }
 
 /* Eight bf16 values of a 16-byte load, widened in memory order. */
@@ -175,14 +166,14 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args 
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
     /* the run: the following rows of this group that read the same slot */
-    const int64_t slot = at_slot(a, r0);
+    const int64_t slot = dsp_att_slot(a, r0);
     int64_t re = r0 + 1;
-    while (re < tend && at_slot(a, re) == slot) re++;
+    while (re < tend && dsp_att_slot(a, re) == slot) re++;
     const int np = (int)(re - r0) * gs;
     int nk[P], nkmax = 1;
 #pragma unroll
     for (int p = 0; p < P; p++) {
-      nk[p] = p < np ? (int)at_keys(a, r0 + p / gs) : 0;
+      nk[p] = p < np ? (int)dsp_att_keys(a, r0 + p / gs) : 0;
       nkmax = nk[p] > nkmax ? nk[p] : nkmax;
     }
     for (int64_t i = tid; i < (int64_t)np * D; i += AT_THREADS) {

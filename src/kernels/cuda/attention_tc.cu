@@ -18,6 +18,7 @@
  * sign of an exactly zero output. */
 #include <stdint.h>
 
+#include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/layers.h"
 
@@ -59,15 +60,6 @@ __device__ __forceinline__ void tc_cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-__device__ __forceinline__ int64_t tc_slot(const dsp_cu_attention_args &a, int64_t t) {
-  const int64_t rs = a.row_slot[t];
-  return rs < 0 ? 0 : rs >= a.slots ? a.slots - 1 : rs;
-}
-__device__ __forceinline__ int tc_keys(const dsp_cu_attention_args &a, int64_t t) {
-  const int64_t rk = a.row_keys[t];
-  return (int)(rk < 1 ? 1 : rk > a.max_len ? a.max_len : rk);
-}
-
 /* Shared memory: q [R][D + 8], scores / p [R][LP], values [2][TC_STAGE][D + 8] (bf16; the 16-byte pads keep
  * ldmatrix's eight rows on distinct banks). */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L) { return (L + TC_CHUNK - 1) / TC_CHUNK * TC_CHUNK + 8; }
@@ -89,11 +81,11 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
   const int64_t t0 = (int64_t)blockIdx.x * rb, kvh = blockIdx.y, h0 = kvh * group + (int64_t)blockIdx.z * gs;
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
-    const int64_t slot = tc_slot(a, r0);
+    const int64_t slot = dsp_att_slot(a, r0);
     int64_t re = r0 + 1;
-    while (re < tend && tc_slot(a, re) == slot) re++;
+    while (re < tend && dsp_att_slot(a, re) == slot) re++;
     const int np = (int)(re - r0) * gs;
-    if (tid < R) nks[tid] = tid < np ? tc_keys(a, r0 + tid / gs) : 0;
+    if (tid < R) nks[tid] = tid < np ? (int)dsp_att_keys(a, r0 + tid / gs) : 0;
     for (int i = tid; i < R * D; i += TC_THREADS) {
       const int p = i / D, d = i % D;
       const dsp_cu_view &v = a.q;
