@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/gemm.h"
@@ -211,6 +213,33 @@ static void describe_algo(dsp_cuda_gemm *lm, const char *how) {
            (int)id, tile, stages, (unsigned)cluster, lm->ws_bytes, how, lm->ncand, lm->forced);
 }
 
+/* The own kernel's tile check, once per (device, K): its answer depends on nothing else, and a model creates
+ * many weights of a few K. */
+static dsp_status wg_check_once(int64_t k, long long *cmp, long long *dif) {
+  struct seen_check {
+    int dev;
+    int64_t k;
+    long long cmp, dif;
+  };
+  static seen_check seen[32];
+  static int nseen;
+  static std::mutex mu;
+  int dev = 0;
+  DSP_CUDA_TRY(cudaGetDevice(&dev));
+  {
+    std::lock_guard<std::mutex> g(mu);
+    for (int i = 0; i < nseen; i++)
+      if (seen[i].dev == dev && seen[i].k == k) {
+        *cmp = seen[i].cmp, *dif = seen[i].dif;
+        return DSP_OK;
+      }
+  }
+  DSP_TRY(dsp_cuda_gemm_wg_check(k, cmp, dif));
+  std::lock_guard<std::mutex> g(mu);
+  if (nseen < 32) seen[nseen++] = seen_check{dev, k, *cmp, *dif};
+  return DSP_OK;
+}
+
 extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_gemm **out) {
   *out = NULL;
   if (n < 1 || k < 1) return dsp_fail(DSP_ERR_SHAPE, "cuda gemm: N %lld and K %lld must be positive", (long long)n, (long long)k);
@@ -265,7 +294,7 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
   }
   if (s == DSP_OK && choice != DSP_GEMM_PINNED && dsp_cuda_gemm_wg_supported(k)) {
     long long cmp = 0, dif = 0;
-    s = dsp_cuda_gemm_wg_check(k, &cmp, &dif);
+    s = wg_check_once(k, &cmp, &dif);
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
       lm->cluster = choice == DSP_GEMM_WGMMA_SINGLE ? 1 : 0;
