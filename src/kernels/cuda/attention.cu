@@ -342,12 +342,8 @@ extern "C" int dsp_cu_attention_config(dsp_cu_attention_args *a, int row_group, 
 }
 
 extern "C" cudaError_t dsp_cu_attention_prepare(size_t smem_limit) {
-#define AT_SET(p, di)                                                                                     \
-  {                                                                                                       \
-    const cudaError_t e = cudaFuncSetAttribute((const void *)k_attention<p, di>,                          \
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit); \
-    if (e != cudaSuccess) return e;                                                                       \
-  }
+#define AT_SET(p, di) \
+  if (const cudaError_t e = dsp_att_optin((const void *)k_attention<p, di>, smem_limit)) return e;
   AT_KERNELS(AT_SET)
 #undef AT_SET
   return cudaSuccess;

@@ -275,12 +275,8 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
 }
 
 extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
-#define TC_SET(mt, dc)                                                                                      \
-  {                                                                                                         \
-    const cudaError_t e = cudaFuncSetAttribute((const void *)k_attention_tc<mt, dc>,                        \
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_limit); \
-    if (e != cudaSuccess) return e;                                                                         \
-  }
+#define TC_SET(mt, dc) \
+  if (const cudaError_t e = dsp_att_optin((const void *)k_attention_tc<mt, dc>, smem_limit)) return e;
   TC_KERNELS(TC_SET)
 #undef TC_SET
   return cudaSuccess;
