@@ -53,6 +53,19 @@ if [ "$MODE" = build ]; then
   stamp "built"; exit 0
 fi
 
+# bench_spec on a random Qwen3-8B target and draft, once per value $2.. of the variable $1
+spec_pair() {
+  local var=$1; shift
+  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+    python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; return 1; }
+  for v in "$@"; do
+    stamp "bench_spec, $var=$v"
+    env "$var=$v" timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
+      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -14
+  done
+  rm -rf /tmp/t8 /tmp/d8
+}
+
 SUMMARY=""
 if [ "$MODE" = gemm ]; then
   stamp "configure + build"
@@ -70,14 +83,7 @@ if [ "$MODE" = gemm ]; then
   paste -d'|' <(grep -E "^[0-9]+ x" "$OUT/perf_0.log") <(grep -E "^[0-9]+ x" "$OUT/perf_1.log" | cut -c29-)
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   stamp "random Qwen3-8B target and draft"
-  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
-    python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; exit 1; }
-  for sp in ${SPLIT_SPEC-0 1}; do
-    stamp "bench_spec, DSPARK_GEMM_SPLIT=$sp"
-    DSPARK_GEMM_SPLIT=$sp timeout 120 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
-      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -14
-  done
-  rm -rf /tmp/t8 /tmp/d8
+  spec_pair DSPARK_GEMM_SPLIT ${SPLIT_SPEC-0 1} || exit 1
   stamp "done"; exit 0
 fi
 if [ "$MODE" = tc ]; then
@@ -97,14 +103,7 @@ if [ "$MODE" = tc ]; then
   for f in fp32 tc; do DSPARK_CUDA_ATTENTION=$f timeout 100 build-gpu/tests/test_ops_cpu cuda perf > "$OUT/perf_$f.log" 2>&1; done
   paste -d'|' <(grep -A8 "^attention" "$OUT/perf_fp32.log") <(grep -A8 "^attention" "$OUT/perf_tc.log" | cut -c45-)
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
-  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
-    python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; exit 1; }
-  for f in fp32 tc; do
-    stamp "bench_spec, DSPARK_CUDA_ATTENTION=$f"
-    DSPARK_CUDA_ATTENTION=$f timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
-      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -10
-  done
-  rm -rf /tmp/t8 /tmp/d8
+  spec_pair DSPARK_CUDA_ATTENTION fp32 tc || exit 1
   stamp "done"; exit 0
 fi
 if [ "$MODE" = target ]; then
