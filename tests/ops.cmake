@@ -6,12 +6,21 @@ add_test(NAME test_ops_cpu_amx COMMAND test_ops_cpu cpu)
 set_tests_properties(test_ops_cpu_amx PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "DSPARK_CPU_KERNEL=amx" SKIP_RETURN_CODE 77)
 add_test(NAME test_ops_cuda COMMAND test_ops_cpu cuda)
 set_tests_properties(test_ops_cuda PROPERTIES LABELS gpu TIMEOUT 600 ENVIRONMENT "${DSP_MPI_ENV}" SKIP_RETURN_CODE 77)
-# Attention on the tensor cores (DSPARK_CUDA_ATTENTION=tc): the same cases, and the form must have run.
-add_test(NAME test_ops_cuda_attention_tc
-         COMMAND sh -c "\"$0\" cuda '' t_attention > att_tc.log 2>&1; rc=$?; cat att_tc.log; [ $rc -ne 0 ] && exit $rc; grep -q 'attention: tensor-core form' att_tc.log"
-                 $<TARGET_FILE:test_ops_cpu>)
-set_tests_properties(test_ops_cuda_attention_tc PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "DSPARK_CUDA_ATTENTION=tc;DSPARK_VERBOSE=1")
+# Attention's two CUDA forms on the same cases: the tensor cores (the default) must have run, and with
+# DSPARK_CUDA_ATTENTION=fp32 only the fp32 kernel.
+set(att_tc_check "grep -q 'attention: tensor-core form' att_tc.log")
+set(att_fp32_check "! grep -q 'attention: tensor-core form' att_fp32.log")
+foreach(form tc fp32)
+  set(envs "DSPARK_VERBOSE=1")
+  if(form STREQUAL fp32)
+    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=fp32")
+  endif()
+  add_test(NAME test_ops_cuda_attention_${form}
+           COMMAND sh -c "\"$0\" cuda '' t_attention > att_${form}.log 2>&1; rc=$?; cat att_${form}.log; [ $rc -ne 0 ] && exit $rc; ${att_${form}_check}"
+                   $<TARGET_FILE:test_ops_cpu>)
+  set_tests_properties(test_ops_cuda_attention_${form} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${envs}")
+endforeach()
 # The KDA kernels under compute-sanitizer's racecheck (shared-memory hazards),
 # where the CUDA toolkit ships it: a race there showed only as rare wrong bits.
 if(DSPARK_HAVE_CUDA)

@@ -320,7 +320,7 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
     c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
   }
   /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
-  const int tc = dsp_env_get()->cuda_attention_tc && dsp_cu_attention_tc_config(&c, a->row_group, limit);
+  const int tc = dsp_env_get()->cuda_attention_tc && dsp_cu_attention_tc_config(&c, a->row_group, sms, limit);
   if (!tc && !dsp_cu_attention_config(&c, a->row_group, sms, limit))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "

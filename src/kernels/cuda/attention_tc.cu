@@ -1,7 +1,8 @@
 /* GQA attention over the KV cache on the tensor cores (layers.h, "attention,
- * tensor-core form"; chosen by DSPARK_CUDA_ATTENTION=tc). One block of four
- * warps per (group of rows that read one slot, KV head): its query heads'
- * (row, head) pairs are the rows of m16n8k16 products, 16 or 32 of them.
+ * tensor-core form"; the default, DSPARK_CUDA_ATTENTION=fp32 opts out). One block of four
+ * warps per (group of rows that read one slot, KV head), or a cluster of up to
+ * 8 such blocks sharing its keys when the launch leaves SMs idle: its query
+ * heads' (row, head) pairs are the rows of m16n8k16 products, 16 or 32 of them.
  *   s: q.k as bf16 products, one m16n8k16 k step of 16 dims at a time onto +0:
  *      32-dim chunk c gives two steps, the first over dims 32c + 8q + {0..3},
  *      the second over 32c + 8q + {4..7} (q = 0..3), chunks in increasing
@@ -16,6 +17,7 @@
  * exact zeros (p = 0) times the same run's later rows: a row's bits depend on
  * the run it shares only if such a value is inf or NaN (0 x inf), or in the
  * sign of an exactly zero output. */
+#include <cooperative_groups.h>
 #include <stdint.h>
 
 #include "kernels/cuda/attention_rows.cuh"
@@ -26,6 +28,9 @@
 #define TC_THREADS (32 * TC_WARPS)
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
 #define TC_STAGE 64  /* value rows per staged buffer (two buffers) */
+#define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
+
+namespace cg = cooperative_groups;
 
 __device__ __forceinline__ uint32_t tc_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -60,25 +65,64 @@ __device__ __forceinline__ void tc_cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-/* Shared memory: q [R][D + 8], scores / p [R][LP], values [2][TC_STAGE][D + 8] (bf16; the 16-byte pads keep
- * ldmatrix's eight rows on distinct banks). */
-__host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L) { return (L + TC_CHUNK - 1) / TC_CHUNK * TC_CHUNK + 8; }
-static size_t tc_smem(int mt, int64_t D, int64_t L) {
-  return (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L) + 2 * TC_STAGE * (D + 8)) * 2;
+/* Keys are split over the S blocks of a cluster in whole chunks (S = 1: one block does them all): block b owns
+ * chunks [b cpb, b cpb + cpb), cpb = ceil(chunks / S), and shares its per-pair maxima, per-chunk z partials and
+ * per-chunk p.v partials through distributed shared memory; every sum still runs chunk by chunk in order, so the
+ * split is a launch choice that changes no bit. */
+__host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
+  return ((L + TC_CHUNK - 1) / TC_CHUNK + S - 1) / S;
+}
+/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][TC_STAGE][D + 8] (bf16; the
+ * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
+ * partials [cpb][R][D] (fp32). */
+__host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
+static size_t tc_smem(int mt, int64_t D, int64_t L, int S) {
+  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * TC_STAGE * (D + 8)) * 2;
+  if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
+  return b;
+}
+
+/* Every block of the cluster (or of this block, S = 1) has reached this point and its shared writes are visible. */
+__device__ __forceinline__ void tc_sync(int S) {
+  if (S > 1) cg::this_cluster().sync();
+  else __syncthreads();
+}
+template <typename T>
+__device__ __forceinline__ const T *tc_peer(const T *p, int rank) {
+  return cg::this_cluster().map_shared_rank(p, rank);
+}
+
+/* Two m-tiles hold 64 accumulators more than one: ptxas's default target spills them, so that form asks for one
+ * block per SM's registers (shared memory bounds its residency anyway). */
+/* ((0 + x(0)) + x(1)) + ... + x(n - 1) in fp32, the loads issued eight at a time (peers' shared memory is far). */
+template <typename F>
+__device__ __forceinline__ float tc_chain(int n, F x) {
+  float acc = 0.0f;
+  for (int c0 = 0; c0 < n; c0 += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[u] = c0 + u < n ? x(c0 + u) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+      if (c0 + u < n) acc = __fadd_rn(acc, v[u]);
+  }
+  return acc;
 }
 
 template <int MT, int DC>
-__global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_args a) {
+__global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(dsp_cu_attention_args a) {
   constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / TC_WARPS;
   static_assert(NTW % 2 == 0, "value fragments come two n-tiles at a time");
   extern __shared__ __align__(16) unsigned char tc_sm[];
-  __shared__ float red[TC_WARPS][R];
+  __shared__ float red[TC_WARPS][R], bmx[R], gmx[R], gz[R]; /* block's max; with S > 1 the run's max and z */
   __shared__ int nks[R];
-  const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L), group = a.q.heads / a.kv_heads;
+  const int S = a.key_split, b = (int)(blockIdx.x % (unsigned)S);
+  const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L, S), group = a.q.heads / a.kv_heads;
   uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)R * LP;
+  float *zp = (float *)(vs + 2 * TC_STAGE * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t t0 = (int64_t)blockIdx.x * rb, kvh = blockIdx.y, h0 = kvh * group + (int64_t)blockIdx.z * gs;
+  const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y, h0 = kvh * group + (int64_t)blockIdx.z * gs;
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
     const int64_t slot = dsp_att_slot(a, r0);
@@ -97,6 +141,24 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
     int nkmax = 1;
     for (int p = 0; p < R; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
     const uint16_t *kb = a.k + (slot * L) * ts + kvh * D, *vb = a.v + (slot * L) * ts + kvh * D;
+    /* this block's chunks [c0, c1) and keys [k0b, kend); p.v reads p up to kpe (16-key groups) */
+    const int nch = (nkmax + TC_CHUNK - 1) / TC_CHUNK, cpb = (nch + S - 1) / S, c0 = b * cpb;
+    const int c1 = c0 + cpb < nch ? c0 + cpb : nch, k0b = c0 * TC_CHUNK, kp = (nkmax + 15) & ~15;
+    const int kend = c1 > c0 ? (c1 * TC_CHUNK < nkmax ? c1 * TC_CHUNK : nkmax) : k0b;
+    const int kpe = c1 > c0 ? (c1 * TC_CHUNK < kp ? c1 * TC_CHUNK : kp) : k0b;
+
+    /* the first values load while the scores and the softmax run (the buffers are free at a run's start) */
+    const int kw_ = kpe - k0b, nst = (kw_ + TC_STAGE - 1) / TC_STAGE;
+    auto stage = [&](int s) {
+      uint16_t *dst = vs + (size_t)(s & 1) * TC_STAGE * VP;
+      for (int i = tid; i < TC_STAGE * (D / 8); i += TC_THREADS) {
+        const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * TC_STAGE + r;
+        const bool ok = key < nkmax;
+        tc_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
+      }
+      tc_cp_commit();
+    };
+    if (nst > 0) stage(0);
 
     /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w */
     uint32_t qa[MT][DC][2][4];
@@ -110,17 +172,16 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
         qa[mt][c][1][0] = lo.z, qa[mt][c][1][1] = hi.z, qa[mt][c][1][2] = lo.w, qa[mt][c][1][3] = hi.w;
       }
 
-    /* scores: warp w takes the 8-key tiles w, w + 4, ... */
+    /* scores of the block's keys: warp w takes its 8-key tiles w, w + 4, ... */
     float mx[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = -INFINITY;
-    const int ntile = (nkmax + 7) / 8;
-    for (int t = warp; t < ntile; t += TC_WARPS) {
+    for (int t = k0b / 8 + warp; t < (kend + 7) / 8; t += TC_WARPS) {
       const int key = t * 8 + g;
       uint4 kw[DC]; /* rows past the run's keys are never read (they may be unwritten) */
 #pragma unroll
       for (int c = 0; c < DC; c++)
-        kw[c] = key < nkmax ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
+        kw[c] = key < kend ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -134,13 +195,13 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
           const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
           if (pair < np && k2 < nks[pair]) {
             const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
-            sc[pair * LP + k2] = dsp_dev_bf16_bits(v);
+            sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
             mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
           }
         }
       }
     }
-    /* the max per pair (exact in any order): the quad's lanes, then the warps */
+    /* the max per pair (exact in any order): the quad's lanes, the warps, then the cluster's blocks */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -153,33 +214,67 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
         if (q == 0) red[warp][mt * 16 + g + 8 * h] = x;
       }
     __syncthreads();
+    if (tid < R) {
+      float m = red[0][tid];
+      for (int w = 1; w < TC_WARPS; w++) m = red[w][tid] > m ? red[w][tid] : m;
+      bmx[tid] = gmx[tid] = m;
+    }
+    tc_sync(S);
+    if (S > 1) { /* the run's max per pair: every block's, loaded at once */
+      if (tid < R) {
+        float y[TC_SPLIT], m = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < TC_SPLIT; r++) y[r] = r < S ? tc_peer(bmx, r)[tid] : -INFINITY;
+#pragma unroll
+        for (int r = 0; r < TC_SPLIT; r++) m = y[r] > m ? y[r] : m;
+        gmx[tid] = m;
+      }
+      __syncthreads();
+    }
+    /* chunk c's z partial of pair p: lane i sums keys 128c + i + 32u in order, then the butterfly */
+    auto zchunk = [&](int p, int c, float m) {
+      const int n = nks[p];
+      float zl = 0.0f;
+#pragma unroll
+      for (int u = 0; u < TC_CHUNK / 32; u++) {
+        const int j = c * TC_CHUNK + lane + 32 * u;
+        if (j < n) zl = __fadd_rn(zl, expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)));
+      }
+      for (int o = 16; o > 0; o >>= 1) zl = __fadd_rn(zl, __shfl_xor_sync(0xffffffffu, zl, o));
+      return zl;
+    };
+    if (S > 1) { /* the block's chunks' z partials, for every block of the cluster to add in order */
+      for (int p = warp; p < np; p += TC_WARPS) {
+        const float m = gmx[p];
+        for (int c = c0; c < c1; c++) {
+          const float zl = c * TC_CHUNK < nks[p] ? zchunk(p, c, m) : 0.0f;
+          if (lane == 0) zp[(c - c0) * R + p] = zl;
+        }
+      }
+      tc_sync(S);
+      if (tid < R) /* z per pair: the chunks' partials in order */
+        gz[tid] = tc_chain((nks[tid] + TC_CHUNK - 1) / TC_CHUNK, [&](int c) { return tc_peer(zp, c / cpb)[(c % cpb) * R + tid]; });
+      __syncthreads();
+    }
 
     /* z and p: warp w takes pairs w, w + 4, ...; p = 0 past a pair's keys up to the 16-key groups p.v reads */
-    const int kp = (nkmax + 15) & ~15;
     for (int p = warp; p < np; p += TC_WARPS) {
-      float m = red[0][p];
-      for (int w = 1; w < TC_WARPS; w++) m = red[w][p] > m ? red[w][p] : m;
+      const float m = gmx[p];
       const int n = nks[p];
       float z = 0.0f;
-      for (int c0 = 0; c0 < n; c0 += TC_CHUNK) {
-        float zl = 0.0f;
-#pragma unroll
-        for (int u = 0; u < TC_CHUNK / 32; u++) {
-          const int j = c0 + lane + 32 * u;
-          if (j < n) zl = __fadd_rn(zl, expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j]), m)));
-        }
-        for (int o = 16; o > 0; o >>= 1) zl = __fadd_rn(zl, __shfl_xor_sync(0xffffffffu, zl, o));
-        z = __fadd_rn(z, zl);
-      }
-      for (int j = lane; j < kp; j += 32) {
-        const float e = j < n ? expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j]), m)) : 0.0f;
-        sc[p * LP + j] = j < n ? dsp_dev_bf16_bits(__fdiv_rn(e, z)) : (uint16_t)0;
+      if (S > 1) z = gz[p];
+      else
+        for (int c = 0; c * TC_CHUNK < n; c++) z = __fadd_rn(z, zchunk(p, c, m));
+      for (int j = k0b + lane; j < kpe; j += 32) {
+        const float e = j < n ? expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)) : 0.0f;
+        sc[p * LP + j - k0b] = j < n ? dsp_dev_bf16_bits(__fdiv_rn(e, z)) : (uint16_t)0;
       }
     }
     /* rows past the pairs: zeros, so their (discarded) products stay finite */
-    for (int i = tid; i < (R - np) * kp; i += TC_THREADS) sc[(np + i / kp) * LP + i % kp] = 0;
+    for (int i = tid; i < (R - np) * kw_; i += TC_THREADS) sc[(np + i / kw_) * LP + i % kw_] = 0;
 
-    /* p.v: warp w owns dims 8 NTW w ..; values staged 64 rows at a time, zero rows past the run's keys */
+    /* p.v over the block's keys: warp w owns dims 8 NTW w ..; values staged 64 rows at a time, zero rows past
+       the run's keys */
     float tot[MT][NTW][4], cacc[MT][NTW][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -187,18 +282,7 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
       for (int n8 = 0; n8 < NTW; n8++)
 #pragma unroll
         for (int e = 0; e < 4; e++) tot[mt][n8][e] = cacc[mt][n8][e] = 0.0f;
-    const int nst = (kp + TC_STAGE - 1) / TC_STAGE;
-    auto stage = [&](int s) {
-      uint16_t *dst = vs + (size_t)(s & 1) * TC_STAGE * VP;
-      for (int i = tid; i < TC_STAGE * (D / 8); i += TC_THREADS) {
-        const int r = i / (D / 8), c8 = i % (D / 8), key = s * TC_STAGE + r;
-        const bool ok = key < nkmax;
-        tc_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
-      }
-      tc_cp_commit();
-    };
-    __syncthreads(); /* p is written; the value buffers are free */
-    stage(0);
+    __syncthreads(); /* p is written */
     for (int s = 0; s < nst; s++) {
       if (s + 1 < nst) {
         stage(s + 1);
@@ -210,11 +294,12 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
       const uint16_t *vsb = vs + (size_t)(s & 1) * TC_STAGE * VP;
 #pragma unroll
       for (int gi = 0; gi < TC_STAGE / 16; gi++) {
-        const int k0 = s * TC_STAGE + gi * 16;
-        if (k0 >= kp) break;
+        const int k0 = k0b + s * TC_STAGE + gi * 16;
+        if (k0 >= kpe) break;
         uint32_t af[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) tc_ldsm(af[mt], tc_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 + (lane >> 4) * 8));
+        for (int mt = 0; mt < MT; mt++)
+          tc_ldsm(af[mt], tc_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
 #pragma unroll
         for (int n2 = 0; n2 < NTW / 2; n2++) {
           const int d0 = (warp * NTW + 2 * n2) * 8;
@@ -226,40 +311,56 @@ __global__ void __launch_bounds__(TC_THREADS) k_attention_tc(dsp_cu_attention_ar
             tc_mma(cacc[mt][2 * n2 + 1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[2], bv[3]);
           }
         }
-        if ((k0 / 16) % (TC_CHUNK / 16) == TC_CHUNK / 16 - 1 || k0 + 16 >= kp) { /* a chunk ends */
+        if ((k0 / 16) % (TC_CHUNK / 16) == TC_CHUNK / 16 - 1 || k0 + 16 >= kpe) { /* a chunk ends */
+          const int cl = k0 / TC_CHUNK - c0;
 #pragma unroll
           for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int n8 = 0; n8 < NTW; n8++)
 #pragma unroll
               for (int e = 0; e < 4; e++) {
-                tot[mt][n8][e] = __fadd_rn(tot[mt][n8][e], cacc[mt][n8][e]);
+                if (S > 1)
+                  pp[((size_t)cl * R + mt * 16 + g + 8 * (e >> 1)) * D + (warp * NTW + n8) * 8 + 2 * q + (e & 1)] =
+                      cacc[mt][n8][e];
+                else
+                  tot[mt][n8][e] = __fadd_rn(tot[mt][n8][e], cacc[mt][n8][e]);
                 cacc[mt][n8][e] = 0.0f;
               }
         }
       }
       __syncthreads(); /* every warp has read this buffer before it is refilled */
     }
+    if (S > 1) { /* block b adds its share of the (pair, dim) outputs over all chunks in order */
+      tc_sync(S);
+      const int n = np * D, share = (n + S - 1) / S, i1 = (b + 1) * share < n ? (b + 1) * share : n;
+      for (int i = b * share + tid; i < i1; i += TC_THREADS) {
+        const int pair = i / D, d = i % D;
+        const float acc = tc_chain(nch, [&](int c) { return tc_peer(pp, c / cpb)[((size_t)(c % cpb) * R + pair) * D + d]; });
+        *((uint16_t *)a.out.data + (r0 + pair / gs) * a.out.s_row + (h0 + pair % gs) * a.out.s_head +
+          (int64_t)d * a.out.s_dim) = dsp_dev_bf16_bits(acc);
+      }
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+      for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-      for (int n8 = 0; n8 < NTW; n8++)
+        for (int n8 = 0; n8 < NTW; n8++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int pair = mt * 16 + g + 8 * (e >> 1), d = (warp * NTW + n8) * 8 + 2 * q + (e & 1);
-          if (pair < np)
-            *((uint16_t *)a.out.data + (r0 + pair / gs) * a.out.s_row + (h0 + pair % gs) * a.out.s_head +
-              (int64_t)d * a.out.s_dim) = dsp_dev_bf16_bits(tot[mt][n8][e]);
-        }
-    __syncthreads(); /* the next run reuses the shared memory */
+          for (int e = 0; e < 4; e++) {
+            const int pair = mt * 16 + g + 8 * (e >> 1), d = (warp * NTW + n8) * 8 + 2 * q + (e & 1);
+            if (pair < np)
+              *((uint16_t *)a.out.data + (r0 + pair / gs) * a.out.s_row + (h0 + pair % gs) * a.out.s_head +
+                (int64_t)d * a.out.s_dim) = dsp_dev_bf16_bits(tot[mt][n8][e]);
+          }
+    }
+    tc_sync(S); /* the next run reuses the shared memory, which the cluster's blocks may still be reading */
     r0 = re;
   }
 }
 
 #define TC_KERNELS(X) X(1, 2) X(2, 2) X(1, 4) X(2, 4)
 
-extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, size_t smem_limit) {
-  const int64_t D = a->q.dim, Hkv = a->kv_heads;
+extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
+  const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
   if ((D != 64 && D != 128) || Hkv < 1 || a->q.heads % Hkv || a->kv_stride % 8 || ((uintptr_t)a->k & 15) ||
       ((uintptr_t)a->v & 15))
     return 0;
@@ -268,9 +369,14 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   int rb = row_group > 1 ? row_group : 1;
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
   int mt = rb * group <= 16 ? 1 : 2;
-  if (tc_smem(mt, D, a->max_len) > smem_limit && group <= 16) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
-  if (tc_smem(mt, D, a->max_len) > smem_limit) return 0;
-  a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt;
+  if (tc_smem(mt, D, L, 1) > smem_limit && group <= 16) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
+  if (tc_smem(mt, D, L, 1) > smem_limit) return 0;
+  /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
+  const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
+  int split = 1;
+  while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks && tc_smem(mt, D, L, 2 * split) <= smem_limit)
+    split *= 2;
+  a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
   return 1;
 }
 
@@ -289,7 +395,16 @@ extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t
   TC_KERNELS(TC_PICK)
 #undef TC_PICK
   if (a->q.rows <= 0 || !k) return;
-  const dim3 grid((unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block), (unsigned)a->kv_heads, 1);
+  const int S = a->key_split;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block * S), (unsigned)a->kv_heads, 1);
+  cfg.blockDim = dim3(TC_THREADS);
+  cfg.dynamicSmemBytes = tc_smem(mt, a->q.dim, a->max_len, S);
+  cfg.stream = s;
+  cudaLaunchAttribute at;
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = (unsigned)S, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+  cfg.attrs = &at, cfg.numAttrs = S > 1;
   void *args[] = {(void *)a};
-  cudaLaunchKernel(k, grid, dim3(TC_THREADS), args, tc_smem(mt, a->q.dim, a->max_len), s);
+  cudaLaunchKernelExC(&cfg, k, args);
 }

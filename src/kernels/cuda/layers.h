@@ -54,6 +54,7 @@ typedef struct {
   float scale;
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
   int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
+  int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
@@ -64,14 +65,16 @@ int dsp_cu_attention_config(dsp_cu_attention_args *a, int row_group, int sms, si
 /* Raises the kernels' shared-memory limit to smem_limit once per device. */
 cudaError_t dsp_cu_attention_prepare(size_t smem_limit);
 void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
-/* The tensor-core form (attention_tc.cu, DSPARK_CUDA_ATTENTION=tc), with its
+/* The tensor-core form (attention_tc.cu; the default, DSPARK_CUDA_ATTENTION=fp32 opts out), with its
  * own fixed orders: q.k in 16-dim tensor-core groups; z and p.v over 128-key
  * chunks added in order (the file's head says how within a chunk). Head dims
  * 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
  * == 0, and a cache short enough for 16 rows of scores in shared memory (32
  * for groups past 16); the config returns 0 otherwise (a property of the
- * shapes, never of the batch). */
-int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, size_t smem_limit);
+ * shapes, never of the batch). It splits a run's keys over a cluster of up to
+ * 8 blocks, in whole chunks, while the launch's blocks leave sms free (a
+ * launch choice: the sums keep their chunk order). */
+int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit);
 cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
 
