@@ -74,20 +74,61 @@ static void softmax_scalar(const item *it, int64_t r, float scale) {
   for (int64_t j = 0; j < it->nk; j++) e[j] = dsp_round_bf16(e[j] / z);
 }
 
+/* r[p] lane j = the old r[j] lane p: dwords within 128-bit blocks, then the blocks. */
+DSP_AVX512_INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) { /* u[4g + c], block b: lane 4b + c of rows 4g .. 4g + 3 */
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    const __m512i p0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), p1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i p2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
+                  p3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(p0, p2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(p0, p2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(p1, p3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(p1, p3, 0xDD);
+  }
+}
+
+/* For D % 32 == 0: kt[(d / 2) * 16 + j] = the dword (d, d + 1) of key j < nb, 0 past nb, by one 64-byte load per
+ * key and 32 dims and a transpose: the lanes a gather would bring, at a fraction of a gather's cost. */
+DSP_AVX512_INLINE void keys_transposed(const item *it, const dsp_bf16 *base, int64_t nb, int32_t *kt) {
+  for (int64_t d0 = 0; d0 < it->D; d0 += 32) {
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) r[j] = j < nb ? _mm512_loadu_si512(base + j * it->kst + d0) : _mm512_setzero_si512();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) _mm512_store_si512(kt + (d0 / 2 + p) * 16, r[p]);
+  }
+}
+
 /* 16 keys per vector; a 32-bit gather at an even d brings (d, d + 1) of every
- * key (D is even, so it never reads past a key's row). Each gather serves up to
- * 16 q vectors (a run's rows times the kv head's query heads), each still one
- * fmaf chain in order over d per key; the group is unrolled so acc stays in
- * registers. */
-DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, __m512i idx, __mmask16 live, int64_t j0,
-                                    int64_t r0, int rc) {
+ * key (D is even, so it never reads past a key's row), or kt holds them
+ * (keys_transposed). Each serves up to 16 q vectors (a run's rows times the kv
+ * head's query heads), each still one fmaf chain in order over d per key; the
+ * group is unrolled so acc stays in registers. */
+DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, const int32_t *kt, __m512i idx,
+                                    __mmask16 live, int64_t j0, int64_t r0, int rc) {
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
   const float *q = it->qf + r0 * it->D;
   for (int64_t d = 0; d < it->D; d += 2) {
-    const __m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
+    const __m512i x = kt ? _mm512_load_si512(kt + d * 8)
+                         : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
     const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
     const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
 #pragma GCC unroll 16
@@ -105,12 +146,15 @@ DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, __m512
 DSP_AVX512 static void scores_avx512(const item *it) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
+  int32_t kt[16 * 128] __attribute__((aligned(64))); /* D <= 256 */
+  const int tr = it->D % 32 == 0 && it->D <= 256;
   for (int64_t j0 = 0; j0 < it->nk; j0 += 16) {
     const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
     const __mmask16 live = dsp_avx512_lanes(nb);
     const dsp_bf16 *base = it->kb + j0 * it->kst;
+    if (tr) keys_transposed(it, base, nb, kt);
     for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
-      scores_group(it, base, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
+      scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
   }
 }
 
@@ -216,6 +260,14 @@ DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
 DSP_AVX512 static void softmax_z_avx512(const float *e, int64_t es, const int64_t *nk, int n, float *z) {
   int64_t most = 0;
   for (int v = 0; v < n; v++) most = nk[v] > most ? nk[v] : most;
+  if (n <= 4) { /* a decode step's few chains: scalar adds in key order, interleaved, beat a gather per key */
+    float zs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t j = 0; j < most; j++)
+      for (int v = 0; v < 4; v++)
+        if (v < n && j < nk[v]) zs[v] += e[v * es + j];
+    for (int v = 0; v < n; v++) z[v] = zs[v];
+    return;
+  }
   __m512i idx = _mm512_setzero_si512(), cnt = _mm512_setzero_si512();
   for (int v = 0; v < n; v++) {
     idx = _mm512_mask_set1_epi32(idx, (__mmask16)(1u << v), (int)(v * es));
