@@ -152,6 +152,9 @@ DSP_AVX512 static void scores_avx512(const item *it) {
     const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
     const __mmask16 live = dsp_avx512_lanes(nb);
     const dsp_bf16 *base = it->kb + j0 * it->kst;
+    /* the block after next: a head's keys lie one cache row apart, too far apart for the hardware to follow */
+    for (int64_t j = 32; j < 48 && j0 + j < it->nk; j++)
+      for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
     if (tr) keys_transposed(it, base, nb, kt);
     for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
       scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
@@ -175,6 +178,9 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
   const float *p = it->e + r0 * it->es;
   for (int64_t j = j0; j < j1; j++) {
     const dsp_bf16 *vr = it->vb + j * it->kst + d0;
+    if (j + 16 < j1)
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; c += 2) _mm_prefetch((const char *)(vr + 16 * it->kst + 16 * c), _MM_HINT_T0);
     __m512 v[4];
 #pragma GCC unroll 4
     for (int c = 0; c < NV; c++)
