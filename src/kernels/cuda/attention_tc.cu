@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
   float *zp = (float *)(vs + 2 * TC_STAGE * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y, h0 = kvh * group + (int64_t)blockIdx.z * gs;
+  const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y;
+  const int64_t h0 = kvh * group + (int64_t)blockIdx.z * gs;
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
     const int64_t slot = dsp_att_slot(a, r0);
@@ -253,7 +254,8 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
       }
       tc_sync(S);
       if (tid < R) /* z per pair: the chunks' partials in order */
-        gz[tid] = tc_chain((nks[tid] + TC_CHUNK - 1) / TC_CHUNK, [&](int c) { return tc_peer(zp, c / cpb)[(c % cpb) * R + tid]; });
+        gz[tid] = tc_chain((nks[tid] + TC_CHUNK - 1) / TC_CHUNK,
+                           [&](int c) { return tc_peer(zp, c / cpb)[(c % cpb) * R + tid]; });
       __syncthreads();
     }
 
@@ -335,7 +337,8 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
       const int n = np * D, share = (n + S - 1) / S, i1 = (b + 1) * share < n ? (b + 1) * share : n;
       for (int i = b * share + tid; i < i1; i += TC_THREADS) {
         const int pair = i / D, d = i % D;
-        const float acc = tc_chain(nch, [&](int c) { return tc_peer(pp, c / cpb)[((size_t)(c % cpb) * R + pair) * D + d]; });
+        const float acc =
+            tc_chain(nch, [&](int c) { return tc_peer(pp, c / cpb)[((size_t)(c % cpb) * R + pair) * D + d]; });
         *((uint16_t *)a.out.data + (r0 + pair / gs) * a.out.s_row + (h0 + pair % gs) * a.out.s_head +
           (int64_t)d * a.out.s_dim) = dsp_dev_bf16_bits(acc);
       }
@@ -377,7 +380,8 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
   int split = 1;
-  while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks && tc_smem(mt, D, L, 2 * split) <= smem_limit)
+  while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks &&
+         tc_smem(mt, D, L, 2 * split) <= smem_limit)
     split *= 2;
   a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
   return 1;
