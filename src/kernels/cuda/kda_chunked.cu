@@ -71,9 +71,10 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
 /* ---- pass 1 ---------------------------------------------------------------------------
  * Shared memory, transposed so that lanes walk j: G and Kn [K][C+1], A (then
  * Tb) [C][C+1], three 16-row panels [K][BLK+1]. */
+template <int KT> /* K, or 0: K from the arguments (the index divisions by K are shifts otherwise) */
 __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
   extern __shared__ float sm[];
-  const int32_t K = a.r.K, V = a.r.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t c = a.c_lo + blockIdx.x;
   const int32_t hv = blockIdx.y, h = hv / (a.r.HV / a.r.H);
   const int32_t n = seq_of_chunk(a.r.s, c);
@@ -480,8 +481,9 @@ extern "C" dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32
                         window, c_lo, c_hi, scratch, carry};
   if (c_hi > c_lo) {
     const size_t smem = intra_smem(K);
-    DSP_CUDA_TRY(cudaFuncSetAttribute(k_chunk_intra, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_chunk_intra<<<dim3((unsigned)(c_hi - c_lo), (unsigned)HV), NT, smem, st>>>(a);
+    void (*kern)(chunk_args) = K == 128 ? k_chunk_intra<128> : K == 64 ? k_chunk_intra<64> : k_chunk_intra<0>;
+    DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kern<<<dim3((unsigned)(c_hi - c_lo), (unsigned)HV), NT, smem, st>>>(a);
     DSP_CUDA_TRY_LAUNCH();
   }
   if (tile == 16) return launch_state<16>(a, st);
