@@ -307,11 +307,11 @@ __device__ __forceinline__ void rows_times_state(float (&acc)[4][CT], const floa
   }
 }
 
-template <int BV>
+template <int BV, int KT> /* KT as k_chunk_intra's */
 __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   extern __shared__ float sm[];
   constexpr int CT = BV / 16;
-  const int32_t K = a.r.K, V = a.r.V, tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
   const int32_t n = blockIdx.x, hv = blockIdx.y, v0 = (int32_t)blockIdx.z * BV;
   const int32_t slot = a.r.s.slot[n];
   if (slot < 0) return;
@@ -459,9 +459,10 @@ static size_t state_smem(int32_t K, int32_t BV) {
 template <int BV>
 static dsp_status launch_state(const chunk_args &a, cudaStream_t st) {
   const size_t smem = state_smem(a.r.K, BV);
-  DSP_CUDA_TRY(cudaFuncSetAttribute(k_chunk_state<BV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  void (*kern)(chunk_args) = a.r.K == 128 ? k_chunk_state<BV, 128> : a.r.K == 64 ? k_chunk_state<BV, 64> : k_chunk_state<BV, 0>;
+  DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((unsigned)a.r.s.num_seqs, (unsigned)a.r.HV, (unsigned)((a.r.V + BV - 1) / BV));
-  k_chunk_state<BV><<<grid, NT, smem, st>>>(a);
+  kern<<<grid, NT, smem, st>>>(a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
