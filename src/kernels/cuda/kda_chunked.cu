@@ -459,7 +459,9 @@ static size_t state_smem(int32_t K, int32_t BV) {
 template <int BV>
 static dsp_status launch_state(const chunk_args &a, cudaStream_t st) {
   const size_t smem = state_smem(a.r.K, BV);
-  void (*kern)(chunk_args) = a.r.K == 128 ? k_chunk_state<BV, 128> : a.r.K == 64 ? k_chunk_state<BV, 64> : k_chunk_state<BV, 0>;
+  void (*kern)(chunk_args) = a.r.K == 128  ? k_chunk_state<BV, 128>
+                             : a.r.K == 64 ? k_chunk_state<BV, 64>
+                                           : k_chunk_state<BV, 0>;
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((unsigned)a.r.s.num_seqs, (unsigned)a.r.HV, (unsigned)((a.r.V + BV - 1) / BV));
   kern<<<grid, NT, smem, st>>>(a);
