@@ -69,10 +69,55 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
 }
 
 /* ---- pass 1 ---------------------------------------------------------------------------
- * Shared memory, transposed so that lanes walk j: G and Kn [K][C+1], A (then
- * Tb) [C][C+1], three 16-row panels [K][BLK+1]. */
+ * Shared memory, transposed so that lanes walk j: G and Kn [K][C+1], A (then L,
+ * then Tb transposed) [C][C+1], three 16-row panels [K][BLK+1] (then T
+ * [C][C+1]); for the last phase X [C][XW], the columns of [k exp(G) | v], over
+ * G and Kn. */
+enum { XS = 256, KS = C * DSP_CU_KDA_CHUNK_MAX_K / NT };
+struct intra_layout {
+  size_t A, R2, rq, bt, total;
+  int32_t XW;
+};
+__host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
+  intra_layout l;
+  const int32_t CP = C + 1, BP = BLK + 1, kv4 = (K + V + 3) & ~3;
+  l.XW = kv4 < XS ? kv4 : XS;
+  const size_t r0 = (size_t)2 * K * CP, x = (size_t)C * l.XW, p = (size_t)3 * K * BP, t = (size_t)C * CP;
+  l.A = ((r0 > x ? r0 : x) + 3) & ~(size_t)3; /* TbT is read as float4 */
+  l.R2 = l.A + (size_t)C * CP;
+  l.rq = l.R2 + (p > t ? p : t);
+  l.bt = l.rq + C;
+  l.total = l.bt + C;
+  return l;
+}
+
+/* v's columns s0 - K .. of the slab starting at X column s0, rows i < nc, as floats. */
+__device__ static inline void fill_v(const dsp_cu_kda_in &v, int64_t c0, int32_t hv, int32_t nc, int32_t K, int32_t V,
+                                     int32_t s0, float *X, int32_t XW) {
+  const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t lo = K > s0 ? K - s0 : 0, hi = K + V - s0 < XS ? K + V - s0 : XS;
+  for (int32_t i = warp; i < nc; i += NT / 32) {
+    const uint16_t *row = v.data + (c0 + i) * v.tok + hv * v.head;
+#pragma unroll 4
+    for (int32_t cc = lo + lane; cc < hi; cc += 32) X[i * XW + cc] = dsp_dev_bf16_val(row[s0 - K + cc]);
+  }
+}
+
+/* acc[r][c] += Tb[i0 + r][j] X[j][4 q + c] for rows r >= r0 (the diagonal tile). */
+__device__ __forceinline__ void wy_terms(float (&acc)[8][4], const float *tp, const float *xp, int32_t r0) {
+  const float4 t0 = *reinterpret_cast<const float4 *>(tp), t1 = *reinterpret_cast<const float4 *>(tp + 4);
+  const float4 xv = *reinterpret_cast<const float4 *>(xp);
+  const float tb[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w}, xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+  for (int r = 0; r < 8; r++)
+    if (r >= r0)
+#pragma unroll
+      for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(tb[r], xs[cc], acc[r][cc]);
+}
+
 template <int KT> /* K, or 0: K from the arguments (the index divisions by K are shifts otherwise) */
-__global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
+__global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
+
   extern __shared__ float sm[];
   const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t c = a.c_lo + blockIdx.x;
@@ -83,8 +128,10 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
   int32_t nc;
   chunk_span(a.r.s, n, c, c0, nc);
   const int32_t CP = C + 1, BP = BLK + 1;
-  float *G = sm, *Kn = G + (size_t)K * CP, *A = Kn + (size_t)K * CP, *P0 = A + (size_t)C * CP;
-  float *P1 = P0 + (size_t)K * BP, *P2 = P1 + (size_t)K * BP, *rq = P2 + (size_t)K * BP, *bt = rq + C;
+  const intra_layout ly = intra_lay(K, V);
+  const int32_t XW = ly.XW;
+  float *G = sm, *Kn = G + (size_t)K * CP, *X = sm, *A = sm + ly.A, *TbT = A, *P0 = sm + ly.R2, *T = P0;
+  float *P1 = P0 + (size_t)K * BP, *P2 = P1 + (size_t)K * BP, *rq = sm + ly.rq, *bt = sm + ly.bt;
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
 
   /* q row i normalised and scaled, element d */
@@ -133,10 +180,11 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
   }
   __syncthreads();
 
-  /* scores by 16-row blocks; thread (il, jl) of a 16 x 16 block pair */
+  /* scores across 16-row blocks; thread (il, jl) of a 16 x 16 block pair */
   const int32_t il = tid >> 4, jl = tid & 15;
-  for (int32_t r = 0; r < nc; r += BLK) {
+  for (int32_t r = BLK; r < nc; r += BLK) {
     const int32_t nr = nc - r < BLK ? nc - r : BLK;
+    __syncthreads(); /* the previous block's panels are no longer read */
     /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
     BULK(nr * K, QN(r + i, d), {
       const float ex = expf(G[d * CP + r + i] - G[d * CP + r]);
@@ -161,102 +209,151 @@ __global__ void __launch_bounds__(NT) k_chunk_intra(chunk_args a) {
         out.Aqk[(size_t)(r + il) * C + j0 + jl] = sq;
       }
     }
+  }
+  /* pairs inside a block, two blocks at a time: q rows into P0 and P1; threads
+   * 0..239 take the 120 pairs j < i of each, 240..255 the diagonals (Aqk only) */
+  for (int32_t r = 0; r < nc; r += 2 * BLK) {
+    const int32_t nr = nc - r < 2 * BLK ? nc - r : 2 * BLK;
     __syncthreads();
-    BULK(nr * K, QN(r + i, d), P2[d * BP + i] = x) /* the block's q rows, for the pairs inside it */
+    BULK(nr * K, QN(r + i, d), (i < BLK ? P0 : P1)[d * BP + (i & (BLK - 1))] = x)
     __syncthreads();
-    if (il < nr && jl <= il) {
-      const int32_t i = r + il, j = r + jl;
+    if (tid >= 240) { /* the diagonals of row tid - 240 of both blocks */
+      const int32_t pi = tid - 240;
+      for (int32_t u = 0; u < 2; u++) {
+        const int32_t ii = r + u * BLK + pi;
+        if (ii >= nc) continue;
+        const float *Q = u ? P1 : P0;
+        float sq = 0.0f;
+        for (int32_t d = 0; d < K; d++) {
+          const float kj = Kn[d * CP + ii] * expf(G[d * CP + ii] - G[d * CP + ii]);
+          sq = fmaf(Q[d * BP + pi], kj, sq);
+        }
+        out.Aqk[(size_t)ii * C + ii] = sq;
+      }
+      continue;
+    }
+    const int32_t hb = tid >= 120, p = tid - 120 * hb; /* p = pi (pi - 1) / 2 + pj, pj < pi */
+    int32_t pi = 1;
+    while ((pi + 1) * pi / 2 <= p) pi++;
+    const int32_t pj = p - pi * (pi - 1) / 2, i = r + hb * BLK + pi, j = r + hb * BLK + pj;
+    if (i < nc) {
+      const float *Q = hb ? P1 : P0;
       float s = 0.0f, sq = 0.0f;
       for (int32_t d = 0; d < K; d++) {
         const float x = expf(G[d * CP + i] - G[d * CP + j]), kj = Kn[d * CP + j] * x;
         s = fmaf(Kn[d * CP + i], kj, s);
-        sq = fmaf(P2[d * BP + il], kj, sq);
+        sq = fmaf(Q[d * BP + pi], kj, sq);
       }
-      if (j < i) A[i * CP + j] = s;
+      A[i * CP + j] = s;
       out.Aqk[(size_t)i * C + j] = sq;
     }
-    __syncthreads();
   }
-
-  /* T = (I + diag(beta) A)^-1 by rows, in place of A: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj) */
+  __syncthreads();
+  /* Qg = q exp(G), KG = k exp(G_last - G) and exp(G_last) out; k exp(G) (W's
+   * right side) kept in registers until X replaces G and Kn. ke holds raw q first. */
+  float ke[KS];
+#pragma unroll
+  for (int u = 0; u < KS; u++) {
+    const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
+    ke[u] = e < nc * K ? dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]) : 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < KS; u++) {
+    const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
+    if (e < nc * K) {
+      const float gi = G[d * CP + i], ex = expf(gi), kn = Kn[d * CP + i];
+      out.Qg[(size_t)i * K + d] = ke[u] / rq[i] * a.r.scale * ex;
+      out.KG[(size_t)i * K + d] = kn * expf(G[d * CP + nc - 1] - gi);
+      ke[u] = kn * ex;
+    }
+  }
+  for (int32_t d = tid; d < K; d += NT) out.eg[d] = expf(G[d * CP + nc - 1]);
+  __syncthreads();
+  /* X slab 0: k exp(G) then v; L = diag(beta) A in place */
+#pragma unroll
+  for (int u = 0; u < KS; u++) {
+    const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
+    if (e < nc * K) X[i * XW + d] = ke[u];
+  }
+  fill_v(a.r.v, c0, hv, nc, K, V, 0, X, XW);
+  for (int32_t e = tid; e < nc * C; e += NT) {
+    const int32_t i = e >> 6, m = e & (C - 1);
+    if (m < i) A[i * CP + m] *= bt[i];
+  }
+  __syncthreads();
+  /* T = (I + L)^-1 by rows: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj), m ascending */
   for (int32_t i = 1; i < nc; i++) {
-    float t = 0.0f;
     if (tid < i) {
       const int32_t j = tid;
-      const float b = bt[i];
-      t = b * A[i * CP + j];
+      float t = A[i * CP + j];
 #pragma unroll 4
-      for (int32_t m = j + 1; m < i; m++) t = fmaf(b * A[i * CP + m], A[m * CP + j], t);
+      for (int32_t m = j + 1; m < i; m++) t = fmaf(A[i * CP + m], T[m * CP + j], t);
+      T[i * CP + j] = -t;
     }
     __syncthreads();
-    if (tid < i) A[i * CP + tid] = -t;
-    __syncthreads();
   }
-  for (int32_t e = tid; e < nc * nc; e += NT) { /* Tb = T diag(beta) */
-    const int32_t i = e / nc, j = e % nc;
-    if (j < i) A[i * CP + j] *= bt[j];
-    else if (j == i) A[i * CP + j] = bt[i];
+  /* Tb = T diag(beta), transposed over L: TbT[j][i] = Tb_ij (zero above the diagonal) */
+  for (int32_t e = tid; e < C * C; e += NT) {
+    const int32_t j = e >> 6, i = e & (C - 1);
+    TbT[e] = j < i ? T[i * CP + j] * bt[j] : j == i ? bt[i] : 0.0f;
   }
   __syncthreads();
 
-  /* per column: W = Tb (k exp(G)) and Qg, KG, exp(G_last) (d < K); Ur = Tb v (the rest) */
-  for (int32_t col = tid; col < K + V; col += NT) {
-    float acc[C];
-#pragma unroll
-    for (int32_t i = 0; i < C; i++) acc[i] = 0.0f;
-    const bool isw = col < K;
-    const int32_t d = isw ? col : col - K;
-    for (int32_t j0 = 0; j0 < nc; j0 += LOADS) { /* LOADS columns' inputs in flight, then their terms */
-      float xs[LOADS];
-#pragma unroll
-      for (int u = 0; u < LOADS; u++) {
-        const int32_t j = j0 + u;
-        xs[u] = j >= nc ? 0.0f
-                : isw   ? Kn[d * CP + j] * expf(G[d * CP + j])
-                        : dsp_dev_bf16_val(a.r.v.data[(c0 + j) * a.r.v.tok + hv * a.r.v.head + d]);
-      }
-#pragma unroll
-      for (int u = 0; u < LOADS; u++) {
-        const int32_t j = j0 + u;
-#pragma unroll
-        for (int32_t i = 0; i < C; i++)
-          if (i >= j && j < nc) acc[i] = fmaf(A[i * CP + j], xs[u], acc[i]);
-      }
+  /* [W | Ur] = Tb [k exp(G) | v], 256 columns of X at a time: thread tiles of 8
+   * rows x 4 columns, rows 8 p and 56 - 8 p (p = warp & 3) so every warp walks
+   * 72 terms; each sum in j order from 0 as an fma chain */
+  const int32_t pr = warp & 3, half = warp >> 2;
+  const bool vec = (K & 3) == 0 && (V & 3) == 0;
+  for (int32_t s0 = 0; s0 < K + V; s0 += XS) {
+    const int32_t sw = K + V - s0 < XS ? K + V - s0 : XS, nq = (sw + 3) >> 2;
+    if (s0 > 0) {
+      __syncthreads();
+      fill_v(a.r.v, c0, hv, nc, K, V, s0, X, XW);
+      __syncthreads();
     }
-    float *dst = isw ? out.W + d : out.Ur + d;
-    const int32_t ld = isw ? K : V;
+    for (int32_t q = half * 32 + lane; q < nq; q += 64)
+      for (int32_t t2 = 0; t2 < 2; t2++) {
+        const int32_t i0 = t2 ? C - 8 - 8 * pr : 8 * pr;
+        if (i0 >= nc) continue;
+        float acc[8][4];
 #pragma unroll
-    for (int32_t i = 0; i < C; i++)
-      if (i < nc) dst[(size_t)i * ld] = acc[i];
-    if (isw) {
-      const float gl = G[d * CP + nc - 1];
-      for (int32_t i0 = 0; i0 < nc; i0 += LOADS) {
-        float qs[LOADS];
+        for (int r = 0; r < 8; r++)
 #pragma unroll
-        for (int u = 0; u < LOADS; u++) qs[u] = i0 + u < nc ? QN(i0 + u, d) : 0.0f;
+          for (int cc = 0; cc < 4; cc++) acc[r][cc] = 0.0f;
+        const float *xp = X + 4 * q, *tp = TbT + i0;
+#pragma unroll 2
+        for (int32_t j = 0; j < i0; j++, xp += XW, tp += C) wy_terms(acc, tp, xp, 0);
+        const int32_t je = i0 + 8 < nc ? i0 + 8 : nc;
+        for (int32_t j = i0; j < je; j++, xp += XW, tp += C) wy_terms(acc, tp, xp, j - i0);
+        const int32_t col = s0 + 4 * q;
 #pragma unroll
-        for (int u = 0; u < LOADS; u++) {
-          const int32_t i = i0 + u;
+        for (int r = 0; r < 8; r++) {
+          const int32_t i = i0 + r;
           if (i >= nc) break;
-          const float gi = G[d * CP + i];
-          out.Qg[(size_t)i * K + d] = qs[u] * expf(gi);
-          out.KG[(size_t)i * K + d] = Kn[d * CP + i] * expf(gl - gi);
+          if (vec && col + 3 < K + V) {
+            float *dst = col < K ? out.W + (size_t)i * K + col : out.Ur + (size_t)i * V + col - K;
+            *reinterpret_cast<float4 *>(dst) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+          } else {
+#pragma unroll
+            for (int cc = 0; cc < 4; cc++) {
+              const int32_t cl = col + cc;
+              if (cl < K) out.W[(size_t)i * K + cl] = acc[r][cc];
+              else if (cl < K + V) out.Ur[(size_t)i * V + cl - K] = acc[r][cc];
+            }
+          }
         }
       }
-      out.eg[d] = expf(gl);
-    }
   }
 #undef QN
 #undef BULK
 }
 
-static size_t intra_smem(int32_t K) {
-  return ((size_t)2 * K * (C + 1) + (size_t)C * (C + 1) + (size_t)3 * K * (BLK + 1) + 2 * C) * sizeof(float);
-}
+static size_t intra_smem(int32_t K, int32_t V) { return intra_lay(K, V).total * sizeof(float); }
 
 /* ---- pass 2 ---------------------------------------------------------------------------
- * Thread (rg, cg): rows 4 rg .. 4 rg + 3 and columns cg + 16 c (c < BV / 16) of
- * the U and o tiles; rows d = rg + 16 e of the state tile. */
+ * Thread (rg, cq) of BV / 4 column quads: rows RT rg .. RT rg + RT - 1 and
+ * columns 4 cq .. 4 cq + 3 of the U and o tiles, read as float4 (K padded to K4,
+ * a multiple of 4, with zeros); state rows by quads of 4 likewise. */
 /* A chunk's [nc][K] rows of W, Qg or KG in registers (K a multiple of 4),
  * fetched one phase ahead so the loads run under the phase before. */
 enum { XR = C * DSP_CU_KDA_CHUNK_MAX_K / 4 / NT };
@@ -288,30 +385,37 @@ __device__ static inline void x_rows(const xrows &p, bool vec, const float *src,
     for (int32_t e = threadIdx.x; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = src[e];
 }
 
-/* acc[r][q] += sum_d X[4 rg + r][d] S[d][cg + 16 q], d ascending; shared
- * memory walked by 32-bit pointer steps (no 64-bit index products per load). */
-template <int CT>
-__device__ __forceinline__ void rows_times_state(float (&acc)[4][CT], const float *X, int32_t XP, const float *S,
-                                                 int32_t K, int32_t rg, int32_t cg) {
-  const float *x0 = X + 4 * rg * XP, *x1 = x0 + XP, *x2 = x1 + XP, *x3 = x2 + XP, *sp = S + cg;
-#pragma unroll 4
-  for (int32_t d = 0; d < K; d++, sp += 16 * CT) {
-    float sv[CT];
+/* acc[r][c] += sum_d X[i0 + r][d] S[d][4 cq + c], d ascending (K4 terms). */
+template <int RT, int BV>
+__device__ __forceinline__ void rows_times_state(float (&acc)[RT][4], const float *X, int32_t XP, const float *S,
+                                                 int32_t K4, int32_t i0, int32_t cq) {
+  const float *xr = X + i0 * XP, *sp = S + 4 * cq;
+#pragma unroll 2
+  for (int32_t d = 0; d < K4; d += 4, sp += 4 * BV) {
+    float4 xv[RT];
 #pragma unroll
-    for (int q = 0; q < CT; q++) sv[q] = sp[16 * q];
-    const float xs[4] = {x0[d], x1[d], x2[d], x3[d]};
+    for (int r = 0; r < RT; r++) xv[r] = *reinterpret_cast<const float4 *>(xr + r * XP + d);
+    const float4 s4[4] = {*reinterpret_cast<const float4 *>(sp), *reinterpret_cast<const float4 *>(sp + BV),
+                          *reinterpret_cast<const float4 *>(sp + 2 * BV), *reinterpret_cast<const float4 *>(sp + 3 * BV)};
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int dd = 0; dd < 4; dd++)
 #pragma unroll
-      for (int q = 0; q < CT; q++) acc[r][q] = fmaf(xs[r], sv[q], acc[r][q]);
+      for (int r = 0; r < RT; r++) {
+        const float x = dd == 0 ? xv[r].x : dd == 1 ? xv[r].y : dd == 2 ? xv[r].z : xv[r].w;
+        acc[r][0] = fmaf(x, s4[dd].x, acc[r][0]);
+        acc[r][1] = fmaf(x, s4[dd].y, acc[r][1]);
+        acc[r][2] = fmaf(x, s4[dd].z, acc[r][2]);
+        acc[r][3] = fmaf(x, s4[dd].w, acc[r][3]);
+      }
   }
 }
 
 template <int BV, int KT> /* KT as k_chunk_intra's */
 __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   extern __shared__ float sm[];
-  constexpr int CT = BV / 16;
-  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+  constexpr int CQ = BV / 4, RT = C * CQ / NT;
+  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, cq = tid % CQ, i0 = tid / CQ * RT;
+  const int32_t K4 = (K + 3) & ~3;
   const int32_t n = blockIdx.x, hv = blockIdx.y, v0 = (int32_t)blockIdx.z * BV;
   const int32_t slot = a.r.s.slot[n];
   if (slot < 0) return;
@@ -319,15 +423,16 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   const int64_t lo = f0 > a.c_lo ? f0 : a.c_lo, hi = f1 < a.c_hi ? f1 : a.c_hi;
   const bool empty = f0 == f1;
   if (empty ? a.window != 0 : lo >= hi) return; /* an empty sequence is done by window 0 */
-  const int32_t XP = K + 4, AP = C + 1;
-  float *S = sm, *X = S + (size_t)K * BV, *U = X + (size_t)C * XP, *Aq = U + (size_t)C * BV, *eg = Aq + (size_t)C * AP;
+  const int32_t XP = K4 + 4, AP = C + 1;
+  float *S = sm, *X = S + (size_t)K4 * BV, *U = X + (size_t)C * XP, *Aq = U + (size_t)C * BV, *eg = Aq + (size_t)C * AP;
   const int64_t KV = (int64_t)K * V, hoff = (int64_t)hv * KV;
   float *own = a.r.state + (int64_t)slot * a.r.slot_stride + hoff;
   const float *src = lo == f0 ? ((!a.r.s.has || a.r.s.has[n]) ? own : NULL) : a.carry + (size_t)((a.window - 1) & 1) * a.r.HV * KV + hoff;
-  for (int32_t e = tid; e < K * BV; e += NT) {
+  for (int32_t e = tid; e < K4 * BV; e += NT) { /* rows K .. K4 - 1 stay zero, as X's columns there */
     const int32_t d = e / BV, j = e % BV;
-    S[e] = src && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
+    S[e] = src && d < K && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
   }
+  for (int32_t e = tid; e < C * XP; e += NT) X[e] = 0.0f;
   const bool vec = (K & 3) == 0;
   xrows pf;
   if (vec && lo < hi) {
@@ -363,21 +468,21 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
         Aq[(size_t)(e / C) * AP + e % C] = ta[u];
       }
     }
-    for (int32_t d = tid; d < K; d += NT) eg[d] = sc.eg[d];
+    for (int32_t d = tid; d < K4; d += NT) eg[d] = d < K ? sc.eg[d] : 0.0f;
     __syncthreads();
     if (vec) x_fetch(pf, sc.Qg, nc * K / 4);
     /* U = Ur - W S */
     {
-      float acc[4][CT];
+      float acc[RT][4];
 #pragma unroll
-      for (int r = 0; r < 4; r++)
+      for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int q = 0; q < CT; q++) acc[r][q] = 0.0f;
-      rows_times_state<CT>(acc, X, XP, S, K, rg, cg);
+        for (int q = 0; q < 4; q++) acc[r][q] = 0.0f;
+      rows_times_state<RT, BV>(acc, X, XP, S, K4, i0, cq);
 #pragma unroll
-      for (int r = 0; r < 4; r++)
+      for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int q = 0; q < CT; q++) U[(4 * rg + r) * BV + cg + 16 * q] -= acc[r][q];
+        for (int q = 0; q < 4; q++) U[(i0 + r) * BV + 4 * cq + q] -= acc[r][q];
     }
     __syncthreads();
     x_rows(pf, vec, sc.Qg, X, XP, nc, K);
@@ -385,34 +490,34 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
     if (vec) x_fetch(pf, sc.KG, nc * K / 4);
     /* o = Qg S + Aqk U */
     {
-      float acc[4][CT], ac2[4][CT];
+      float acc[RT][4], ac2[RT][4];
 #pragma unroll
-      for (int r = 0; r < 4; r++)
+      for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int q = 0; q < CT; q++) acc[r][q] = ac2[r][q] = 0.0f;
-      rows_times_state<CT>(acc, X, XP, S, K, rg, cg);
-      const int32_t i3 = 4 * rg + 3 < nc - 1 ? 4 * rg + 3 : nc - 1;
-      const float *ar = Aq + 4 * rg * AP, *up = U + cg;
-      for (int32_t m = 0; m <= i3; m++, up += BV) {
-        float uv[CT];
+        for (int q = 0; q < 4; q++) acc[r][q] = ac2[r][q] = 0.0f;
+      rows_times_state<RT, BV>(acc, X, XP, S, K4, i0, cq);
+      /* Aq is zero above the diagonal: the rows' common range of m adds nothing */
+      const int32_t ml = i0 + RT - 1 < nc - 1 ? i0 + RT - 1 : nc - 1;
+      const float *ar = Aq + i0 * AP, *up = U + 4 * cq;
+      for (int32_t m = 0; m <= ml; m++, up += BV) {
+        const float4 u = *reinterpret_cast<const float4 *>(up);
 #pragma unroll
-        for (int q = 0; q < CT; q++) uv[q] = up[16 * q];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const int32_t i = 4 * rg + r;
-          const float x = m <= i && i < nc ? ar[r * AP + m] : 0.0f;
-#pragma unroll
-          for (int q = 0; q < CT; q++) ac2[r][q] = fmaf(x, uv[q], ac2[r][q]);
+        for (int r = 0; r < RT; r++) {
+          const float x = ar[r * AP + m];
+          ac2[r][0] = fmaf(x, u.x, ac2[r][0]);
+          ac2[r][1] = fmaf(x, u.y, ac2[r][1]);
+          ac2[r][2] = fmaf(x, u.z, ac2[r][2]);
+          ac2[r][3] = fmaf(x, u.w, ac2[r][3]);
         }
       }
 #pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int32_t i = 4 * rg + r;
+      for (int r = 0; r < RT; r++) {
+        const int32_t i = i0 + r;
         if (i >= nc) continue;
         uint16_t *orow = a.r.o + (c0 + i) * a.r.o_tok + hv * a.r.o_head + v0;
 #pragma unroll
-        for (int q = 0; q < CT; q++)
-          if (v0 + cg + 16 * q < V) orow[cg + 16 * q] = dsp_dev_bf16_bits(acc[r][q] + ac2[r][q]);
+        for (int q = 0; q < 4; q++)
+          if (v0 + 4 * cq + q < V) orow[4 * cq + q] = dsp_dev_bf16_bits(acc[r][q] + ac2[r][q]);
       }
     }
     __syncthreads();
@@ -424,23 +529,31 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       chunk_span(a.r.s, n, c + 1, c0n, ncn);
       x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.r.HV, hv, K, V).W, ncn * K / 4);
     }
-    /* S = exp(G_last) S + KG^T U, rows d = rg + 16 e */
-    for (int32_t d = rg; d < K; d += 16) {
-      float acc[CT];
+    /* S = exp(G_last) S + KG^T U, by (quad of rows d, quad of columns) */
+    for (int32_t e = tid; e < K4 / 4 * CQ; e += NT) {
+      const int32_t d0 = e / CQ * 4, c4 = e % CQ * 4;
+      float acc[4][4];
 #pragma unroll
-      for (int q = 0; q < CT; q++) acc[q] = 0.0f;
-      const float *xp = X + d, *up = U + cg;
+      for (int dd = 0; dd < 4; dd++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[dd][q] = 0.0f;
+      const float *xp = X + d0, *up = U + c4;
 #pragma unroll 4
       for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
-        const float x = *xp;
+        const float4 kg = *reinterpret_cast<const float4 *>(xp), u = *reinterpret_cast<const float4 *>(up);
+        const float ks[4] = {kg.x, kg.y, kg.z, kg.w}, us[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int q = 0; q < CT; q++) acc[q] = fmaf(x, up[16 * q], acc[q]);
+        for (int dd = 0; dd < 4; dd++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) acc[dd][q] = fmaf(ks[dd], us[q], acc[dd][q]);
       }
 #pragma unroll
-      for (int q = 0; q < CT; q++) {
-        float *sp = S + d * BV + cg + 16 * q;
-        *sp = fmaf(eg[d], *sp, acc[q]);
-      }
+      for (int dd = 0; dd < 4; dd++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          float *sp = S + (d0 + dd) * BV + c4 + q;
+          *sp = fmaf(eg[d0 + dd], *sp, acc[dd][q]);
+        }
     }
   }
   __syncthreads();
@@ -453,7 +566,8 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
 }
 
 static size_t state_smem(int32_t K, int32_t BV) {
-  return ((size_t)K * BV + (size_t)C * (K + 4) + (size_t)C * BV + (size_t)C * (C + 1) + (size_t)K) * sizeof(float);
+  const size_t K4 = ((size_t)K + 3) & ~(size_t)3;
+  return (K4 * BV + (size_t)C * (K4 + 4) + (size_t)C * BV + (size_t)C * (C + 1) + K4) * sizeof(float);
 }
 
 template <int BV>
@@ -483,7 +597,7 @@ extern "C" dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32
   const chunk_args a = {{H, HV, K, V, 0, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride},
                         window, c_lo, c_hi, scratch, carry};
   if (c_hi > c_lo) {
-    const size_t smem = intra_smem(K);
+    const size_t smem = intra_smem(K, V);
     void (*kern)(chunk_args) = K == 128 ? k_chunk_intra<128> : K == 64 ? k_chunk_intra<64> : k_chunk_intra<0>;
     DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kern<<<dim3((unsigned)(c_hi - c_lo), (unsigned)HV), NT, smem, st>>>(a);
