@@ -69,10 +69,10 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
 }
 
 /* ---- pass 1 ---------------------------------------------------------------------------
- * Shared memory, transposed so that lanes walk j: G and Kn [K][C+1], A (then L,
- * then Tb transposed) [C][C+1], three 16-row panels [K][BLK+1] (then T
- * [C][C+1]); for the last phase X [C][XW], the columns of [k exp(G) | v], over
- * G and Kn. */
+ * Shared memory: G and Kn [C][KP] by rows (KP = K4 + 4, K4 = K rounded up to 4,
+ * the pad zero, so the sums over d read float4), A (then L, then Tb
+ * transposed) [C][C+1], three 16-row panels [BLK][KP] (then T [C][C+1]); for
+ * the last phase X [C][XW], the columns of [k exp(G) | v], over G and Kn. */
 enum { XS = 256, KS = C * DSP_CU_KDA_CHUNK_MAX_K / NT };
 struct intra_layout {
   size_t A, R2, rq, bt, total;
@@ -80,9 +80,9 @@ struct intra_layout {
 };
 __host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
   intra_layout l;
-  const int32_t CP = C + 1, BP = BLK + 1, kv4 = (K + V + 3) & ~3;
+  const int32_t CP = C + 1, KP = ((K + 3) & ~3) + 4, kv4 = (K + V + 3) & ~3;
   l.XW = kv4 < XS ? kv4 : XS;
-  const size_t r0 = (size_t)2 * K * CP, x = (size_t)C * l.XW, p = (size_t)3 * K * BP, t = (size_t)C * CP;
+  const size_t r0 = (size_t)2 * C * KP, x = (size_t)C * l.XW, p = (size_t)3 * BLK * KP, t = (size_t)C * CP;
   l.A = ((r0 > x ? r0 : x) + 3) & ~(size_t)3; /* TbT is read as float4 */
   l.R2 = l.A + (size_t)C * CP;
   l.rq = l.R2 + (p > t ? p : t);
@@ -90,6 +90,8 @@ __host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
   l.total = l.bt + C;
   return l;
 }
+
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
 /* v's columns s0 - K .. of the slab starting at X column s0, rows i < nc, as floats. */
 __device__ static inline void fill_v(const dsp_cu_kda_in &v, int64_t c0, int32_t hv, int32_t nc, int32_t K, int32_t V,
@@ -127,11 +129,11 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   int64_t c0;
   int32_t nc;
   chunk_span(a.r.s, n, c, c0, nc);
-  const int32_t CP = C + 1, BP = BLK + 1;
+  const int32_t CP = C + 1, K4 = (K + 3) & ~3, KP = K4 + 4;
   const intra_layout ly = intra_lay(K, V);
   const int32_t XW = ly.XW;
-  float *G = sm, *Kn = G + (size_t)K * CP, *X = sm, *A = sm + ly.A, *TbT = A, *P0 = sm + ly.R2, *T = P0;
-  float *P1 = P0 + (size_t)K * BP, *P2 = P1 + (size_t)K * BP, *rq = sm + ly.rq, *bt = sm + ly.bt;
+  float *G = sm, *Kn = G + (size_t)C * KP, *X = sm, *A = sm + ly.A, *TbT = A, *P0 = sm + ly.R2, *T = P0;
+  float *P1 = P0 + (size_t)BLK * KP, *P2 = P1 + (size_t)BLK * KP, *rq = sm + ly.rq, *bt = sm + ly.bt;
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
 
   /* q row i normalised and scaled, element d */
@@ -152,30 +154,35 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       if (e < (n)) STORE;                                                    \
     }                                                                        \
   }
+  if (K4 > K) /* the pad columns K .. K4 - 1 are zeros: the float4 sums over d add nothing there */
+    for (int32_t e = tid; e < (2 * C + 3 * BLK) * (K4 - K); e += NT) {
+      const int32_t row = e / (K4 - K), col = K + e % (K4 - K);
+      (row < 2 * C ? G + (size_t)row * KP : P0 + (size_t)(row - 2 * C) * KP)[col] = 0.0f;
+    }
   /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
-  BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[d * CP + i] = x)
-  BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[d * CP + i] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[i * KP + d] = x)
+  BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[i * KP + d] = x)
   __syncthreads();
   for (int32_t i = warp; i < nc; i += NT / 32) {
     float sq = 0.0f, sk = 0.0f;
     for (int32_t d = lane; d < K; d += 32) {
-      const float x = G[d * CP + i], y = Kn[d * CP + i];
+      const float x = G[i * KP + d], y = Kn[i * KP + d];
       sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
     }
     sq = dsp_dev_warp_sum(sq), sk = dsp_dev_warp_sum(sk);
     const float rk = a.r.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
     if (lane == 0) rq[i] = a.r.qk_raw ? 1.0f : sqrtf(sq + 1e-6f);
-    for (int32_t d = lane; d < K; d += 32) Kn[d * CP + i] = Kn[d * CP + i] / rk;
+    for (int32_t d = lane; d < K; d += 32) Kn[i * KP + d] = Kn[i * KP + d] / rk;
     if (lane == 0) bt[i] = a.r.beta[(c0 + i) * a.r.HV + hv];
   }
   __syncthreads();
-  BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[d * CP + i] = x)
+  BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[i * KP + d] = x)
   __syncthreads();
   for (int32_t d = tid; d < K; d += NT) { /* running sums of g */
     float run = 0.0f;
     for (int32_t i = 0; i < nc; i++) {
-      run += G[d * CP + i];
-      G[d * CP + i] = run;
+      run += G[i * KP + d];
+      G[i * KP + d] = run;
     }
   }
   __syncthreads();
@@ -187,23 +194,27 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     __syncthreads(); /* the previous block's panels are no longer read */
     /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
     BULK(nr * K, QN(r + i, d), {
-      const float ex = expf(G[d * CP + r + i] - G[d * CP + r]);
-      P0[d * BP + i] = Kn[d * CP + r + i] * ex;
-      P1[d * BP + i] = x * ex;
+      const float ex = expf(G[(r + i) * KP + d] - G[r * KP + d]);
+      P0[i * KP + d] = Kn[(r + i) * KP + d] * ex;
+      P1[i * KP + d] = x * ex;
     })
     for (int32_t j0 = 0; j0 < r; j0 += BLK) { /* earlier blocks: P2 = k exp(G_r - G) */
       __syncthreads();
       for (int32_t e = tid; e < BLK * K; e += NT) {
         const int32_t j = e / K, d = e % K;
-        P2[d * BP + j] = Kn[d * CP + j0 + j] * expf(G[d * CP + r] - G[d * CP + j0 + j]);
+        P2[j * KP + d] = Kn[(j0 + j) * KP + d] * expf(G[r * KP + d] - G[(j0 + j) * KP + d]);
       }
       __syncthreads();
       if (il < nr) {
         float s = 0.0f, sq = 0.0f;
-        for (int32_t d = 0; d < K; d++) {
-          const float kj = P2[d * BP + jl];
-          s = fmaf(P0[d * BP + il], kj, s);
-          sq = fmaf(P1[d * BP + il], kj, sq);
+        const float *p0 = P0 + il * KP, *p1 = P1 + il * KP, *p2 = P2 + jl * KP;
+#pragma unroll 4
+        for (int32_t d = 0; d < K4; d += 4) {
+          const float4 k4 = ld4(p2 + d), a4 = ld4(p0 + d), q4 = ld4(p1 + d);
+          s = fmaf(a4.x, k4.x, s), sq = fmaf(q4.x, k4.x, sq);
+          s = fmaf(a4.y, k4.y, s), sq = fmaf(q4.y, k4.y, sq);
+          s = fmaf(a4.z, k4.z, s), sq = fmaf(q4.z, k4.z, sq);
+          s = fmaf(a4.w, k4.w, s), sq = fmaf(q4.w, k4.w, sq);
         }
         A[(r + il) * CP + j0 + jl] = s;
         out.Aqk[(size_t)(r + il) * C + j0 + jl] = sq;
@@ -215,7 +226,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   for (int32_t r = 0; r < nc; r += 2 * BLK) {
     const int32_t nr = nc - r < 2 * BLK ? nc - r : 2 * BLK;
     __syncthreads();
-    BULK(nr * K, QN(r + i, d), (i < BLK ? P0 : P1)[d * BP + (i & (BLK - 1))] = x)
+    BULK(nr * K, QN(r + i, d), (i < BLK ? P0 : P1)[(i & (BLK - 1)) * KP + d] = x)
     __syncthreads();
     if (tid >= 240) { /* the diagonals of row tid - 240 of both blocks */
       const int32_t pi = tid - 240;
@@ -224,9 +235,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
         if (ii >= nc) continue;
         const float *Q = u ? P1 : P0;
         float sq = 0.0f;
-        for (int32_t d = 0; d < K; d++) {
-          const float kj = Kn[d * CP + ii] * expf(G[d * CP + ii] - G[d * CP + ii]);
-          sq = fmaf(Q[d * BP + pi], kj, sq);
+        const float *kr = Kn + ii * KP, *gr = G + ii * KP, *qr = Q + pi * KP;
+        for (int32_t d = 0; d < K4; d += 4) {
+          const float4 k4 = ld4(kr + d), g4 = ld4(gr + d), q4 = ld4(qr + d);
+          sq = fmaf(q4.x, k4.x * expf(g4.x - g4.x), sq);
+          sq = fmaf(q4.y, k4.y * expf(g4.y - g4.y), sq);
+          sq = fmaf(q4.z, k4.z * expf(g4.z - g4.z), sq);
+          sq = fmaf(q4.w, k4.w * expf(g4.w - g4.w), sq);
         }
         out.Aqk[(size_t)ii * C + ii] = sq;
       }
@@ -239,10 +254,16 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     if (i < nc) {
       const float *Q = hb ? P1 : P0;
       float s = 0.0f, sq = 0.0f;
-      for (int32_t d = 0; d < K; d++) {
-        const float x = expf(G[d * CP + i] - G[d * CP + j]), kj = Kn[d * CP + j] * x;
-        s = fmaf(Kn[d * CP + i], kj, s);
-        sq = fmaf(Q[d * BP + pi], kj, sq);
+      const float *ki = Kn + i * KP, *kj = Kn + j * KP, *gi = G + i * KP, *gj = G + j * KP, *qi = Q + pi * KP;
+#pragma unroll 2
+      for (int32_t d = 0; d < K4; d += 4) {
+        const float4 a4 = ld4(ki + d), b4 = ld4(kj + d), g4 = ld4(gi + d), h4 = ld4(gj + d), q4 = ld4(qi + d);
+        const float e0 = b4.x * expf(g4.x - h4.x), e1 = b4.y * expf(g4.y - h4.y);
+        const float e2 = b4.z * expf(g4.z - h4.z), e3 = b4.w * expf(g4.w - h4.w);
+        s = fmaf(a4.x, e0, s), sq = fmaf(q4.x, e0, sq);
+        s = fmaf(a4.y, e1, s), sq = fmaf(q4.y, e1, sq);
+        s = fmaf(a4.z, e2, s), sq = fmaf(q4.z, e2, sq);
+        s = fmaf(a4.w, e3, s), sq = fmaf(q4.w, e3, sq);
       }
       A[i * CP + j] = s;
       out.Aqk[(size_t)i * C + j] = sq;
@@ -261,13 +282,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   for (int u = 0; u < KS; u++) {
     const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
     if (e < nc * K) {
-      const float gi = G[d * CP + i], ex = expf(gi), kn = Kn[d * CP + i];
+      const float gi = G[i * KP + d], ex = expf(gi), kn = Kn[i * KP + d];
       out.Qg[(size_t)i * K + d] = ke[u] / rq[i] * a.r.scale * ex;
-      out.KG[(size_t)i * K + d] = kn * expf(G[d * CP + nc - 1] - gi);
+      out.KG[(size_t)i * K + d] = kn * expf(G[(nc - 1) * KP + d] - gi);
       ke[u] = kn * ex;
     }
   }
-  for (int32_t d = tid; d < K; d += NT) out.eg[d] = expf(G[d * CP + nc - 1]);
+  for (int32_t d = tid; d < K; d += NT) out.eg[d] = expf(G[(nc - 1) * KP + d]);
   __syncthreads();
   /* X slab 0: k exp(G) then v; L = diag(beta) A in place */
 #pragma unroll
