@@ -74,6 +74,7 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
  * transposed) [C][C+1], three 16-row panels [BLK][KP] (then T [C][C+1]); for
  * the last phase X [C][XW], the columns of [k exp(G) | v], over G and Kn. */
 enum { XS = 256, KS = C * DSP_CU_KDA_CHUNK_MAX_K / NT };
+static_assert(NT == 256 && BLK == 16 && C == 64, "the intra pass's thread maps (240 pairs + 16 diagonals, 8-row tiles) assume these");
 struct intra_layout {
   size_t A, R2, rq, bt, total;
   int32_t XW;
