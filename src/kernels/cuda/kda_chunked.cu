@@ -108,8 +108,8 @@ __device__ static inline void fill_v(const dsp_cu_kda_in &v, int64_t c0, int32_t
 
 /* acc[r][c] += Tb[i0 + r][j] X[j][4 q + c] for rows r >= r0 (the diagonal tile). */
 __device__ __forceinline__ void wy_terms(float (&acc)[8][4], const float *tp, const float *xp, int32_t r0) {
-  const float4 t0 = *reinterpret_cast<const float4 *>(tp), t1 = *reinterpret_cast<const float4 *>(tp + 4);
-  const float4 xv = *reinterpret_cast<const float4 *>(xp);
+  const float4 t0 = ld4(tp), t1 = ld4(tp + 4);
+  const float4 xv = ld4(xp);
   const float tb[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w}, xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
   for (int r = 0; r < 8; r++)
@@ -120,7 +120,6 @@ __device__ __forceinline__ void wy_terms(float (&acc)[8][4], const float *tp, co
 
 template <int KT> /* K, or 0: K from the arguments (the index divisions by K are shifts otherwise) */
 __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
-
   extern __shared__ float sm[];
   const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t c = a.c_lo + blockIdx.x;
@@ -416,9 +415,9 @@ __device__ __forceinline__ void rows_times_state(float (&acc)[RT][4], const floa
   for (int32_t d = 0; d < K4; d += 4, sp += 4 * BV) {
     float4 xv[RT];
 #pragma unroll
-    for (int r = 0; r < RT; r++) xv[r] = *reinterpret_cast<const float4 *>(xr + r * XP + d);
-    const float4 s4[4] = {*reinterpret_cast<const float4 *>(sp), *reinterpret_cast<const float4 *>(sp + BV),
-                          *reinterpret_cast<const float4 *>(sp + 2 * BV), *reinterpret_cast<const float4 *>(sp + 3 * BV)};
+    for (int r = 0; r < RT; r++) xv[r] = ld4(xr + r * XP + d);
+    const float4 s4[4] = {ld4(sp), ld4(sp + BV),
+                          ld4(sp + 2 * BV), ld4(sp + 3 * BV)};
 #pragma unroll
     for (int dd = 0; dd < 4; dd++)
 #pragma unroll
@@ -522,7 +521,7 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       const int32_t ml = i0 + RT - 1 < nc - 1 ? i0 + RT - 1 : nc - 1;
       const float *ar = Aq + i0 * AP, *up = U + 4 * cq;
       for (int32_t m = 0; m <= ml; m++, up += BV) {
-        const float4 u = *reinterpret_cast<const float4 *>(up);
+        const float4 u = ld4(up);
 #pragma unroll
         for (int r = 0; r < RT; r++) {
           const float x = ar[r * AP + m];
@@ -562,7 +561,7 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
       const float *xp = X + d0, *up = U + c4;
 #pragma unroll 4
       for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
-        const float4 kg = *reinterpret_cast<const float4 *>(xp), u = *reinterpret_cast<const float4 *>(up);
+        const float4 kg = ld4(xp), u = ld4(up);
         const float ks[4] = {kg.x, kg.y, kg.z, kg.w}, us[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int dd = 0; dd < 4; dd++)
