@@ -713,6 +713,7 @@ static void t_layers(void **st) {
   t_rope();
   t_elementwise();
   t_select();
+  t_fused_layers();
   print_message("layer ops: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
                 g_cpu ? " (and against the CPU)" : "");
 }

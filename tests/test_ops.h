@@ -1,5 +1,5 @@
 /* What the op-parity harness's files share (test_ops.c has the main and the
- * contract helpers; test_ops_kda.c the KDA operation). */
+ * contract helpers; test_ops_kda.c the KDA operation; test_ops_fused.c the fused layer operations). */
 #ifndef DSP_TESTS_TEST_OPS_H
 #define DSP_TESTS_TEST_OPS_H
 #include <stddef.h>
@@ -23,4 +23,5 @@ double median_time(dsp_status (*call)(void *), void *ctx, int reps);
 double copy_rate(void); /* bytes per second of a device copy, read + written */
 
 void t_kda(void **st);
+void t_fused_layers(void); /* test_ops_fused.c: add_rmsnorm, attn_in against what they fuse */
 #endif

@@ -93,6 +93,11 @@ typedef struct {
   dsp_status (*kda)(dsp_backend *be, int dev, const dsp_op_kda_args *a);
   dsp_status (*kda_copy)(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
                          dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
+  /* Fused forms of compositions (ops.h; NULL: ops.c composes them). attn_in sets *done = 0 where it
+   * leaves a call to the composition. */
+  dsp_status (*add_rmsnorm)(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y, const dsp_tensor *w,
+                            float eps, dsp_tensor *out);
+  dsp_status (*attn_in)(dsp_backend *be, int dev, const dsp_op_attn_in_args *a, int *done);
 } dsp_backend_ops;
 
 struct dsp_backend {

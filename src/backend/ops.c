@@ -203,6 +203,80 @@ dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, 
   return src->shape[0] ? be->ops->scatter_rows(be, dev, src, idx, dst) : DSP_OK;
 }
 
+dsp_status dsp_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y, const dsp_tensor *w,
+                              float eps, dsp_tensor *out) {
+  DSP_TRY(check_dev(be, dev));
+  DSP_TRY(check_view(x, "add_rmsnorm", "x", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(y, "add_rmsnorm", "y", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(out, "add_rmsnorm", "out", 2, 2, DSP_BF16));
+  DSP_TRY(same_shape(x, y, "add_rmsnorm"));
+  DSP_TRY(same_shape(x, out, "add_rmsnorm"));
+  if (out->data == x->data) return dsp_fail(DSP_ERR_ARG, "op add_rmsnorm: out must not be x");
+  if (!be->ops->add_rmsnorm) {
+    DSP_TRY(dsp_op_add(be, dev, x, y, x));
+    return dsp_op_rmsnorm(be, dev, x, w, eps, out);
+  }
+  DSP_TRY(check_view(w, "add_rmsnorm", "w", 1, 1, DSP_BF16));
+  if (w->shape[0] != x->shape[1] || w->stride[0] != 1)
+    return dsp_fail(DSP_ERR_SHAPE, "op add_rmsnorm: weight of %lld for rows of %lld", (long long)w->shape[0],
+                    (long long)x->shape[1]);
+  if (!(eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op add_rmsnorm: eps %g must be > 0", (double)eps);
+  return be->ops->add_rmsnorm(be, dev, x, y, w, eps, out);
+}
+
+/* [T, H, D] with contiguous heads as [T, H*D]. */
+static dsp_tensor heads_flat(const dsp_tensor *t) {
+  const int64_t sh[2] = {t->shape[0], t->shape[1] * t->shape[2]};
+  dsp_tensor f = dsp_tensor_view(t->data, t->dtype, 2, sh);
+  f.stride[0] = t->stride[0];
+  return f;
+}
+
+dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a) {
+  DSP_TRY(check_dev(be, dev));
+  if (!a) return dsp_fail(DSP_ERR_ARG, "op attn_in: NULL argument");
+  DSP_TRY(check_view(a->q, "attn_in", "q", 3, 3, DSP_BF16));
+  DSP_TRY(check_view(a->k, "attn_in", "k", 3, 3, DSP_BF16));
+  DSP_TRY(check_view(a->v, "attn_in", "v", 2, 2, DSP_BF16));
+  const int64_t T = a->q->shape[0], hk = a->k->shape[1], D = a->q->shape[2];
+  if (a->k->shape[0] != T || a->k->shape[2] != D || a->v->shape[0] != T || a->v->shape[1] != hk * D ||
+      a->k->stride[2] != 1 || a->k->stride[1] != D)
+    return dsp_fail(DSP_ERR_SHAPE, "op attn_in: q [%lld, %lld, %lld], k [%lld, %lld, %lld] (contiguous heads) and v "
+                    "[%lld, %lld] disagree", (long long)T, (long long)a->q->shape[1], (long long)D,
+                    (long long)a->k->shape[0], (long long)hk, (long long)a->k->shape[2], (long long)a->v->shape[0],
+                    (long long)a->v->shape[1]);
+  if (!a->k_cache || !a->v_cache || a->k_cache->ndim != 2 || a->v_cache->ndim != 2 ||
+      a->k_cache->shape[1] != hk * D || a->v_cache->shape[1] != hk * D)
+    return dsp_fail(DSP_ERR_SHAPE, "op attn_in: caches of rows of %lld wanted", (long long)(hk * D));
+  if (be->ops->attn_in) {
+    /* the parts' own checks first, so the fused form refuses exactly what the composition would */
+    DSP_TRY(check_view(a->q_norm, "attn_in", "q_norm", 1, 1, DSP_BF16));
+    DSP_TRY(check_view(a->k_norm, "attn_in", "k_norm", 1, 1, DSP_BF16));
+    if (a->q_norm->shape[0] != D || a->k_norm->shape[0] != D || a->q_norm->stride[0] != 1 || a->k_norm->stride[0] != 1)
+      return dsp_fail(DSP_ERR_SHAPE, "op attn_in: norm weights for rows of %lld", (long long)D);
+    if (!(a->eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op attn_in: eps %g must be > 0", (double)a->eps);
+    DSP_TRY(check_view(a->cos, "attn_in", "cos", 2, 2, DSP_BF16));
+    DSP_TRY(check_view(a->sin, "attn_in", "sin", 2, 2, DSP_BF16));
+    if (D % 2 || a->cos->shape[1] * 2 != D || a->sin->shape[1] != a->cos->shape[1] ||
+        a->sin->shape[0] != a->cos->shape[0] || a->cos->stride[0] != a->cos->shape[1] ||
+        a->sin->stride[0] != a->sin->shape[1] || a->cos->stride[1] != 1 || a->sin->stride[1] != 1)
+      return dsp_fail(DSP_ERR_SHAPE, "op attn_in: head dim %lld against tables of %lld contiguous columns",
+                      (long long)D, (long long)a->cos->shape[1]);
+    if (T && (!a->pos || !a->idx || !a->k_cache->data || !a->v_cache->data))
+      return dsp_fail(DSP_ERR_ARG, "op attn_in: NULL positions, rows or caches");
+    int done = 0;
+    DSP_TRY(be->ops->attn_in(be, dev, a, &done));
+    if (done) return DSP_OK;
+  }
+  DSP_TRY(dsp_op_rmsnorm(be, dev, a->q, a->q_norm, a->eps, a->q));
+  DSP_TRY(dsp_op_rmsnorm(be, dev, a->k, a->k_norm, a->eps, a->k));
+  DSP_TRY(dsp_op_rope(be, dev, a->q, a->pos, a->cos, a->sin));
+  DSP_TRY(dsp_op_rope(be, dev, a->k, a->pos, a->cos, a->sin));
+  const dsp_tensor kf = heads_flat(a->k);
+  DSP_TRY(dsp_op_scatter_rows(be, dev, &kf, a->idx, a->k_cache));
+  return dsp_op_scatter_rows(be, dev, a->v, a->idx, a->v_cache);
+}
+
 dsp_status dsp_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
   DSP_TRY(check_dev(be, dev));
   if (!a || !a->k || !a->v || !a->row_slot || !a->row_keys) return dsp_fail(DSP_ERR_ARG, "op attention: NULL argument");

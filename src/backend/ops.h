@@ -81,6 +81,29 @@ dsp_status dsp_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const 
 /* dst row idx[t] = src row t, t < T ([T, W] and [N, W] views of one dtype; idx int64). */
 dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx, dsp_tensor *dst);
 
+/* The residual add and the next RMSNorm in one call: x = bf16(x + y) in
+ * place, then out = rmsnorm(x, w, eps); x, y, out [M, N] BF16 (out not x).
+ * The bits are those of add then rmsnorm. */
+dsp_status dsp_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y, const dsp_tensor *w,
+                              float eps, dsp_tensor *out);
+
+/* A decoder layer's attention inputs in one call, with the bits of rmsnorm
+ * (q with q_norm, k with k_norm), rope (both at pos) and scatter_rows (k's
+ * rows, then v's, into rows idx[t] of the caches) called in that order. q
+ * [T, Hq, D] and k [T, Hkv, D] (contiguous heads) change in place; v [T,
+ * Hkv*D]; k_cache, v_cache [N, Hkv*D]. Backends fuse it where they can. */
+typedef struct {
+  dsp_tensor *q, *k;
+  const dsp_tensor *v;
+  const dsp_tensor *q_norm, *k_norm;
+  float eps;
+  const int32_t *pos;
+  const dsp_tensor *cos, *sin;
+  const int64_t *idx;
+  dsp_tensor *k_cache, *v_cache;
+} dsp_op_attn_in_args;
+dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a);
+
 /* out = bf16(x + bf16(p)): x, out [M, N] BF16, p [M, N] F32 (an all-reduced
  * row-parallel product; out may be x). */
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);

@@ -151,25 +151,39 @@ static dsp_status residual(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp
   return dsp_op_round_add(be, dev, &x, &p, &x);
 }
 
+/* The residual x += y (the o or down product of in) and, where norm is set, h = norm(x) (at TP 1 in the
+ * same call as the add). */
+static dsp_status residual_norm(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp_dec_act *a,
+                                const dsp_tensor *in, const dsp_weight *w, int64_t m, dsp_comm *comm,
+                                const dsp_tensor *norm) {
+  if (!norm) return residual(be, dev, s, a, in, w, m, comm);
+  if (s->tp > 1) {
+    DSP_TRY(residual(be, dev, s, a, in, w, m, comm));
+    dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m);
+    return dsp_op_rmsnorm(be, dev, &x, norm, (float)s->eps, &h);
+  }
+  dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m), o = dsp_dec_rows(a->o, m);
+  DSP_TRY(dsp_op_gemm(be, dev, in, w, &o));
+  return dsp_op_add_rmsnorm(be, dev, &x, &o, norm, (float)s->eps, &h);
+}
+
 dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *L, const dsp_dec_shape *s,
                                  dsp_dec_act *a, int64_t M, const dsp_dec_io *io) {
   const int64_t D = s->head_dim, Wq = s->hq * D, Wk = s->hkv * D;
   const float eps = (float)s->eps;
   dsp_tensor x = dsp_dec_rows(a->x, M), h = dsp_dec_rows(a->h, M), qkv = dsp_dec_rows(a->qkv, M);
-  DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->in_norm, eps, &h));
+  if (!io->h_ready) DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->in_norm, eps, &h));
   DSP_TRY(dsp_op_gemm(be, dev, &h, L->qkv, &qkv));
+  /* q and k normed and rotated in place, the new keys and values into their cache rows */
   dsp_tensor q = dsp_dec_heads(qkv, M, 0, s->hq, D), k = dsp_dec_heads(qkv, M, Wq, s->hkv, D);
-  DSP_TRY(dsp_op_rmsnorm(be, dev, &q, &L->q_norm, eps, &q));
-  DSP_TRY(dsp_op_rmsnorm(be, dev, &k, &L->k_norm, eps, &k));
-  DSP_TRY(dsp_op_rope(be, dev, &q, io->pos, io->rope_cos, io->rope_sin));
-  DSP_TRY(dsp_op_rope(be, dev, &k, io->pos, io->rope_cos, io->rope_sin));
-  /* the new keys and values into their cache rows */
   const int64_t cache_rows = io->slots * io->max_len;
   dsp_tensor kc = dsp_tensor_2d(io->k_cache, DSP_BF16, cache_rows, Wk), vc = dsp_tensor_2d(io->v_cache, DSP_BF16, cache_rows, Wk);
   kc.stride[0] = vc.stride[0] = io->kv_stride;
-  dsp_tensor ks = dsp_dec_cols(qkv, Wq, Wk), vs = dsp_dec_cols(qkv, Wq + Wk, Wk);
-  DSP_TRY(dsp_op_scatter_rows(be, dev, &ks, io->rows, &kc));
-  DSP_TRY(dsp_op_scatter_rows(be, dev, &vs, io->rows, &vc));
+  const dsp_tensor vs = dsp_dec_cols(qkv, Wq + Wk, Wk);
+  const dsp_op_attn_in_args ai = {.q = &q, .k = &k, .v = &vs, .q_norm = &L->q_norm, .k_norm = &L->k_norm,
+                                  .eps = eps, .pos = io->pos, .cos = io->rope_cos, .sin = io->rope_sin,
+                                  .idx = io->rows, .k_cache = &kc, .v_cache = &vc};
+  DSP_TRY(dsp_op_attn_in(be, dev, &ai));
   dsp_tensor attn = dsp_dec_rows(a->attn, M);
   dsp_op_attention_args aa = {.q = &q, .k = io->k_cache, .v = io->v_cache, .slots = io->slots,
                               .max_len = io->max_len, .kv_heads = s->hkv, .kv_stride = io->kv_stride,
@@ -177,11 +191,10 @@ dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *
                               .scale = (float)(1.0 / sqrt((double)D)), .out = &attn,
                               .row_group = io->row_group};
   DSP_TRY(dsp_op_attention(be, dev, &aa));
-  DSP_TRY(residual(be, dev, s, a, &attn, L->o, M, io->comm));
-  DSP_TRY(dsp_op_rmsnorm(be, dev, &x, &L->post_norm, eps, &h));
+  DSP_TRY(residual_norm(be, dev, s, a, &attn, L->o, M, io->comm, &L->post_norm));
   dsp_tensor gu = dsp_dec_rows(a->gu, M), act = dsp_dec_rows(a->act, M);
   DSP_TRY(dsp_op_gemm(be, dev, &h, L->gate_up, &gu));
   dsp_tensor g = dsp_dec_cols(gu, 0, s->inter), u = dsp_dec_cols(gu, s->inter, s->inter);
   DSP_TRY(dsp_op_silu_mul(be, dev, &g, &u, &act));
-  return residual(be, dev, s, a, &act, L->down, M, io->comm);
+  return residual_norm(be, dev, s, a, &act, L->down, M, io->comm, io->next_norm);
 }

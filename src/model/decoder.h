@@ -35,6 +35,11 @@ typedef struct {
   const dsp_tensor *rope_cos, *rope_sin;
   dsp_comm *comm;                  /* the TP communicator (TP > 1) */
   int row_group;                   /* runs of this many rows read one slot (a draft block): a speed hint */
+  /* next_norm: after its last residual the layer writes h = next_norm(x) (the next layer's input
+   * norm, or the final norm; one fused call at TP 1); h_ready: the layer before did, so the input
+   * norm is skipped */
+  const dsp_tensor *next_norm;
+  int h_ready;
 } dsp_dec_io;
 
 /* Tensor `name` of dir: its file, dtype and shape; refused unless BF16 (or F32 when f32_ok). */
@@ -57,9 +62,10 @@ void dsp_dec_layer_free(dsp_backend *be, int dev, dsp_dec_layer *L);
 /* Activations for rows rows (device memory, tracked in mem[*nmem]). */
 dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, int64_t rows, dsp_dec_act *a,
                              void **mem, int *nmem);
-/* x = layer(x) over M rows: input norm, q/k/v, q/k norms, RoPE at pos, K/V
- * into the cache rows, attention, o (+ all-reduce at TP > 1), residual,
- * post-attention norm, SwiGLU (+ all-reduce), residual. */
+/* x = layer(x) over M rows: input norm (unless io->h_ready), q/k/v, q/k
+ * norms, RoPE at pos, K/V into the cache rows, attention, o (+ all-reduce at
+ * TP > 1), residual, post-attention norm, SwiGLU (+ all-reduce), residual
+ * (and h = io->next_norm(x) where set). */
 dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *L, const dsp_dec_shape *s,
                                  dsp_dec_act *a, int64_t M, const dsp_dec_io *io);
 

@@ -166,10 +166,11 @@ static dsp_status block_rows(dsp_draft *dr, int di, int64_t M) {
   for (int64_t l = 0; l < L; l++) {
     io.k_cache = d->k_cache + l * Wk;
     io.v_cache = d->v_cache + l * Wk;
+    io.h_ready = l > 0; /* each layer norms the next one's input (the last: the final norm) */
+    io.next_norm = l + 1 < L ? &d->layer[l + 1].in_norm : &d->final_norm;
     DSP_TRY(dsp_dec_layer_forward(be, dev, &d->layer[l], &d->s, &d->a, M, &io));
   }
-  dsp_tensor h = dsp_dec_rows(d->a.h, M);
-  return dsp_op_rmsnorm(be, dev, &x, &d->final_norm, (float)c->eps, &h);
+  return DSP_OK;
 }
 
 static dsp_status propose_dev(void *ctx, int di) {

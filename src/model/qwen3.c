@@ -36,6 +36,8 @@ static dsp_status step(dsp_target *t, int di) {
     qw_layer *L = &d->layer[l];
     io.k_cache = L->k_cache;
     io.v_cache = L->v_cache;
+    io.h_ready = l > 0; /* each layer norms the next one's input with its last residual */
+    io.next_norm = l + 1 < in->layers ? &d->layer[l + 1].w.in_norm : NULL;
     DSP_TRY(dsp_dec_layer_forward(be, dev, &L->w, &d->s, &d->a, M, &io));
     for (int i = 0; i < t->opt.ntaps; i++)
       if (t->taps[i] == l && d->taps.data) { /* the residual stream is replicated: each device's own */

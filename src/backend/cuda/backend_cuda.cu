@@ -46,6 +46,7 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_markov_fused_bucket, dsp_cuda_markov_fused_stage, dsp_cuda_markov_fused_enqueue,
     dsp_cuda_markov_fused_collect,
     dsp_cuda_op_kda_workspace, dsp_cuda_op_kda,          dsp_cuda_op_kda_copy,
+    dsp_cuda_op_add_rmsnorm,   dsp_cuda_op_attn_in,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

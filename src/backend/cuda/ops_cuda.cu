@@ -357,6 +357,25 @@ extern "C" dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_
   return LAUNCHED("round_add");
 }
 
+extern "C" dsp_status dsp_cuda_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y,
+                                              const dsp_tensor *w, float eps, dsp_tensor *out) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_view xv = cu_view(x), yv = cu_view(y), ov = cu_view(out);
+  dsp_cu_add_rmsnorm(&xv, &yv, (const uint16_t *)w->data, eps, &ov, dsp_cuda_stream(be, dev));
+  return LAUNCHED("add_rmsnorm");
+}
+
+extern "C" dsp_status dsp_cuda_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a, int *done) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  dsp_cu_attn_in_args c;
+  c.q = cu_view(a->q), c.k = cu_view(a->k), c.v = cu_view(a->v);
+  c.q_norm = (const uint16_t *)a->q_norm->data, c.k_norm = (const uint16_t *)a->k_norm->data, c.eps = a->eps;
+  c.pos = a->pos, c.cos = (const uint16_t *)a->cos->data, c.sin = (const uint16_t *)a->sin->data;
+  c.idx = a->idx, c.k_cache = cu_view(a->k_cache), c.v_cache = cu_view(a->v_cache);
+  *done = dsp_cu_attn_in(&c, dsp_cuda_stream(be, dev));
+  return *done ? LAUNCHED("attn_in") : DSP_OK;
+}
+
 extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) {
   const int64_t R = a->logits->shape[0];
   cudaStream_t s = dsp_cuda_stream(be, dev);

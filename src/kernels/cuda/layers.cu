@@ -20,44 +20,127 @@ extern "C" void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64
   if (t > 0) k_embed<<<(unsigned)t, 256, 0, s>>>(*table, ids, *out);
 }
 
-/* Rows of D < RMS_WIDE: one warp per row (of rows x heads). Wider rows (the
- * hidden states): one block of RMS_THREADS per row, else a decode step's one
- * row runs on one warp for tens of microseconds. The choice depends on D
- * alone, so a row's bits do not depend on how many rows the call has. */
+/* Rows of D < RMS_WIDE: one warp per row (of rows x heads), each lane
+ * holding its values in registers (up to RMS_LANE_HOLD; wider rows loop).
+ * Wider rows (the hidden states): one block of RMS_THREADS per row, which
+ * stages the row and the weight in shared memory with 16-byte loads (rows up
+ * to RMS_STAGE_MAX) so that a decode step's one row costs a few memory
+ * latencies, not one per value. The choice depends on D alone, so a row's
+ * bits do not depend on how many rows the call has. ADD first makes x =
+ * bf16(x + y) (the residual add) and normalizes the sum. */
 #define RMS_WIDE 1024
 #define RMS_THREADS 256
-__device__ __forceinline__ void rms_row(const dsp_cu_view &x, const uint16_t *w, float eps, const dsp_cu_view &out,
-                                        int64_t r, int64_t h, float ss, int first, int step) {
+#define RMS_LANE_HOLD 8
+#define RMS_STAGE_MAX 12288 /* x and w staged: 4 D bytes of shared memory, within the default 48 KB */
+
+/* Lane `first` of 32 holds x at d = first + 32 j (the residual sum with ADD, x written back). */
+template <int HOLD, int ADD>
+__device__ __forceinline__ float rms_load(const dsp_cu_view &x, const dsp_cu_view &y, int64_t r, int64_t h,
+                                          int first, int step, float v[HOLD]) {
   const int64_t D = x.dim;
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps)));
-  for (int64_t d = first; d < D; d += step) {
-    const float xn = dsp_dev_round_bf16(__fmul_rn(dsp_dev_bf16_val(*at(x, r, h, d)), inv));
-    *at(out, r, h, d) = dsp_dev_bf16_bits(__fmul_rn(dsp_dev_bf16_val(w[d]), xn));
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < HOLD; j++) {
+    const int64_t d = first + (int64_t)step * j;
+    v[j] = 0.0f;
+    if (d < D) {
+      v[j] = dsp_dev_bf16_val(*at(x, r, h, d));
+      if (ADD) v[j] = dsp_dev_round_bf16(__fadd_rn(v[j], dsp_dev_bf16_val(*at(y, r, 0, d))));
+    }
   }
+#pragma unroll
+  for (int j = 0; j < HOLD; j++) {
+    const int64_t d = first + (int64_t)step * j;
+    if (d < D) {
+      if (ADD) *at(x, r, h, d) = dsp_dev_bf16_bits(v[j]);
+      ss = __fmaf_rn(v[j], v[j], ss);
+    }
+  }
+  return ss;
 }
 
-__global__ void k_rmsnorm(dsp_cu_view x, const uint16_t *w, float eps, dsp_cu_view out) {
+__device__ __forceinline__ float rms_inv(float ss, int64_t D, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), eps)));
+}
+
+__device__ __forceinline__ uint16_t rms_out(float x, float inv, uint16_t w) {
+  return dsp_dev_bf16_bits(__fmul_rn(dsp_dev_bf16_val(w), dsp_dev_round_bf16(__fmul_rn(x, inv))));
+}
+
+/* One value of x, the residual sum with ADD (written back). */
+template <int ADD>
+__device__ __forceinline__ uint16_t rms_take(const dsp_cu_view &x, const dsp_cu_view &y, int64_t r, int64_t h,
+                                             int64_t d) {
+  uint16_t v = *at(x, r, h, d);
+  if (ADD) {
+    v = dsp_dev_bf16_bits(__fadd_rn(dsp_dev_bf16_val(v), dsp_dev_bf16_val(*at(y, r, 0, d))));
+    *at(x, r, h, d) = v;
+  }
+  return v;
+}
+
+/* Lane l sums d = l, l + 32, ... in order, then the butterfly. */
+template <int ADD>
+__global__ void k_rmsnorm(dsp_cu_view x, dsp_cu_view y, const uint16_t *w, float eps, dsp_cu_view out) {
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= x.rows * x.heads) return;
   const int lane = threadIdx.x % 32;
   const int64_t r = row / x.heads, h = row % x.heads, D = x.dim;
+  if (D <= 32 * RMS_LANE_HOLD) {
+    float v[RMS_LANE_HOLD];
+    const float inv = rms_inv(dsp_dev_warp_sum(rms_load<RMS_LANE_HOLD, ADD>(x, y, r, h, lane, 32, v)), D, eps);
+#pragma unroll
+    for (int j = 0; j < RMS_LANE_HOLD; j++)
+      if (lane + 32 * j < D) *at(out, r, h, lane + 32 * j) = rms_out(v[j], inv, w[lane + 32 * j]);
+    return;
+  }
   float ss = 0.0f;
   for (int64_t d = lane; d < D; d += 32) {
-    const float v = dsp_dev_bf16_val(*at(x, r, h, d));
+    const float v = dsp_dev_bf16_val(rms_take<ADD>(x, y, r, h, d));
     ss = __fmaf_rn(v, v, ss);
   }
-  rms_row(x, w, eps, out, r, h, dsp_dev_warp_sum(ss), lane, 32);
+  const float inv = rms_inv(dsp_dev_warp_sum(ss), D, eps);
+  for (int64_t d = lane; d < D; d += 32) *at(out, r, h, d) = rms_out(dsp_dev_bf16_val(*at(x, r, h, d)), inv, w[d]);
 }
 
+__device__ __forceinline__ bool rms_a16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* Thread i sums d = i, i + 256, ... in order; the warps' butterflies; the 8 warps in order. */
-__global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, const uint16_t *w, float eps,
-                                                             dsp_cu_view out) {
+template <int ADD>
+__global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, dsp_cu_view y, const uint16_t *w,
+                                                             float eps, dsp_cu_view out) {
+  extern __shared__ uint16_t rms_s[]; /* [D] x (the sum with ADD), [D] w; none past RMS_STAGE_MAX */
   __shared__ float red[RMS_THREADS / 32];
   const int64_t row = blockIdx.x, r = row / x.heads, h = row % x.heads, D = x.dim;
   const int tid = threadIdx.x;
+  const bool staged = D <= RMS_STAGE_MAX;
+  uint16_t *xs = rms_s, *ws = rms_s + D, *xr = at(x, r, h, 0), *orow = at(out, r, h, 0);
+  const uint16_t *yr = ADD ? at(y, r, 0, 0) : xr;
+  const bool vec = staged && D % 8 == 0 && x.s_dim == 1 && out.s_dim == 1 && (!ADD || y.s_dim == 1) &&
+                   rms_a16(xr) && rms_a16(yr) && rms_a16(orow) && rms_a16(w);
+  if (vec) {
+#pragma unroll 2
+    for (int64_t e = 8 * tid; e < D; e += 8 * RMS_THREADS) {
+      uint4 xv = *(const uint4 *)(xr + e);
+      const uint4 wv = *(const uint4 *)(w + e);
+      if (ADD) {
+        const uint4 yv = *(const uint4 *)(yr + e);
+        uint16_t *a = (uint16_t *)&xv;
+        const uint16_t *b = (const uint16_t *)&yv;
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] = dsp_dev_bf16_bits(__fadd_rn(dsp_dev_bf16_val(a[i]), dsp_dev_bf16_val(b[i])));
+        *(uint4 *)(xr + e) = xv;
+      }
+      *(uint4 *)(xs + e) = xv;
+      *(uint4 *)(ws + e) = wv;
+    }
+  } else if (staged) {
+    for (int64_t d = tid; d < D; d += RMS_THREADS) xs[d] = rms_take<ADD>(x, y, r, h, d), ws[d] = w[d];
+  }
+  if (staged) __syncthreads();
   float ss = 0.0f;
   for (int64_t d = tid; d < D; d += RMS_THREADS) {
-    const float v = dsp_dev_bf16_val(*at(x, r, h, d));
+    const float v = dsp_dev_bf16_val(staged ? xs[d] : rms_take<ADD>(x, y, r, h, d));
     ss = __fmaf_rn(v, v, ss);
   }
   ss = dsp_dev_warp_sum(ss);
@@ -65,15 +148,43 @@ __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, con
   __syncthreads();
   ss = red[0];
   for (int i = 1; i < RMS_THREADS / 32; i++) ss = __fadd_rn(ss, red[i]);
-  rms_row(x, w, eps, out, r, h, ss, tid, RMS_THREADS);
+  const float inv = rms_inv(ss, D, eps);
+  if (vec) {
+#pragma unroll 2
+    for (int64_t e = 8 * tid; e < D; e += 8 * RMS_THREADS) {
+      const uint4 xv = *(const uint4 *)(xs + e), wv = *(const uint4 *)(ws + e);
+      uint4 ov;
+      const uint16_t *a = (const uint16_t *)&xv, *b = (const uint16_t *)&wv;
+      uint16_t *o = (uint16_t *)&ov;
+#pragma unroll
+      for (int i = 0; i < 8; i++) o[i] = rms_out(dsp_dev_bf16_val(a[i]), inv, b[i]);
+      *(uint4 *)(orow + e) = ov;
+    }
+  } else {
+    for (int64_t d = tid; d < D; d += RMS_THREADS)
+      *at(out, r, h, d) = rms_out(dsp_dev_bf16_val(staged ? xs[d] : *at(x, r, h, d)), inv, staged ? ws[d] : w[d]);
+  }
+}
+
+template <int ADD>
+static void launch_rmsnorm(const dsp_cu_view *x, const dsp_cu_view *y, const uint16_t *w, float eps,
+                           const dsp_cu_view *out, cudaStream_t s) {
+  const int64_t rows = x->rows * x->heads;
+  if (rows <= 0) return;
+  if (x->dim >= RMS_WIDE)
+    k_rmsnorm_wide<ADD><<<(unsigned)rows, RMS_THREADS, x->dim <= RMS_STAGE_MAX ? (size_t)x->dim * 4 : 0, s>>>(
+        *x, *y, w, eps, *out);
+  else k_rmsnorm<ADD><<<dsp_dev_blocks_for(rows, 8), 256, 0, s>>>(*x, *y, w, eps, *out);
 }
 
 extern "C" void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out,
                                cudaStream_t s) {
-  const int64_t rows = x->rows * x->heads;
-  if (rows <= 0) return;
-  if (x->dim >= RMS_WIDE) k_rmsnorm_wide<<<(unsigned)rows, RMS_THREADS, 0, s>>>(*x, w, eps, *out);
-  else k_rmsnorm<<<dsp_dev_blocks_for(rows, 8), 256, 0, s>>>(*x, w, eps, *out);
+  launch_rmsnorm<0>(x, x, w, eps, out, s);
+}
+
+extern "C" void dsp_cu_add_rmsnorm(const dsp_cu_view *x, const dsp_cu_view *y, const uint16_t *w, float eps,
+                                   const dsp_cu_view *out, cudaStream_t s) {
+  launch_rmsnorm<1>(x, y, w, eps, out, s);
 }
 
 __global__ void k_rope(dsp_cu_view x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin) {
@@ -93,6 +204,65 @@ extern "C" void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint
                             cudaStream_t s) {
   const int64_t n = x->rows * x->heads * (x->dim / 2);
   if (n > 0) k_rope<<<dsp_dev_blocks_for(n, 256) < 4096 ? dsp_dev_blocks_for(n, 256) : 4096, 256, 0, s>>>(*x, pos, cos, sin);
+}
+
+/* A decoder layer's attention inputs in one launch: one warp per (row, head)
+ * of q, k and v. q and k heads: k_rmsnorm's lane order, then RoPE on the
+ * lane's own pairs (d and d + D/2 are its registers j and j + NV/2), stored
+ * in place, k also into its cache row; v heads are copied to theirs. NV = D /
+ * 32 values per lane. The bits are those of rmsnorm, rope and scatter_rows
+ * called one after another. */
+template <int NV>
+__global__ void k_attn_in(dsp_cu_attn_in_args a) {
+  const int64_t hq = a.q.heads, hkv = a.k.heads, per = hq + 2 * hkv, D = 32 * NV;
+  const int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (gw >= a.q.rows * per) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t t = gw / per, j = gw % per, crow = a.idx[t];
+  float v[NV];
+  if (j >= hq + hkv) { /* a v head: straight into the cache */
+    const int64_t c0 = (j - hq - hkv) * D;
+#pragma unroll
+    for (int e = 0; e < NV; e++) v[e] = dsp_dev_bf16_val(*at(a.v, t, 0, c0 + lane + 32 * e));
+#pragma unroll
+    for (int e = 0; e < NV; e++) *at(a.v_cache, crow, 0, c0 + lane + 32 * e) = dsp_dev_bf16_bits(v[e]);
+    return;
+  }
+  const bool isq = j < hq;
+  const dsp_cu_view &x = isq ? a.q : a.k;
+  const int64_t h = isq ? j : j - hq;
+  const uint16_t *w = isq ? a.q_norm : a.k_norm;
+  const int64_t p = a.pos[t], half = D / 2;
+  const float ss = rms_load<NV, 0>(x, x, t, h, lane, 32, v);
+  const float inv = rms_inv(dsp_dev_warp_sum(ss), D, a.eps);
+#pragma unroll
+  for (int e = 0; e < NV; e++) v[e] = dsp_dev_bf16_val(rms_out(v[e], inv, w[lane + 32 * e]));
+#pragma unroll
+  for (int e = 0; e < NV / 2; e++) {
+    const int64_t i = lane + 32 * e;
+    const float c = dsp_dev_bf16_val(a.cos[p * half + i]), sn = dsp_dev_bf16_val(a.sin[p * half + i]);
+    const float lo = v[e], hi = v[e + NV / 2];
+    v[e] = __fsub_rn(dsp_dev_round_bf16(__fmul_rn(lo, c)), dsp_dev_round_bf16(__fmul_rn(hi, sn)));
+    v[e + NV / 2] = __fadd_rn(dsp_dev_round_bf16(__fmul_rn(hi, c)), dsp_dev_round_bf16(__fmul_rn(lo, sn)));
+  }
+#pragma unroll
+  for (int e = 0; e < NV; e++) {
+    const uint16_t b = dsp_dev_bf16_bits(v[e]);
+    *at(x, t, h, lane + 32 * e) = b;
+    if (!isq) *at(a.k_cache, crow, 0, h * D + lane + 32 * e) = b;
+  }
+}
+
+extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
+  const int64_t D = a->q.dim, warps = a->q.rows * (a->q.heads + 2 * a->k.heads);
+  if (a->k.dim != D || D % 64 || D < 64 || D > 256) return 0;
+  if (warps <= 0) return 1;
+  const unsigned g = dsp_dev_blocks_for(warps, 8);
+  if (D == 64) k_attn_in<2><<<g, 256, 0, s>>>(*a);
+  else if (D == 128) k_attn_in<4><<<g, 256, 0, s>>>(*a);
+  else if (D == 192) k_attn_in<6><<<g, 256, 0, s>>>(*a);
+  else k_attn_in<8><<<g, 256, 0, s>>>(*a);
+  return 1;
 }
 
 /* Element-wise kernels over [rows, dim] (heads = 1). */

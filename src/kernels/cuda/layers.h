@@ -33,6 +33,24 @@ typedef struct {
 
 void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64_t t, const dsp_cu_view *out, cudaStream_t s);
 void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out, cudaStream_t s);
+/* x = bf16(x + y) in place ([M, N] views, heads = 1), then out = RMSNorm(x) as dsp_cu_rmsnorm. */
+void dsp_cu_add_rmsnorm(const dsp_cu_view *x, const dsp_cu_view *y, const uint16_t *w, float eps,
+                        const dsp_cu_view *out, cudaStream_t s);
+/* A decoder layer's attention inputs: q, k = RoPE(RMSNorm(.)) in place, k's
+ * and v's rows into cache rows idx[t]; the bits of rmsnorm, rope and
+ * scatter_rows one after another. Returns 0 (nothing launched) unless the
+ * head dim is 64, 128, 192 or 256. */
+typedef struct {
+  dsp_cu_view q, k;          /* [T, Hq, D], [T, Hkv, D] */
+  dsp_cu_view v;             /* [T, Hkv * D] (heads = 1) */
+  const uint16_t *q_norm, *k_norm;
+  float eps;
+  const int32_t *pos;        /* [T] */
+  const uint16_t *cos, *sin; /* [P, D/2] contiguous */
+  const int64_t *idx;        /* [T] cache rows */
+  dsp_cu_view k_cache, v_cache; /* [N, Hkv * D] (heads = 1) */
+} dsp_cu_attn_in_args;
+int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s);
 /* x [T, N, D] in place; cos, sin [P, D/2]. */
 void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint16_t *cos, const uint16_t *sin, cudaStream_t s);
 /* 2-D views [M, N] (heads = 1): out = bf16(a + b). */
