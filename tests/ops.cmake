@@ -6,6 +6,11 @@ add_test(NAME test_ops_cpu_amx COMMAND test_ops_cpu cpu)
 set_tests_properties(test_ops_cpu_amx PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "DSPARK_CPU_KERNEL=amx" SKIP_RETURN_CODE 77)
 add_test(NAME test_ops_cuda COMMAND test_ops_cpu cuda)
 set_tests_properties(test_ops_cuda PROPERTIES LABELS gpu TIMEOUT 600 ENVIRONMENT "${DSP_MPI_ENV}" SKIP_RETURN_CODE 77)
+# The products as models run them (no K split): rows alone and in calls of few rows (the mma.sync kernel,
+# forced for every shape) against a 300-row call (the warpgroup kernel), bit for bit.
+add_test(NAME test_ops_cuda_gemm_rows COMMAND test_ops_cpu cuda "" t_gemm_rows)
+set_tests_properties(test_ops_cuda_gemm_rows PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "DSPARK_GEMM_SPLIT=0;DSPARK_GEMM_SMALL=1;DSPARK_VERBOSE=1")
 # Attention's two CUDA forms on the same cases: the tensor cores (the default) must have run, and with
 # DSPARK_CUDA_ATTENTION=fp32 only the fp32 kernel.
 set(att_tc_check "grep -q 'attention: tensor-core form' att_tc.log")

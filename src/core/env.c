@@ -71,6 +71,7 @@ static const char *const g_bool[] = {"0", "1", NULL};
 static const char *const g_gemm_tiles[] = {"auto", "32", "64", "112", "224", NULL};
 static const int g_gemm_tile_n[] = {0, 32, 64, 112, 224};
 static const char *const g_attention[] = {"tc", "fp32", NULL};
+static const char *const g_small[] = {"0", "1", "auto", NULL};
 
 static void env_read(void) {
   g_env.threads = env_int("DSPARK_THREADS", 0, 0, 4096, "an integer in [0, 4096] (0: the default share of the cores)");
@@ -82,6 +83,7 @@ static void env_read(void) {
   g_env.cuda_strict = env_choice("DSPARK_CUDA_STRICT", g_bool, 0, "0 or 1");
   g_env.gemm_split = env_choice("DSPARK_GEMM_SPLIT", g_bool, 0, "0 or 1");
   g_env.gemm_tile = g_gemm_tile_n[env_choice("DSPARK_GEMM_TILE", g_gemm_tiles, 0, "auto, 32, 64, 112 or 224")];
+  g_env.gemm_small = env_choice("DSPARK_GEMM_SMALL", g_small, 2, "0, 1 or auto");
   g_env.cuda_attention_tc = env_choice("DSPARK_CUDA_ATTENTION", g_attention, 0, "tc or fp32") == 0;
   g_env.cuda_tail =
       (dsp_tail_kernel)env_choice("DSPARK_CUDA_TAIL", g_tail_names, 0, "auto, register, ring or ring-wgmma");

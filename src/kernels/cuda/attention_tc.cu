@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/layers.h"
 
 #define TC_WARPS 4
@@ -33,37 +34,6 @@
 namespace cg = cooperative_groups;
 
 __device__ __forceinline__ uint32_t tc_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* d += a b, one m16n8k16 tile: bf16 operands, fp32 accumulators. */
-__device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void tc_ldsm(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void tc_ldsm_t(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/* 16 bytes global -> shared, or 16 zero bytes where !ok (nothing is read). */
-__device__ __forceinline__ void tc_cp16(uint32_t dst, const void *src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void tc_cp_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 /* Keys are split over the S blocks of a cluster in whole chunks (S = 1: one block does them all): block b owns
  * chunks [b cpb, b cpb + cpb), cpb = ceil(chunks / S), and shares its per-pair maxima, per-chunk z partials and
@@ -155,9 +125,9 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
       for (int i = tid; i < TC_STAGE * (D / 8); i += TC_THREADS) {
         const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * TC_STAGE + r;
         const bool ok = key < nkmax;
-        tc_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
+        dsp_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
       }
-      tc_cp_commit();
+      dsp_cp_commit();
     };
     if (nst > 0) stage(0);
 
@@ -188,8 +158,8 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int c = 0; c < DC; c++) {
-          tc_mma(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[c].x, kw[c].y);
-          tc_mma(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[c].z, kw[c].w);
+          dsp_mma16816(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[c].x, kw[c].y);
+          dsp_mma16816(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[c].z, kw[c].w);
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -288,9 +258,9 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
     for (int s = 0; s < nst; s++) {
       if (s + 1 < nst) {
         stage(s + 1);
-        tc_cp_wait<1>();
+        dsp_cp_wait<1>();
       } else {
-        tc_cp_wait<0>();
+        dsp_cp_wait<0>();
       }
       __syncthreads();
       const uint16_t *vsb = vs + (size_t)(s & 1) * TC_STAGE * VP;
@@ -301,16 +271,16 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
         uint32_t af[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
-          tc_ldsm(af[mt], tc_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
+          dsp_ldsm4(af[mt], tc_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
 #pragma unroll
         for (int n2 = 0; n2 < NTW / 2; n2++) {
           const int d0 = (warp * NTW + 2 * n2) * 8;
           uint32_t bv[4];
-          tc_ldsm_t(bv, tc_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + d0 + (lane >> 4) * 8));
+          dsp_ldsm4_t(bv, tc_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + d0 + (lane >> 4) * 8));
 #pragma unroll
           for (int mt = 0; mt < MT; mt++) {
-            tc_mma(cacc[mt][2 * n2], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
-            tc_mma(cacc[mt][2 * n2 + 1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[2], bv[3]);
+            dsp_mma16816(cacc[mt][2 * n2], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
+            dsp_mma16816(cacc[mt][2 * n2 + 1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[2], bv[3]);
           }
         }
         if ((k0 / 16) % (TC_CHUNK / 16) == TC_CHUNK / 16 - 1 || k0 + 16 >= kpe) { /* a chunk ends */

@@ -10,6 +10,7 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_small.h"
 #include "kernels/cuda/gemm_wgmma.h"
 extern "C" {
 #include "core/env.h"
@@ -23,6 +24,7 @@ struct dsp_cuda_gemm {
   int wg;      /* the own warpgroup kernel (gemm_wgmma.h) runs the product */
   int cluster; /* its cluster size: 0 its default, 1 single blocks */
   int split;   /* K split over clusters of this many blocks (1: none) */
+  int small;   /* products of up to DSP_GEMM_SMALL_MAX_M rows run on the mma.sync kernel (gemm_small.h) */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
@@ -215,11 +217,11 @@ static void describe_algo(dsp_cuda_gemm *lm, const char *how) {
 
 /* The own kernel's tile check, once per (device, K): its answer depends on nothing else, and a model creates
  * many weights of a few K. */
-static dsp_status wg_check_once(int64_t k, long long *cmp, long long *dif) {
+static dsp_status wg_check_once(int64_t k, long long *cmp, long long *dif, long long *scmp, long long *sdif) {
   struct seen_check {
     int dev;
     int64_t k;
-    long long cmp, dif;
+    long long cmp, dif, scmp, sdif; /* the token tiles', then the mma.sync kernel's against them */
   };
   static seen_check seen[32];
   static int nseen;
@@ -230,13 +232,18 @@ static dsp_status wg_check_once(int64_t k, long long *cmp, long long *dif) {
     std::lock_guard<std::mutex> g(mu);
     for (int i = 0; i < nseen; i++)
       if (seen[i].dev == dev && seen[i].k == k) {
-        *cmp = seen[i].cmp, *dif = seen[i].dif;
+        *cmp = seen[i].cmp, *dif = seen[i].dif, *scmp = seen[i].scmp, *sdif = seen[i].sdif;
         return DSP_OK;
       }
   }
   DSP_TRY(dsp_cuda_gemm_wg_check(k, cmp, dif));
+  *scmp = *sdif = 0;
+  if (*dif == 0) DSP_TRY(dsp_cuda_gemm_small_check(k, scmp, sdif));
+  if (*sdif && dsp_env_get()->verbose)
+    fprintf(stderr, "dspark: cuda gemm: the mma.sync kernel differs from the wgmma kernel in %lld of %lld values at K "
+                    "%lld; not used\n", *sdif, *scmp, (long long)k);
   std::lock_guard<std::mutex> g(mu);
-  if (nseen < 32) seen[nseen++] = seen_check{dev, k, *cmp, *dif};
+  if (nseen < 32) seen[nseen++] = seen_check{dev, k, *cmp, *dif, *scmp, *sdif};
   return DSP_OK;
 }
 
@@ -293,10 +300,11 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
     }
   }
   if (s == DSP_OK && choice != DSP_GEMM_PINNED && dsp_cuda_gemm_wg_supported(k)) {
-    long long cmp = 0, dif = 0;
-    s = wg_check_once(k, &cmp, &dif);
+    long long cmp = 0, dif = 0, scmp = 0, sdif = 0;
+    s = wg_check_once(k, &cmp, &dif, &scmp, &sdif);
     if (s == DSP_OK && dif == 0) {
       lm->wg = 1;
+      lm->small = scmp > 0 && sdif == 0;
       lm->cluster = choice == DSP_GEMM_WGMMA_SINGLE ? 1 : 0;
       lm->split = choice == DSP_GEMM_WGMMA_SPLIT && dsp_env_get()->gemm_split ? dsp_cuda_gemm_wg_split_choice(n, k) : 1;
       if (lm->split > 1)
@@ -306,8 +314,9 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
       else
         snprintf(lm->desc, sizeof lm->desc,
                  "own wgmma kernel, 64 x 32/64 and 128 x 112/224 (vocabulary x token) tiles, %s, k groups in order (token-tile and "
-                 "cluster check: %lld values, 0 differ)",
-                 lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp);
+                 "cluster check: %lld values, 0 differ)%s",
+                 lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp,
+                 lm->small ? "; few rows on mma.sync, 16-row strips (checked against it: 0 differ)" : "");
       return DSP_OK;
     }
     if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
@@ -368,6 +377,14 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: the tensor-core kernels need lda (%lld) and ldo (%lld) multiples "
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
   if (lm->wg && lm->split > 1) return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, s);
+  /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced).
+   * Its chain costs more per k step than the warpgroup kernel's, so by default it runs only where an SM gets
+   * many of its strips (N >= 16384: 8 warps per SM on an H200) and the tokens are few (there M 1 took 11% less
+   * on gate/up, 20% less on the LM head; M 8 took 2-9% more; bench/RESULTS.md, twentieth session) */
+  const int small = dsp_env_get()->gemm_small;
+  if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile &&
+      (small == 1 || (small == 2 && m <= 4 && lm->n >= 16384)))
+    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);

@@ -1,0 +1,43 @@
+/* The bf16 NT GEMM for few token rows (M <= 16) on the warp-level tensor
+ * cores (mma.sync m16n8k16): out[m][n] = bf16(sum_k a[m][k] w[n][k]), the
+ * accumulation order of gemm_wgmma.h (onto +0, the K / 16 groups of 16 k in
+ * ascending order, each group's 16 products in the tensor core's slots k
+ * mod 16), so where the device gives mma.sync the bits of wgmma (measured by
+ * dsp_cuda_gemm_small_check before gemm.cu uses it) an element is the same
+ * whichever kernel computed it: batch- and shard-invariant.
+ *
+ * Why: the wgmma kernel's 64-row tiles leave each element's chain of K / 16
+ * dependent wgmma instructions as the critical path at a few tokens (about
+ * 120 cycles each on an H200: a 4096-wide row takes 17 us however many SMs
+ * run). Here one warp owns 16 rows of w, so there are 4x more independent
+ * chains, and each link is a short mma.sync. A warp streams its rows' [64 k]
+ * chunks and the tokens' through its own ring of cp.async stages; blocks are
+ * single warps, persistent over the 16-row strips.
+ * CUDA C++ only (sm_80+ instructions; built for sm_90a). */
+#ifndef DSP_KERNELS_CUDA_GEMM_SMALL_H
+#define DSP_KERNELS_CUDA_GEMM_SMALL_H
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most token rows the kernel takes. */
+#define DSP_GEMM_SMALL_MAX_M 16
+
+/* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k, k % 64 == 0), out:
+ * [m][ldo]; a and w 16-byte aligned; 1 <= m <= DSP_GEMM_SMALL_MAX_M.
+ * Enqueued on s, capturable. */
+dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
+                                   int64_t k, int64_t ldo, cudaStream_t s);
+/* Random products with inexact sums (M = 16 and 5, 520 rows of w, this K)
+ * through this kernel and through the wgmma kernel, compared bit for bit. */
+dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
