@@ -136,6 +136,25 @@ static dsp_status same_shape(const dsp_tensor *a, const dsp_tensor *b, const cha
   return DSP_OK;
 }
 
+/* Three [M, N] BF16 views of one shape (an element-wise op's a, b and out). */
+static dsp_status check_three(const char *op, const dsp_tensor *a, const char *na, const dsp_tensor *b,
+                              const char *nb, const dsp_tensor *out) {
+  DSP_TRY(check_view(a, op, na, 2, 2, DSP_BF16));
+  DSP_TRY(check_view(b, op, nb, 2, 2, DSP_BF16));
+  DSP_TRY(check_view(out, op, "out", 2, 2, DSP_BF16));
+  DSP_TRY(same_shape(a, b, op));
+  return same_shape(a, out, op);
+}
+
+/* An RMSNorm's weight [D] (contiguous BF16) for rows of D, and its eps. */
+static dsp_status check_norm(const char *op, const dsp_tensor *w, int64_t D, float eps) {
+  DSP_TRY(check_view(w, op, "w", 1, 1, DSP_BF16));
+  if (w->shape[0] != D || w->stride[0] != 1)
+    return dsp_fail(DSP_ERR_SHAPE, "op %s: weight of %lld for rows of %lld", op, (long long)w->shape[0], (long long)D);
+  if (!(eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op %s: eps %g must be > 0", op, (double)eps);
+  return DSP_OK;
+}
+
 dsp_status dsp_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
                         dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
@@ -152,12 +171,8 @@ dsp_status dsp_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const d
   DSP_TRY(check_dev(be, dev));
   DSP_TRY(check_view(x, "rmsnorm", "x", 2, 3, DSP_BF16));
   DSP_TRY(check_view(out, "rmsnorm", "out", 2, 3, DSP_BF16));
-  DSP_TRY(check_view(w, "rmsnorm", "w", 1, 1, DSP_BF16));
   DSP_TRY(same_shape(x, out, "rmsnorm"));
-  if (w->shape[0] != x->shape[x->ndim - 1] || w->stride[0] != 1)
-    return dsp_fail(DSP_ERR_SHAPE, "op rmsnorm: weight of %lld for rows of %lld", (long long)w->shape[0],
-                    (long long)x->shape[x->ndim - 1]);
-  if (!(eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op rmsnorm: eps %g must be > 0", (double)eps);
+  DSP_TRY(check_norm("rmsnorm", w, x->shape[x->ndim - 1], eps));
   return be->ops->rmsnorm(be, dev, x, w, eps, out);
 }
 
@@ -177,21 +192,13 @@ dsp_status dsp_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *p
 
 dsp_status dsp_op_add(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
-  DSP_TRY(check_view(a, "add", "a", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(b, "add", "b", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(out, "add", "out", 2, 2, DSP_BF16));
-  DSP_TRY(same_shape(a, b, "add"));
-  DSP_TRY(same_shape(a, out, "add"));
+  DSP_TRY(check_three("add", a, "a", b, "b", out));
   return be->ops->add(be, dev, a, b, out);
 }
 
 dsp_status dsp_op_silu_mul(dsp_backend *be, int dev, const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
-  DSP_TRY(check_view(g, "silu_mul", "g", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(u, "silu_mul", "u", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(out, "silu_mul", "out", 2, 2, DSP_BF16));
-  DSP_TRY(same_shape(g, u, "silu_mul"));
-  DSP_TRY(same_shape(g, out, "silu_mul"));
+  DSP_TRY(check_three("silu_mul", g, "g", u, "u", out));
   return be->ops->silu_mul(be, dev, g, u, out);
 }
 
@@ -206,21 +213,13 @@ dsp_status dsp_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *src, 
 dsp_status dsp_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y, const dsp_tensor *w,
                               float eps, dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
-  DSP_TRY(check_view(x, "add_rmsnorm", "x", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(y, "add_rmsnorm", "y", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(out, "add_rmsnorm", "out", 2, 2, DSP_BF16));
-  DSP_TRY(same_shape(x, y, "add_rmsnorm"));
-  DSP_TRY(same_shape(x, out, "add_rmsnorm"));
+  DSP_TRY(check_three("add_rmsnorm", x, "x", y, "y", out));
   if (out->data == x->data) return dsp_fail(DSP_ERR_ARG, "op add_rmsnorm: out must not be x");
   if (!be->ops->add_rmsnorm) {
     DSP_TRY(dsp_op_add(be, dev, x, y, x));
     return dsp_op_rmsnorm(be, dev, x, w, eps, out);
   }
-  DSP_TRY(check_view(w, "add_rmsnorm", "w", 1, 1, DSP_BF16));
-  if (w->shape[0] != x->shape[1] || w->stride[0] != 1)
-    return dsp_fail(DSP_ERR_SHAPE, "op add_rmsnorm: weight of %lld for rows of %lld", (long long)w->shape[0],
-                    (long long)x->shape[1]);
-  if (!(eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op add_rmsnorm: eps %g must be > 0", (double)eps);
+  DSP_TRY(check_norm("add_rmsnorm", w, x->shape[1], eps));
   return be->ops->add_rmsnorm(be, dev, x, y, w, eps, out);
 }
 
@@ -250,11 +249,8 @@ dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a
     return dsp_fail(DSP_ERR_SHAPE, "op attn_in: caches of rows of %lld wanted", (long long)(hk * D));
   if (be->ops->attn_in) {
     /* the parts' own checks first, so the fused form refuses exactly what the composition would */
-    DSP_TRY(check_view(a->q_norm, "attn_in", "q_norm", 1, 1, DSP_BF16));
-    DSP_TRY(check_view(a->k_norm, "attn_in", "k_norm", 1, 1, DSP_BF16));
-    if (a->q_norm->shape[0] != D || a->k_norm->shape[0] != D || a->q_norm->stride[0] != 1 || a->k_norm->stride[0] != 1)
-      return dsp_fail(DSP_ERR_SHAPE, "op attn_in: norm weights for rows of %lld", (long long)D);
-    if (!(a->eps > 0.0f)) return dsp_fail(DSP_ERR_ARG, "op attn_in: eps %g must be > 0", (double)a->eps);
+    DSP_TRY(check_norm("attn_in (q)", a->q_norm, D, a->eps));
+    DSP_TRY(check_norm("attn_in (k)", a->k_norm, D, a->eps));
     DSP_TRY(check_view(a->cos, "attn_in", "cos", 2, 2, DSP_BF16));
     DSP_TRY(check_view(a->sin, "attn_in", "sin", 2, 2, DSP_BF16));
     if (D % 2 || a->cos->shape[1] * 2 != D || a->sin->shape[1] != a->cos->shape[1] ||
