@@ -542,9 +542,13 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
  * leaves it and the next prompt is prefilled into its slot (the tokens are the
  * same as in one batch). prefill_ms covers the first admission; later prefill
  * calls count in prefill_calls and their time in decode_ms. */
+/* dsp_spec_options.gamma: verify as many of the draft's tokens per round as
+ * pay, from the acceptance so far and the verify's measured cost per token
+ * (greedy only, where the tokens do not depend on it). */
+#define DSP_GAMMA_AUTO (-1)
 typedef struct {
   dsp_generate_options gen;
-  int32_t gamma;   /* drafted tokens per round, 1 .. the draft's gamma (0: the draft's) */
+  int32_t gamma;   /* drafted tokens per round, 1 .. the draft's gamma (0: the draft's; DSP_GAMMA_AUTO) */
   float p_min;     /* confidence threshold in [0, 1): a proposal is cut before its first slot below it (0: none) */
 } dsp_spec_options;
 

@@ -4,8 +4,9 @@
 # on the King James Bible without Revelation): a held-out prompt from
 # Revelation, its continuation, the acceptance length and the speedup over
 # plain decoding of the same target measured in the same run, greedy (the
-# tokens must equal plain decoding's) and sampled at T 0.8; then a batch of
-# 16 held-out prompts.
+# tokens must equal plain decoding's; --gamma auto verifies as many drafts per
+# round as pay on this CPU) and sampled at T 0.8 (the draft's full block);
+# then a batch of 16 held-out prompts, greedy.
 set -euo pipefail
 BUILD=${1:-build}
 D="$BUILD/dspark"
@@ -22,17 +23,18 @@ PY
 echo "== the held-out prompt (Revelation, never trained on)"
 echo "$PROMPT"
 for T in 0 0.8; do
-  echo; echo "== dspark generate --model $M/kjv-target --draft $M/kjv-draft --max-new 128 --temperature $T --compare"
+  GA=(); [ $T = 0 ] && GA=(--gamma auto)
+  echo; echo "== dspark generate --model $M/kjv-target --draft $M/kjv-draft --max-new 128 --temperature $T ${GA[*]:-}--compare" | sed 's/auto--/auto --/'
   "$D" generate --model $M/kjv-target --draft $M/kjv-draft --prompt "$PROMPT" --max-new 128 --temperature $T \
-    --seed 1 --compare 2>"$OUT/stderr_$T.txt" | tee "$OUT/text_$T.txt"
+    ${GA[@]+"${GA[@]}"} --seed 1 --compare 2>"$OUT/stderr_$T.txt" | tee "$OUT/text_$T.txt"
   grep -v "^dspark: \(target\|draft\|markov\)\|^$" "$OUT/stderr_$T.txt" || true
   if [ $T = 0 ] && ! grep -q "the same tokens" "$OUT/stderr_$T.txt"; then
     echo "demo: speculative greedy output differs from plain greedy decoding" >&2; exit 1
   fi
 done
 
-echo; echo "== a batch of 16 held-out prompts, 128 new tokens each, greedy"
-"$D" generate --model $M/kjv-target --draft $M/kjv-draft --prompts "$OUT/prompts.json" --max-new 128 --compare \
+echo; echo "== a batch of 16 held-out prompts, 128 new tokens each, greedy, --gamma auto"
+"$D" generate --model $M/kjv-target --draft $M/kjv-draft --prompts "$OUT/prompts.json" --max-new 128 --gamma auto --compare \
   >/dev/null 2>"$OUT/stderr_batch.txt"
 grep "acceptance\|speedup\|tokens/s" "$OUT/stderr_batch.txt"
 grep -q "the same tokens" "$OUT/stderr_batch.txt" || { echo "demo: batch output differs from plain decoding" >&2; exit 1; }

@@ -26,7 +26,7 @@ static void gen_usage(FILE *f) {
           "usage: dspark generate --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompts FILE)\n"
           "                       [--max-new N] [--temperature T] [--seed S] [--ignore-eos]\n"
           "                       [--chat [--no-think]] [--max-tokens N] [--max-batch N] [--ids] [--json]\n"
-          "                       [--draft DIR [--gamma N] [--draft-p-min P] [--compare] [--trace]]\n"
+          "                       [--draft DIR [--gamma N|auto] [--draft-p-min P] [--compare] [--trace]]\n"
           "                       [--backend cpu|cuda [--tp N]]\n"
           "  DIR: a Hugging Face Qwen3 directory (config.json, safetensors, tokenizer.json)\n"
           "  --prompts FILE: a JSON array of prompts, each a string or an array of token ids\n"
@@ -43,7 +43,9 @@ static void gen_usage(FILE *f) {
           "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
           "         results (every prompt's tokens, text, finish) with --prompts\n"
           "  --draft DIR: speculative decoding with a DSpark draft (DeepSpec's layout); --gamma N drafted\n"
-          "         tokens per round (default: the draft's block size); --draft-p-min P cuts a proposal\n"
+          "         tokens per round (default: the draft's block size; auto, greedy only: as many of the\n"
+          "         block's as pay, from the acceptance so far and the verify's measured cost per token);\n"
+          "         --draft-p-min P cuts a proposal\n"
           "         before its first slot whose confidence is below P; --compare also decodes the prompts\n"
           "         plainly and reports the speedup (and, greedy, whether the tokens are the same);\n"
           "         --trace adds every round to the JSON\n"
@@ -74,7 +76,10 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
       }
     }
     else if (!strcmp(o, "--draft") && v) a->draft = v;
-    else if (!strcmp(o, "--gamma") && v) { if (dsp_tool_parse_i64(o, v, 1, 64, &a->gamma)) return -1; }
+    else if (!strcmp(o, "--gamma") && v) {
+      if (!strcmp(v, "auto")) a->gamma = DSP_GAMMA_AUTO;
+      else if (dsp_tool_parse_i64(o, v, 1, 64, &a->gamma)) return -1;
+    }
     else if (!strcmp(o, "--draft-p-min") && v) {
       char *end;
       a->p_min = strtof(v, &end);
@@ -112,6 +117,11 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
   }
   if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace)) {
     fprintf(stderr, "dspark generate: --gamma, --draft-p-min, --compare and --trace go with --draft\n");
+    return -1;
+  }
+  if (a->gamma == DSP_GAMMA_AUTO && a->temperature >= 1e-5f) {
+    fprintf(stderr, "dspark generate: --gamma auto is for greedy decoding (--temperature 0): a sampled run's tokens "
+                    "would depend on its timings\n");
     return -1;
   }
   if (a->no_think && !a->chat) {
@@ -416,7 +426,7 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     s = dsp_fail(DSP_ERR_RANGE, "--gamma %lld is above the draft's block_size %lld", (long long)a->gamma,
                  (long long)di.block_size);
   s = dsp_comm_agree(comm, s);
-  const int64_t G = a->gamma ? a->gamma : di.block_size;
+  const int64_t G = a->gamma > 0 ? a->gamma : di.block_size;
   int64_t need = 0, total = 0;
   for (int32_t q = 0; s == DSP_OK && q < p.n; q++) {
     need = p.len[q] + a->max_new > need ? p.len[q] + a->max_new : need;
@@ -440,7 +450,7 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     s = dsp_target_load(be, a->model, &o, &t);
     if (s == DSP_OK && a->draft) {
       dsp_draft_options dop = {.max_seqs = W, .max_len = (int32_t)(need + di.block_size + 1),
-                               .max_ctx = dsp_target_info_of(t)->max_tokens, .gamma = (int32_t)a->gamma};
+                               .max_ctx = dsp_target_info_of(t)->max_tokens, .gamma = (int32_t)(a->gamma > 0 ? a->gamma : 0)};
       s = dsp_draft_load(be, a->draft, t, &dop, &d);
     }
   }

@@ -59,11 +59,25 @@ typedef struct {
   int32_t slot;                /* the models' cache slot while admitted */
 } seq_state;
 
+/* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit
+ * over every round so far, with every rank's times averaged (so that all ranks choose alike) after the
+ * AUTO_CALIB first rounds (which verify 1, G / 2 and G drafts, twice) and again every AUTO_FULL rounds
+ * (which verify all G, so that the deep slots' acceptance keeps being measured); between fits the model
+ * is frozen. Each other round verifies the k that maximizes the tokens it is expected to commit over its
+ * time, from the acceptance counted so far. */
+enum { AUTO_CALIB = 3, AUTO_FULL = 16 };
+typedef struct {
+  int on, rounds;
+  double sn, snn, st, snt, draft; /* least-squares sums over (tokens, verify ms); draft ms summed */
+  double alpha, beta, tdraft;     /* the frozen model */
+} auto_gamma;
+
 typedef struct {
   dsp_target *t;
   dsp_draft *d;
   const dsp_spec_options *o;
   int32_t G;
+  auto_gamma ag;
   int64_t V;
   int sampling;
   seq_state *s;
@@ -201,6 +215,48 @@ static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, in
   return k;
 }
 
+/* The drafts to verify this round (all sequences alike), given ns sequences. */
+static int32_t auto_k(const spec *c, int32_t ns, const dsp_generate_stats *st) {
+  const auto_gamma *a = &c->ag;
+  const int32_t G = c->G;
+  if (a->rounds < AUTO_CALIB) return a->rounds == 0 ? G : a->rounds == 1 ? (G + 1) / 2 : 1;
+  if (a->rounds % AUTO_FULL == 0) return G;
+  /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
+  double kept = 0.0, tried = 0.0;
+  for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
+  const double p0 = (kept + 1.0) / (tried + 2.0);
+  int32_t best = G;
+  double best_rate = -1.0, reach = 1.0, expect = 1.0; /* the bonus always commits */
+  for (int32_t k = 1; k <= G; k++) {
+    /* slot k - 1's acceptance given its prefix */
+    const double ak = k - 1 < 64 ? ((double)st->kept[k - 1] + 2.0 * p0) / ((double)st->tried[k - 1] + 2.0) : p0;
+    reach *= ak;
+    expect += reach;
+    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    const double rate = expect / (ms > 1e-6 ? ms : 1e-6);
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
+}
+
+/* One round's times into the fit; at the fitting rounds, the model from all ranks' means. */
+static dsp_status auto_learn(spec *c, int32_t nt, double verify_ms, double draft_ms) {
+  auto_gamma *a = &c->ag;
+  a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms, a->draft += draft_ms;
+  ++a->rounds;
+  if (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)) return DSP_OK;
+  dsp_comm *comm = c->t->be->comm;
+  float v[3] = {(float)a->st, (float)a->snt, (float)a->draft}, sum[3];
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 3, DSP_F32, DSP_REDUCE_SUM));
+  const double P = (double)dsp_comm_size(comm), n = a->rounds, st = sum[0] / P, snt = sum[1] / P;
+  const double den = n * a->snn - a->sn * a->sn;
+  a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
+  if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
+  a->alpha = (st - a->beta * a->sn) / n;
+  a->tdraft = sum[2] / P / n;
+  return DSP_OK;
+}
+
 static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens, dsp_token_fn fn,
                          dsp_round_fn rf, void *ctx, int32_t live, dsp_generate_stats *st) {
   dsp_target *t = c->t;
@@ -226,11 +282,13 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
     DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
-    st->draft_ms += dsp_now_ms() - t0;
-    /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
+    const double draft_ms = dsp_now_ms() - t0;
+    st->draft_ms += draft_ms;
+    /* verify [anchor, drafts] (gamma auto's k of them; cut at the first slot below the confidence threshold) */
+    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
     int32_t nt = 0;
     for (int32_t r = 0; r < ns; r++) {
-      int32_t k = (int32_t)K;
+      int32_t k = kmax;
       for (int32_t i = 0; c->o->p_min > 0.0f && i < k; i++)
         if (c->conf[r * K + i] < c->o->p_min) k = i;
       c->count[r] = k + 1;
@@ -245,8 +303,10 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_target_outputs vo = {.next = c->next, .logits = c->sampling ? &lv : NULL};
     t0 = dsp_now_ms();
     DSP_TRY(dsp_target_forward(t, &vb, &vo));
-    st->verify_ms += dsp_now_ms() - t0;
+    const double verify_ms = dsp_now_ms() - t0;
+    st->verify_ms += verify_ms;
     st->decode_calls++;
+    if (c->ag.on) DSP_TRY(auto_learn(c, nt, verify_ms, draft_ms));
     /* accept, commit, roll back */
     for (int32_t r = 0; r < ns; r++) {
       const int32_t q = c->which[r], k = c->count[r] - 1;
@@ -298,8 +358,11 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   const dsp_draft_info *di = dsp_draft_info_of(d);
   const dsp_target_info *ti = dsp_target_info_of(t);
   if (d->target != t) return dsp_fail(DSP_ERR_ARG, "speculate: the draft was loaded for another target");
-  const int32_t G = o->gamma ? o->gamma : (int32_t)di->gamma;
-  if (G < 1 || G > di->gamma)
+  const int32_t G = o->gamma > 0 ? o->gamma : (int32_t)di->gamma;
+  if (o->gamma == DSP_GAMMA_AUTO && o->gen.temperature >= 1e-5f)
+    return dsp_fail(DSP_ERR_ARG, "speculate: gamma auto is for greedy decoding (a sampled run's tokens would "
+                    "depend on its timings)");
+  if (o->gamma < DSP_GAMMA_AUTO || G < 1 || G > di->gamma)
     return dsp_fail(DSP_ERR_RANGE, "speculate: gamma %d outside 1 .. %lld (the draft's gamma; its block_size is %lld)",
                     G, (long long)di->gamma, (long long)di->block_size);
   if (!(o->p_min >= 0.0f && o->p_min < 1.0f))
@@ -322,7 +385,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
   spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
-            .sampling = o->gen.temperature >= 1e-5f, .nslots = W};
+            .sampling = o->gen.temperature >= 1e-5f, .nslots = W, .ag = {.on = o->gamma == DSP_GAMMA_AUTO}};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
   c.s = calloc((size_t)nseq, sizeof *c.s);
   c.free_slot = malloc(S * 4);

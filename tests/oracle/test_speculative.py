@@ -117,6 +117,12 @@ def case_greedy(t, P):
                 t.tally.fail("trace: sequence %d's rounds do not rebuild its tokens" % q)
     check_same(t, "bigram pair, gamma 3", t.gen_json("gamma3", ["--model", bt, "--draft", bd, "--gamma", "3"] + base),
                min_accept=1.5)
+    # gamma auto: a different count of drafts verified per round, the same greedy tokens; on the TP 2 ranks too
+    ra = t.gen_json("gamma-auto", ["--model", bt, "--draft", bd, "--gamma", "auto"] + base)
+    check_same(t, "bigram pair, gamma auto", ra, min_accept=1.3)
+    if t.backend == "cpu":
+        check_same(t, "bigram pair, gamma auto, TP 2",
+                   t.gen_json("gamma-auto-tp2", ["--model", bt, "--draft", bd, "--gamma", "auto"] + base, np_=2), 1.3)
     check_same(t, "random pair, confidence cut 0.5", t.gen_json(
         "p-min", ["--model", P["random"][0], "--draft", P["random"][1], "--draft-p-min", "0.5"] + base))
     if t.backend != "cpu":
@@ -259,7 +265,10 @@ def case_bad(t, P):
             ("a target as the draft", ["--model", rt, "--draft", rt] + pid, "Qwen3DSparkModel"),
             ("a draft for another target", ["--model", other_t, "--draft", rd] + pid, "hidden_size"),
             ("negative temperature", ["--model", rt, "--draft", rd, "--temperature", "-0.5"] + pid, "--temperature"),
-            ("--gamma without a draft", ["--model", rt, "--gamma", "3"] + pid, "--draft")):
+            ("--gamma without a draft", ["--model", rt, "--gamma", "3"] + pid, "--draft"),
+            ("gamma auto with sampling", ["--model", rt, "--draft", rd, "--gamma", "auto", "--temperature", "0.8"] + pid,
+             "auto is for greedy"),
+            ("gamma neither a count nor auto", ["--model", rt, "--draft", rd, "--gamma", "many"] + pid, "got 'many'")):
         rc, so, se = t.gen(args)
         if rc in (0, None) or rc > 128 or rc < 0 or needle.lower() not in se.lower() or so.strip():
             t.tally.fail("%s: exit %s, stdout %r, stderr %s" % (label, rc, so[:100], se.strip()[-300:]))
