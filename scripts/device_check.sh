@@ -24,6 +24,11 @@
 #                                   harness's perf table with DSPARK_GEMM_SPLIT 0 and 1,
 #                                   then bench_spec on a random Qwen3-8B pair (SPLIT_SPEC,
 #                                   default "0 1")
+#   scripts/device_check.sh decode  one call for the target's decode step: build, the product and
+#                                   fused-op tests, the CUDA model tests, bench_target on a random
+#                                   Qwen3-8B (VARIABLE=values, default DSPARK_GEMM_SMALL="auto 0",
+#                                   one run per value), then ncu's per-kernel times of one batch-1
+#                                   step summarized by scripts/ncu_step.py
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -84,6 +89,34 @@ if [ "$MODE" = gemm ]; then
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   stamp "random Qwen3-8B target and draft"
   spec_pair DSPARK_GEMM_SPLIT ${SPLIT_SPEC-0 1} || exit 1
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = decode ]; then
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build-gpu -j16 --target dspark dspark_tool test_ops_cpu target_driver draft_driver rollback_driver \
+      tok_driver bench_target synth; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1) &
+  stamp "products and layer ops (the few-row kernel forced), CUDA model tests"
+  DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
+  echo "t_gemm_rows (few-row kernel forced): rc $?"
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_layers > "$OUT/layers.log" 2>&1; echo "t_layers: rc $?"
+  (cd build-gpu && timeout 300 ctest -R "oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
+    --output-on-failure) > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  wait
+  VAR=${VARIABLE:-DSPARK_GEMM_SMALL}
+  for v in ${VALUES:-auto 0}; do
+    stamp "bench_target, $VAR=$v"
+    env "$VAR=$v" timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 2048 \
+      --batch 1,32 2>&1 | grep "^|" | grep -v "^| call\|^|---"
+  done
+  stamp "ncu: one batch-1 decode step"
+  ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count 1400 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 \
+    --batch 1 --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
+  rm -rf /tmp/t8
   stamp "done"; exit 0
 fi
 if [ "$MODE" = tc ]; then
