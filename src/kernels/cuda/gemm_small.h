@@ -6,13 +6,15 @@
  * dsp_cuda_gemm_small_check before gemm.cu uses it) an element is the same
  * whichever kernel computed it: batch- and shard-invariant.
  *
- * Why: the wgmma kernel's 64-row tiles leave each element's chain of K / 16
- * dependent wgmma instructions as the critical path at a few tokens (about
- * 120 cycles each on an H200: a 4096-wide row takes 17 us however many SMs
- * run). Here one warp owns 16 rows of w, so there are 4x more independent
- * chains, and each link is a short mma.sync. A warp streams its rows' [64 k]
- * chunks and the tokens' through its own ring of cp.async stages; blocks are
- * single warps, persistent over the 16-row strips.
+ * Why: at a few tokens each element's chain of K / 16 dependent tensor-core
+ * instructions is the critical path (about 120 cycles a link for wgmma on an
+ * H200: K 4096 takes 17 us however many SMs run). Here one warp owns 16 rows
+ * of w, so a product has 4x more independent chains than the wgmma kernel's
+ * 64-row tiles spread over the SMs. mma.sync's links are no shorter (about
+ * 144 cycles), so this pays only where a product has many strips per SM
+ * (gemm.cu's rule). A warp streams its rows' [64 k] chunks and the tokens' by
+ * TMA through its own ring of stages; blocks are single warps, persistent
+ * over the 16-row strips.
  * CUDA C++ only (sm_80+ instructions; built for sm_90a). */
 #ifndef DSP_KERNELS_CUDA_GEMM_SMALL_H
 #define DSP_KERNELS_CUDA_GEMM_SMALL_H
