@@ -60,8 +60,9 @@ typedef struct {
 } seq_state;
 
 /* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit
- * over every round so far, with every rank's times averaged (so that all ranks choose alike) after the
- * AUTO_CALIB first rounds (which verify 1, G / 2 and G drafts, twice) and again every AUTO_FULL rounds
+ * over every round so far, from the slowest rank's time sums (a max is exact, so every rank gets the same
+ * model and all choose alike) after the
+ * AUTO_CALIB first rounds (which verify G, G / 2 and 1 drafts) and again every AUTO_FULL rounds
  * (which verify all G, so that the deep slots' acceptance keeps being measured); between fits the model
  * is frozen. Each other round verifies the k that maximizes the tokens it is expected to commit over its
  * time, from the acceptance counted so far. */
@@ -239,7 +240,7 @@ static int32_t auto_k(const spec *c, int32_t ns, const dsp_generate_stats *st) {
   return best;
 }
 
-/* One round's times into the fit; at the fitting rounds, the model from all ranks' means. */
+/* One round's times into the fit; at the fitting rounds, the model from the slowest rank's sums. */
 static dsp_status auto_learn(spec *c, int32_t nt, double verify_ms, double draft_ms) {
   auto_gamma *a = &c->ag;
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms, a->draft += draft_ms;
@@ -247,13 +248,13 @@ static dsp_status auto_learn(spec *c, int32_t nt, double verify_ms, double draft
   if (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)) return DSP_OK;
   dsp_comm *comm = c->t->be->comm;
   float v[3] = {(float)a->st, (float)a->snt, (float)a->draft}, sum[3];
-  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 3, DSP_F32, DSP_REDUCE_SUM));
-  const double P = (double)dsp_comm_size(comm), n = a->rounds, st = sum[0] / P, snt = sum[1] / P;
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 3, DSP_F32, DSP_REDUCE_MAX));
+  const double n = a->rounds, st = sum[0], snt = sum[1];
   const double den = n * a->snn - a->sn * a->sn;
   a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
   if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
   a->alpha = (st - a->beta * a->sn) / n;
-  a->tdraft = sum[2] / P / n;
+  a->tdraft = sum[2] / n;
   return DSP_OK;
 }
 

@@ -131,6 +131,8 @@ def case_greedy(t, P):
         check_same(t, "bigram pair, TP 2", t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2), 1.7)
         check_same(t, "6-head pair, TP 3", t.gen_json("tp3", ["--model", P["tp3"][0], "--draft", P["tp3"][1]] + base,
                                                      np_=3), 1.5)
+        check_same(t, "6-head pair, TP 3, gamma auto", t.gen_json(
+            "tp3-auto", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto"] + base, np_=3), 1.2)
     # an end-of-sequence id the bigram pair drafts: it ends the sequence inside accepted drafts
     if r is not None:
         toks = r["results"][1]["tokens"]
