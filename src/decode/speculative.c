@@ -59,13 +59,12 @@ typedef struct {
   int32_t slot;                /* the models' cache slot while admitted */
 } seq_state;
 
-/* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit
- * over every round so far, from the slowest rank's time sums (a max is exact, so every rank gets the same
- * model and all choose alike) after the
- * AUTO_CALIB first rounds (which verify G, G / 2 and 1 drafts) and again every AUTO_FULL rounds
- * (which verify all G, so that the deep slots' acceptance keeps being measured); between fits the model
- * is frozen. Each other round verifies the k that maximizes the tokens it is expected to commit over its
- * time, from the acceptance counted so far. */
+/* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit over
+ * every round so far, made after the AUTO_CALIB first rounds (which verify G, G / 2 and 1 drafts) and again
+ * every AUTO_FULL rounds (which verify all G, so that the deep slots' acceptance keeps being measured) from
+ * the slowest rank's time sums (a max is exact: every rank gets the same model, so all choose alike), and
+ * frozen between fits. Each other round verifies the k that maximizes the tokens it is expected to commit
+ * over its time, from the acceptance counted so far. */
 enum { AUTO_CALIB = 3, AUTO_FULL = 16 };
 typedef struct {
   int on, rounds;
