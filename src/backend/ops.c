@@ -176,17 +176,24 @@ dsp_status dsp_op_rmsnorm(dsp_backend *be, int dev, const dsp_tensor *x, const d
   return be->ops->rmsnorm(be, dev, x, w, eps, out);
 }
 
+/* RoPE's tables cos, sin [P, D/2] (contiguous BF16) for heads of D, and positions where there are rows. */
+static dsp_status check_rope(const char *op, int64_t D, const dsp_tensor *cos, const dsp_tensor *sin, int64_t rows,
+                             const int32_t *pos) {
+  DSP_TRY(check_view(cos, op, "cos", 2, 2, DSP_BF16));
+  DSP_TRY(check_view(sin, op, "sin", 2, 2, DSP_BF16));
+  if (D % 2 || cos->shape[1] * 2 != D || sin->shape[1] != cos->shape[1] || sin->shape[0] != cos->shape[0] ||
+      cos->stride[1] != 1 || sin->stride[1] != 1 || cos->stride[0] != cos->shape[1] ||
+      sin->stride[0] != sin->shape[1] || (rows && !pos))
+    return dsp_fail(DSP_ERR_SHAPE, "op %s: head dim %lld against tables of %lld contiguous columns", op, (long long)D,
+                    (long long)cos->shape[1]);
+  return DSP_OK;
+}
+
 dsp_status dsp_op_rope(dsp_backend *be, int dev, dsp_tensor *x, const int32_t *pos, const dsp_tensor *cos,
                        const dsp_tensor *sin) {
   DSP_TRY(check_dev(be, dev));
   DSP_TRY(check_view(x, "rope", "x", 3, 3, DSP_BF16));
-  DSP_TRY(check_view(cos, "rope", "cos", 2, 2, DSP_BF16));
-  DSP_TRY(check_view(sin, "rope", "sin", 2, 2, DSP_BF16));
-  if (x->shape[2] % 2 || cos->shape[1] * 2 != x->shape[2] || sin->shape[1] != cos->shape[1] ||
-      sin->shape[0] != cos->shape[0] || cos->stride[1] != 1 || sin->stride[1] != 1 || cos->stride[0] != cos->shape[1] ||
-      sin->stride[0] != sin->shape[1] || (x->shape[0] && !pos))
-    return dsp_fail(DSP_ERR_SHAPE, "op rope: head dim %lld against tables of %lld contiguous columns",
-                    (long long)x->shape[2], (long long)cos->shape[1]);
+  DSP_TRY(check_rope("rope", x->shape[2], cos, sin, x->shape[0], pos));
   return x->shape[0] ? be->ops->rope(be, dev, x, pos, cos, sin) : DSP_OK;
 }
 
@@ -215,11 +222,11 @@ dsp_status dsp_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, const dsp
   DSP_TRY(check_dev(be, dev));
   DSP_TRY(check_three("add_rmsnorm", x, "x", y, "y", out));
   if (out->data == x->data) return dsp_fail(DSP_ERR_ARG, "op add_rmsnorm: out must not be x");
+  DSP_TRY(check_norm("add_rmsnorm", w, x->shape[1], eps)); /* before x changes */
   if (!be->ops->add_rmsnorm) {
     DSP_TRY(dsp_op_add(be, dev, x, y, x));
     return dsp_op_rmsnorm(be, dev, x, w, eps, out);
   }
-  DSP_TRY(check_norm("add_rmsnorm", w, x->shape[1], eps));
   return be->ops->add_rmsnorm(be, dev, x, y, w, eps, out);
 }
 
@@ -251,15 +258,9 @@ dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a
     /* the parts' own checks first, so the fused form refuses exactly what the composition would */
     DSP_TRY(check_norm("attn_in (q)", a->q_norm, D, a->eps));
     DSP_TRY(check_norm("attn_in (k)", a->k_norm, D, a->eps));
-    DSP_TRY(check_view(a->cos, "attn_in", "cos", 2, 2, DSP_BF16));
-    DSP_TRY(check_view(a->sin, "attn_in", "sin", 2, 2, DSP_BF16));
-    if (D % 2 || a->cos->shape[1] * 2 != D || a->sin->shape[1] != a->cos->shape[1] ||
-        a->sin->shape[0] != a->cos->shape[0] || a->cos->stride[0] != a->cos->shape[1] ||
-        a->sin->stride[0] != a->sin->shape[1] || a->cos->stride[1] != 1 || a->sin->stride[1] != 1)
-      return dsp_fail(DSP_ERR_SHAPE, "op attn_in: head dim %lld against tables of %lld contiguous columns",
-                      (long long)D, (long long)a->cos->shape[1]);
-    if (T && (!a->pos || !a->idx || !a->k_cache->data || !a->v_cache->data))
-      return dsp_fail(DSP_ERR_ARG, "op attn_in: NULL positions, rows or caches");
+    DSP_TRY(check_rope("attn_in", D, a->cos, a->sin, T, a->pos));
+    if (T && (!a->idx || !a->k_cache->data || !a->v_cache->data))
+      return dsp_fail(DSP_ERR_ARG, "op attn_in: NULL rows or caches");
     int done = 0;
     DSP_TRY(be->ops->attn_in(be, dev, a, &done));
     if (done) return DSP_OK;

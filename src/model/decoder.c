@@ -136,35 +136,21 @@ dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, i
   return DSP_OK;
 }
 
-/* x += y where y is this rank's part of a row-parallel product (TP 1: y's bf16). */
+/* x += y where y is this rank's part of a row-parallel product of in (TP 1: y's bf16), then, where norm is
+ * set, h = norm(x) (at TP 1 in the same call as the add). */
 static dsp_status residual(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp_dec_act *a, const dsp_tensor *in,
-                           const dsp_weight *w, int64_t m, dsp_comm *comm) {
-  dsp_tensor x = dsp_dec_rows(a->x, m);
+                           const dsp_weight *w, int64_t m, dsp_comm *comm, const dsp_tensor *norm) {
+  dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m);
   if (s->tp == 1) {
     dsp_tensor o = dsp_dec_rows(a->o, m);
     DSP_TRY(dsp_op_gemm(be, dev, in, w, &o));
-    return dsp_op_add(be, dev, &x, &o, &x);
+    return norm ? dsp_op_add_rmsnorm(be, dev, &x, &o, norm, (float)s->eps, &h) : dsp_op_add(be, dev, &x, &o, &x);
   }
   dsp_tensor p = dsp_dec_rows(a->part, m);
   DSP_TRY(dsp_op_gemm(be, dev, in, w, &p));
   DSP_TRY(dsp_comm_allreduce(comm, p.data, p.data, (size_t)(m * s->hidden), DSP_F32, DSP_REDUCE_SUM));
-  return dsp_op_round_add(be, dev, &x, &p, &x);
-}
-
-/* The residual x += y (the o or down product of in) and, where norm is set, h = norm(x) (at TP 1 in the
- * same call as the add). */
-static dsp_status residual_norm(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp_dec_act *a,
-                                const dsp_tensor *in, const dsp_weight *w, int64_t m, dsp_comm *comm,
-                                const dsp_tensor *norm) {
-  if (!norm) return residual(be, dev, s, a, in, w, m, comm);
-  if (s->tp > 1) {
-    DSP_TRY(residual(be, dev, s, a, in, w, m, comm));
-    dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m);
-    return dsp_op_rmsnorm(be, dev, &x, norm, (float)s->eps, &h);
-  }
-  dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m), o = dsp_dec_rows(a->o, m);
-  DSP_TRY(dsp_op_gemm(be, dev, in, w, &o));
-  return dsp_op_add_rmsnorm(be, dev, &x, &o, norm, (float)s->eps, &h);
+  DSP_TRY(dsp_op_round_add(be, dev, &x, &p, &x));
+  return norm ? dsp_op_rmsnorm(be, dev, &x, norm, (float)s->eps, &h) : DSP_OK;
 }
 
 dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *L, const dsp_dec_shape *s,
@@ -191,10 +177,10 @@ dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *
                               .scale = (float)(1.0 / sqrt((double)D)), .out = &attn,
                               .row_group = io->row_group};
   DSP_TRY(dsp_op_attention(be, dev, &aa));
-  DSP_TRY(residual_norm(be, dev, s, a, &attn, L->o, M, io->comm, &L->post_norm));
+  DSP_TRY(residual(be, dev, s, a, &attn, L->o, M, io->comm, &L->post_norm));
   dsp_tensor gu = dsp_dec_rows(a->gu, M), act = dsp_dec_rows(a->act, M);
   DSP_TRY(dsp_op_gemm(be, dev, &h, L->gate_up, &gu));
   dsp_tensor g = dsp_dec_cols(gu, 0, s->inter), u = dsp_dec_cols(gu, s->inter, s->inter);
   DSP_TRY(dsp_op_silu_mul(be, dev, &g, &u, &act));
-  return residual_norm(be, dev, s, a, &act, L->down, M, io->comm, io->next_norm);
+  return residual(be, dev, s, a, &act, L->down, M, io->comm, io->next_norm);
 }

@@ -378,7 +378,7 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
   if (lm->wg && lm->split > 1) return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced).
-   * Its chain costs more per k step than the warpgroup kernel's, so by default it runs only where an SM gets
+   * Its chain links are no shorter than the warpgroup kernel's, so by default it runs only where an SM gets
    * many of its strips (N >= 16384: 8 warps per SM on an H200) and the tokens are few (there M 1 took 11% less
    * on gate/up, 20% less on the LM head; M 8 took 2-9% more; bench/RESULTS.md, twentieth session) */
   const int small = dsp_env_get()->gemm_small;

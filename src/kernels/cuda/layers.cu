@@ -33,15 +33,16 @@ extern "C" void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64
 #define RMS_LANE_HOLD 8
 #define RMS_STAGE_MAX 12288 /* x and w staged: 4 D bytes of shared memory, within the default 48 KB */
 
-/* Lane `first` of 32 holds x at d = first + 32 j (the residual sum with ADD, x written back). */
+/* Lane `lane` of a warp holds x at d = lane + 32 j (the residual sum with ADD, x written back); returns its
+ * sum of squares in j order. */
 template <int HOLD, int ADD>
-__device__ __forceinline__ float rms_load(const dsp_cu_view &x, const dsp_cu_view &y, int64_t r, int64_t h,
-                                          int first, int step, float v[HOLD]) {
+__device__ __forceinline__ float rms_load(const dsp_cu_view &x, const dsp_cu_view &y, int64_t r, int64_t h, int lane,
+                                          float v[HOLD]) {
   const int64_t D = x.dim;
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < HOLD; j++) {
-    const int64_t d = first + (int64_t)step * j;
+    const int64_t d = lane + (int64_t)32 * j;
     v[j] = 0.0f;
     if (d < D) {
       v[j] = dsp_dev_bf16_val(*at(x, r, h, d));
@@ -50,7 +51,7 @@ __device__ __forceinline__ float rms_load(const dsp_cu_view &x, const dsp_cu_vie
   }
 #pragma unroll
   for (int j = 0; j < HOLD; j++) {
-    const int64_t d = first + (int64_t)step * j;
+    const int64_t d = lane + (int64_t)32 * j;
     if (d < D) {
       if (ADD) *at(x, r, h, d) = dsp_dev_bf16_bits(v[j]);
       ss = __fmaf_rn(v[j], v[j], ss);
@@ -88,7 +89,7 @@ __global__ void k_rmsnorm(dsp_cu_view x, dsp_cu_view y, const uint16_t *w, float
   const int64_t r = row / x.heads, h = row % x.heads, D = x.dim;
   if (D <= 32 * RMS_LANE_HOLD) {
     float v[RMS_LANE_HOLD];
-    const float inv = rms_inv(dsp_dev_warp_sum(rms_load<RMS_LANE_HOLD, ADD>(x, y, r, h, lane, 32, v)), D, eps);
+    const float inv = rms_inv(dsp_dev_warp_sum(rms_load<RMS_LANE_HOLD, ADD>(x, y, r, h, lane, v)), D, eps);
 #pragma unroll
     for (int j = 0; j < RMS_LANE_HOLD; j++)
       if (lane + 32 * j < D) *at(out, r, h, lane + 32 * j) = rms_out(v[j], inv, w[lane + 32 * j]);
@@ -233,7 +234,7 @@ __global__ void k_attn_in(dsp_cu_attn_in_args a) {
   const int64_t h = isq ? j : j - hq;
   const uint16_t *w = isq ? a.q_norm : a.k_norm;
   const int64_t p = a.pos[t], half = D / 2;
-  const float ss = rms_load<NV, 0>(x, x, t, h, lane, 32, v);
+  const float ss = rms_load<NV, 0>(x, x, t, h, lane, v);
   const float inv = rms_inv(dsp_dev_warp_sum(ss), D, a.eps);
 #pragma unroll
   for (int e = 0; e < NV; e++) v[e] = dsp_dev_bf16_val(rms_out(v[e], inv, w[lane + 32 * e]));
