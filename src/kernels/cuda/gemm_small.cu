@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(32) gs_kernel(const __grid_constant__ CUtensor
     asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
   }
   __syncwarp();
-  /* lane 0 lands the units in order: (strip ps, chunk pk) next, into stage ps_ */
+  /* lane 0 lands the units in order: pu of them so far, the next one chunk pk of strip pstrip */
   uint64_t pw = 0, pa = 0;
   int pu = 0, pstrip = (int)blockIdx.x, pk = 0;
   auto issue = [&](int slot) {
