@@ -28,7 +28,8 @@
 #                                   fused-op tests, the CUDA model tests, bench_target on a random
 #                                   Qwen3-8B (VARIABLE=values, default DSPARK_GEMM_SMALL="auto 0",
 #                                   one run per value), then ncu's per-kernel times of one batch-1
-#                                   step summarized by scripts/ncu_step.py
+#                                   step summarized by scripts/ncu_step.py; DETAIL=kernel adds one instance's
+#                                   sections and hottest SASS lines (scripts/ncu_source.py)
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -93,7 +94,7 @@ if [ "$MODE" = gemm ]; then
 fi
 if [ "$MODE" = decode ]; then
   stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
     cmake --build build-gpu -j16 --target dspark dspark_tool test_ops_cpu target_driver draft_driver rollback_driver \
       tok_driver bench_target synth; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1) &
@@ -101,6 +102,13 @@ if [ "$MODE" = decode ]; then
   DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
   echo "t_gemm_rows (few-row kernel forced): rc $?"
   timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_layers > "$OUT/layers.log" 2>&1; echo "t_layers: rc $?"
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_attention > "$OUT/attention.log" 2>&1
+  echo "t_attention: rc $?"; grep -E "differ|beyond|compared" "$OUT/attention.log" | head -4
+  if [ "${SAN:-1}" = 1 ]; then
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
+      > "$OUT/att_memcheck.log" 2>&1
+    echo "memcheck t_attention rc $?: $(grep -E "ERROR SUMMARY" "$OUT/att_memcheck.log")"
+  fi
   (cd build-gpu && timeout 300 ctest -R "oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
     --output-on-failure) > "$OUT/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
@@ -116,6 +124,19 @@ if [ "$MODE" = decode ]; then
     --launch-count 1400 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 \
     --batch 1 --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
+  if [ -n "${DETAIL:-}" ]; then  # DETAIL=kernel base name: one decode instance (SKIP, default 40) in detail
+    stamp "ncu: one $DETAIL in detail"
+    ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name "$DETAIL" \
+      --launch-skip ${SKIP:-40} --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
+      build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 --batch 1 --reps 3 \
+      > "$OUT/detail.err" 2>&1
+    ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
+    grep -E "Duration|Grid Size|Block Size|Cluster|Registers|Shared Memory Config|Dynamic Shared|Achieved Occ|Theoretical Occ|Issued Ipc|No Eligible|Memory Throughput|Compute \(SM\)|Stall|Warp Cycles" "$OUT/detail.txt" | head -40
+    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
+    python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top 40
+    rm -f "$OUT/detail.ncu-rep"
+  fi
   rm -rf /tmp/t8
   stamp "done"; exit 0
 fi

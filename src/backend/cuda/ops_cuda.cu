@@ -380,13 +380,9 @@ extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_
   const int64_t R = a->logits->shape[0];
   cudaStream_t s = dsp_cuda_stream(be, dev);
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
-  if (a->n_valid == 0) {
-    DSP_CUDA_TRY(cudaMemsetAsync(a->keys, 0, (size_t)R * 8, s));
-    return DSP_OK;
-  }
-  dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0, a->t_row,
-                a->seed_row, a->pos, (unsigned long long *)a->keys, s);
-  return LAUNCHED("select");
+  DSP_CUDA_TRY(dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0,
+                             a->t_row, a->seed_row, a->pos, (unsigned long long *)a->keys, s));
+  return DSP_OK;
 }
 
 /* ---- staging and graphs ---------------------------------------------------------- */

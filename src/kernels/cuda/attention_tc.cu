@@ -25,8 +25,6 @@
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/layers.h"
 
-#define TC_WARPS 4
-#define TC_THREADS (32 * TC_WARPS)
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
 #define TC_STAGE 64  /* value rows per staged buffer (two buffers) */
 #define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
@@ -79,9 +77,11 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
   return acc;
 }
 
-template <int MT, int DC>
-__global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(dsp_cu_attention_args a) {
-  constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / TC_WARPS;
+/* W warps per block: 8 where few blocks run (each warp's part of the scores and p.v halves; the dims a warp owns
+ * change, never a dim's sum). */
+template <int MT, int DC, int W>
+__global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
+  constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / W, TC_WARPS = W, TC_THREADS = 32 * W;
   static_assert(NTW % 2 == 0, "value fragments come two n-tiles at a time");
   extern __shared__ __align__(16) unsigned char tc_sm[];
   __shared__ float red[TC_WARPS][R], bmx[R], gmx[R], gz[R]; /* block's max; with S > 1 the run's max and z */
@@ -101,13 +101,22 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
     while (re < tend && dsp_att_slot(a, re) == slot) re++;
     const int np = (int)(re - r0) * gs;
     if (tid < R) nks[tid] = tid < np ? (int)dsp_att_keys(a, r0 + tid / gs) : 0;
-    for (int i = tid; i < R * D; i += TC_THREADS) {
-      const int p = i / D, d = i % D;
-      const dsp_cu_view &v = a.q;
-      qs[p * QP + d] = p < np ? *((const uint16_t *)v.data + (r0 + p / gs) * v.s_row + (h0 + p % gs) * v.s_head +
-                                  (int64_t)d * v.s_dim)
-                              : (uint16_t)0;
-    }
+    const dsp_cu_view &v = a.q;
+    if (a.q_vec) /* contiguous 16-byte pieces of each (row, head) */
+      for (int i = tid; i < R * (D / 8); i += TC_THREADS) {
+        const int p = i / (D / 8), c8 = i % (D / 8);
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (p < np)
+          x = *(const uint4 *)((const uint16_t *)v.data + (r0 + p / gs) * v.s_row + (h0 + p % gs) * v.s_head + 8 * c8);
+        *(uint4 *)(qs + p * QP + 8 * c8) = x;
+      }
+    else
+      for (int i = tid; i < R * D; i += TC_THREADS) {
+        const int p = i / D, d = i % D;
+        qs[p * QP + d] = p < np ? *((const uint16_t *)v.data + (r0 + p / gs) * v.s_row + (h0 + p % gs) * v.s_head +
+                                    (int64_t)d * v.s_dim)
+                                : (uint16_t)0;
+      }
     __syncthreads();
     int nkmax = 1;
     for (int p = 0; p < R; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
@@ -147,6 +156,7 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
     float mx[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll(W == 8 ? 2 : 1)
     for (int t = k0b / 8 + warp; t < (kend + 7) / 8; t += TC_WARPS) {
       const int key = t * 8 + g;
       uint4 kw[DC]; /* rows past the run's keys are never read (they may be unwritten) */
@@ -330,7 +340,7 @@ __global__ void __launch_bounds__(TC_THREADS, MT == 1 ? 4 : 1) k_attention_tc(ds
   }
 }
 
-#define TC_KERNELS(X) X(1, 2) X(2, 2) X(1, 4) X(2, 4)
+#define TC_KERNELS(X) X(1, 2, 4) X(2, 2, 4) X(1, 4, 4) X(2, 4, 4) X(1, 4, 8)
 
 extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
@@ -354,12 +364,14 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
          tc_smem(mt, D, L, 2 * split) <= smem_limit)
     split *= 2;
   a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
+  a->warps = mt == 1 && D == 128 && blocks * split < sms ? 8 : 4;
+  a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
   return 1;
 }
 
 extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
-#define TC_SET(mt, dc) \
-  if (const cudaError_t e = dsp_att_optin((const void *)k_attention_tc<mt, dc>, smem_limit)) return e;
+#define TC_SET(mt, dc, w) \
+  if (const cudaError_t e = dsp_att_optin((const void *)k_attention_tc<mt, dc, w>, smem_limit)) return e;
   TC_KERNELS(TC_SET)
 #undef TC_SET
   return cudaSuccess;
@@ -368,14 +380,15 @@ extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
 extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s) {
   const int mt = a->pairs / 16, dc = (int)(a->q.dim / 32);
   const void *k = NULL;
-#define TC_PICK(m_, d_) if (mt == m_ && dc == d_) k = (const void *)k_attention_tc<m_, d_>;
+#define TC_PICK(m_, d_, w_) \
+  if (mt == m_ && dc == d_ && a->warps == w_) k = (const void *)k_attention_tc<m_, d_, w_>;
   TC_KERNELS(TC_PICK)
 #undef TC_PICK
   if (a->q.rows <= 0 || !k) return;
   const int S = a->key_split;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block * S), (unsigned)a->kv_heads, 1);
-  cfg.blockDim = dim3(TC_THREADS);
+  cfg.blockDim = dim3((unsigned)(32 * a->warps));
   cfg.dynamicSmemBytes = tc_smem(mt, a->q.dim, a->max_len, S);
   cfg.stream = s;
   cudaLaunchAttribute at;

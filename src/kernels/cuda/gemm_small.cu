@@ -148,11 +148,11 @@ __global__ void __launch_bounds__(32) gs_kernel(const __grid_constant__ CUtensor
   }
 }
 
-/* Stages per warp for a launch of `strips` strips: sized so that the warps an SM holds (strips over SMs, at
- * most GS_PER_SM) share its shared memory. */
+/* Stages per warp for a launch of `warps` warps: sized so that the warps an SM holds (warps over SMs, at most
+ * GS_PER_SM) share its shared memory. */
 template <int NT8>
-int gs_stages(const lw_dev &dv, int64_t strips) {
-  int64_t per = (strips + dv.sms - 1) / dv.sms;
+int gs_stages(const lw_dev &dv, int64_t warps) {
+  int64_t per = (warps + dv.sms - 1) / dv.sms;
   per = per < 1 ? 1 : per > GS_PER_SM ? GS_PER_SM : per;
   const int64_t s = ((int64_t)dv.optin / per - 1024 - 1024) / (gs_cfg<NT8>::stage + 8); /* 1 KB per block reserved */
   return (int)(s > GS_MAXS ? GS_MAXS : s);
@@ -164,8 +164,13 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   const lw_dev &dv = lw_dev_once();
   if (!dv.ok) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): not an sm_90 device with TMA");
   const int64_t strips = (n + 15) / 16;
-  const int stages = gs_stages<NT8>(dv, strips);
+  int stages = gs_stages<NT8>(dv, strips);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): shared memory too small");
+  /* as many warps as fit, then fewer so that every warp owns the same count of strips (1536 strips on 1056
+     warps left half of them one strip behind), then the stages those warps' SMs can give each */
+  const int64_t fit = (int64_t)dv.optin / (int64_t)(gs_smem<NT8>(stages) + 1024) * dv.sms;
+  const int64_t each = (strips + fit - 1) / fit, grid = (strips + each - 1) / each;
+  stages = gs_stages<NT8>(dv, grid);
   CUtensorMap tw, ta;
   DSP_TRY(lw_map(&tw, w, n, k, k, 16));
   DSP_TRY(lw_map(&ta, a, m, k, lda, 8 * NT8));
@@ -173,9 +178,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   DSP_CUDA_TRY(cudaFuncSetAttribute(gs_kernel<NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)gs_smem<NT8>(GS_MAXS)));
   const size_t smem = gs_smem<NT8>(stages);
-  const int64_t per = (int64_t)dv.optin / (int64_t)(smem + 1024), most = (per < 1 ? 1 : per) * dv.sms;
-  const unsigned grid = (unsigned)(strips < most ? strips : most);
-  gs_kernel<NT8><<<grid, 32, smem, s>>>(tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
+  gs_kernel<NT8><<<(unsigned)grid, 32, smem, s>>>(tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
                                         (int)strips, stages);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;

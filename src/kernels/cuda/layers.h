@@ -73,6 +73,7 @@ typedef struct {
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
   int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
   int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
+  int warps, q_vec;          /* tensor-core form: warps per block (4, 8); q read in 16-byte pieces */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
@@ -99,8 +100,9 @@ void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
 /* Per row r of logits [R, N] (bf16, row stride ls): the selection key
  * (devmath.cuh) of the best column < n_valid, ids id0 + column; rows whose
  * temperature t_row[r] > 0 score fp32(logit / T) + g(seed_row[r], pos[r], id).
- * t_row, seed_row, pos: [R] device, or t_row NULL (greedy). keys: [R] device. */
-void dsp_cu_select(const uint16_t *logits, int64_t R, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
+ * t_row, seed_row, pos: [R] device, or t_row NULL (greedy). keys: [R] device (0 where
+ * n_valid is 0). */
+cudaError_t dsp_cu_select(const uint16_t *logits, int64_t R, int64_t ls, int64_t n_valid, int64_t id0, const float *t_row,
                    const uint64_t *seed_row, const int64_t *pos, unsigned long long *keys, cudaStream_t s);
 
 #ifdef __cplusplus
