@@ -96,7 +96,7 @@ if [ "$MODE" = decode ]; then
   stamp "configure + build"
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
     cmake --build build-gpu -j16 --target dspark dspark_tool test_ops_cpu target_driver draft_driver rollback_driver \
-      tok_driver bench_target synth; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+      tok_driver bench_target synth test_cuda_head; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1) &
   stamp "products and layer ops (the few-row kernel forced), CUDA model tests"
   DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
@@ -112,6 +112,10 @@ if [ "$MODE" = decode ]; then
   (cd build-gpu && timeout 300 ctest -R "oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
     --output-on-failure) > "$OUT/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  if [ "${HEAD:-0}" = 1 ]; then
+    timeout 150 build-gpu/tests/test_cuda_head > "$OUT/head_tests.log" 2>&1
+    echo "test_cuda_head: rc $?"; grep -E "FAILED|PASSED" "$OUT/head_tests.log" | head -4
+  fi
   wait
   VAR=${VARIABLE:-DSPARK_GEMM_SMALL}
   for v in ${VALUES:-auto 0}; do

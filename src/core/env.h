@@ -29,6 +29,7 @@ typedef struct {
   int gemm_tile;          /* DSPARK_GEMM_TILE: the own GEMM's token tile for every M (0: chosen by M) */
   int gemm_small;         /* DSPARK_GEMM_SMALL: the mma.sync kernel for few token rows: 0 never, 1 always (M <= 16), 2 by shape */
   int cuda_attention_tc;  /* DSPARK_CUDA_ATTENTION=tc (the default): attention on the tensor cores where its shapes allow */
+  int cuda_pdl;           /* DSPARK_CUDA_PDL=1 (the default): captured products launch programmatically (PDL) */
   const char *error;      /* NULL, or why a variable was refused */
 } dsp_env;
 

@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/layers.h"
 
 #define AT_THREADS 512
@@ -154,6 +155,7 @@ __device__ __forceinline__ void at_pv_vec(const dsp_cu_attention_args &a, const 
 
 template <int P, int DI>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args a) {
+  dsp_dev_launch_dependents();
   extern __shared__ __align__(16) unsigned char at_sm[];
   __shared__ float red[AT_WARPS][P];
   const int64_t D = a.q.dim, ts = a.kv_stride, L = a.max_len, group = a.q.heads / a.kv_heads;

@@ -23,6 +23,7 @@
 #include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/layers.h"
 
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
@@ -81,6 +82,7 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
  * change, never a dim's sum). */
 template <int MT, int DC, int W>
 __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
+  dsp_dev_launch_dependents();
   constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / W, TC_WARPS = W, TC_THREADS = 32 * W;
   static_assert(NTW % 2 == 0, "value fragments come two n-tiles at a time");
   extern __shared__ __align__(16) unsigned char tc_sm[];

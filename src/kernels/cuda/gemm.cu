@@ -376,7 +376,12 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   if (lda % 8 || ldo % 8 || (uintptr_t)a % 16 || (uintptr_t)w % 16 || (uintptr_t)out % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: the tensor-core kernels need lda (%lld) and ldo (%lld) multiples "
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
-  if (lm->wg && lm->split > 1) return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, s);
+  /* captured products launch programmatically: a graph replays forwards, whose weights no kernel writes */
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  DSP_CUDA_TRY(cudaStreamIsCapturing(s, &cap));
+  const int pdl = dsp_env_get()->cuda_pdl && cap == cudaStreamCaptureStatusActive;
+  if (lm->wg && lm->split > 1)
+    return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced).
    * Its chain links are no shorter than the warpgroup kernel's, so by default it runs only where an SM gets
    * many of its strips (N >= 16384: 8 warps per SM on an H200) and the tokens are few (there M 1 took 11% less
@@ -384,8 +389,8 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   const int small = dsp_env_get()->gemm_small;
   if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile &&
       (small == 1 || (small == 2 && m <= 4 && lm->n >= 16384)))
-    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, s);
-  if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, s);
+    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, s);
+  if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);

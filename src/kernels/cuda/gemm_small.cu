@@ -97,7 +97,20 @@ __global__ void __launch_bounds__(32) gs_kernel(const __grid_constant__ CUtensor
   if (lane == 0) {
     pw = dsp_l2_evict_first(); /* the weights stream once; the tokens are read by every warp */
     pa = dsp_l2_evict_last();
-    for (int s = 0; s < stages && pu < units; s++) issue(s);
+    /* the first ring's weights before griddepcontrol.wait (launched programmatically, this grid may run beside
+       the kernel that writes the tokens; without PDL the wait returns at once), then its tokens */
+    int ps = pstrip, pk0 = pk, n0 = 0;
+    for (; n0 < stages && n0 < units; n0++) {
+      dsp_bar_expect(full0 + 8 * n0, C::stage);
+      dsp_tcopy2(sbase + (uint32_t)n0 * C::stage, &tw, pk0 * GS_BK, 16 * ps, full0 + 8 * n0, pw);
+      if (++pk0 == nkb) pk0 = 0, ps += (int)gridDim.x;
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int s = 0; s < n0; s++) {
+      dsp_tcopy2(sbase + (uint32_t)s * C::stage + C::w_bytes, &ta, pk * GS_BK, 0, full0 + 8 * s, pa);
+      pu++;
+      if (++pk == nkb) pk = 0, pstrip += (int)gridDim.x;
+    }
   }
   float d[NT8][4];
 #pragma unroll
@@ -160,7 +173,7 @@ int gs_stages(const lw_dev &dv, int64_t warps) {
 
 template <int NT8>
 dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                     cudaStream_t s) {
+                     int pdl, cudaStream_t s) {
   const lw_dev &dv = lw_dev_once();
   if (!dv.ok) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): not an sm_90 device with TMA");
   const int64_t strips = (n + 15) / 16;
@@ -177,9 +190,14 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(gs_kernel<NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)gs_smem<NT8>(GS_MAXS)));
-  const size_t smem = gs_smem<NT8>(stages);
-  gs_kernel<NT8><<<(unsigned)grid, 32, smem, s>>>(tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
-                                        (int)strips, stages);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(32), cfg.dynamicSmemBytes = gs_smem<NT8>(stages), cfg.stream = s;
+  cudaLaunchAttribute at;
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, gs_kernel<NT8>, tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK),
+                                  (long long)ldo, (int)strips, stages));
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -187,13 +205,13 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                              int64_t k, int64_t ldo, cudaStream_t s) {
+                                              int64_t k, int64_t ldo, int pdl, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < n ||
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): M %lld, K %lld, lda %lld not supported", (long long)m,
                     (long long)k, (long long)lda);
-  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, s) : gs_launch<2>(a, lda, w, out, m, n, k, ldo, s);
+  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, s) : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, s);
 }
 
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
@@ -213,8 +231,8 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xC0DEu);
   }
   for (int v = 0; v < 2 && st == DSP_OK; v++) {
-    st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v], N, k, N, 0, 0, s);
-    if (st == DSP_OK) st = dsp_cuda_gemm_small_run(a, k, w, o2, ms[v], N, k, N, s);
+    st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v], N, k, N, 0, 0, 0, s);
+    if (st == DSP_OK) st = dsp_cuda_gemm_small_run(a, k, w, o2, ms[v], N, k, N, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(ms[v] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaMemcpyAsync(h + no, o2, (size_t)(ms[v] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaStreamSynchronize(s) != cudaSuccess))

@@ -192,6 +192,20 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       uint64_t pw, pa; /* weights stream once; activations are read by every tile */
       pw = dsp_l2_evict_first();
       pa = dsp_l2_evict_last();
+      /* the first ring's weights before griddepcontrol.wait (launched programmatically, this grid may run beside
+         the kernel that writes the activations; without PDL the wait returns at once) */
+      int pre = 0;
+      if (PART == 0)
+        for (int t = walker; t < nwalk && pre < stages; t += nwalkers) {
+          int v0, m0;
+          bool store;
+          lw_tile<NT, CL, BM>(t, nmt, nvt, vrank, v0, m0, store);
+          for (int kb = kb0; kb < kb1 && pre < stages; kb++, pre++) {
+            dsp_bar_expect(full0 + 8 * pre, SB);
+            dsp_tcopy2(sbase + (uint32_t)pre * SB, &tw, kb * LW_BK, v0, full0 + 8 * pre, pw);
+          }
+        }
+      asm volatile("griddepcontrol.wait;" ::: "memory");
       int s = 0, fills = 0;
       uint32_t ph = 0;
       for (int t = walker; t < nwalk; t += nwalkers) {
@@ -206,8 +220,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
             lw_next(s, ph, stages);
             continue;
           }
-          dsp_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
-          if (PART != 4) dsp_tcopy2(st, &tw, kb * LW_BK, v0, fb, pw);
+          if (PART != 0 || fills++ >= pre) { /* else its weights and expected bytes are on their way */
+            dsp_bar_expect(fb, PART == 3 ? WB : PART == 4 ? SB - WB : SB);
+            if (PART != 4) dsp_tcopy2(st, &tw, kb * LW_BK, v0, fb, pw);
+          }
           if (PART != 3 && CL == 1) dsp_tcopy2(st + WB, &ta, kb * LW_BK, m0, fb, pa);
           if (PART != 3 && CL > 1) dsp_tcopy2_mc(st + WB + rank * AH, &ta, kb * LW_BK, m0 + (int)rank * (NT / CL), fb, pa);
           lw_next(s, ph, stages);
@@ -431,7 +447,7 @@ int lw_split_resident(const lw_dev &dv) {
 
 template <int NT, int CL, int PART = 0, int SK = 1, int BM = LW_BM>
 dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                     int64_t ldo, const lw_dev &dv, cudaStream_t s) {
+                     int64_t ldo, const lw_dev &dv, cudaStream_t s, bool pdl = false) {
   const int stages = lw_stages<NT, SK, BM>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
   if (SK > 1 && (k / LW_BK) < SK)
@@ -440,9 +456,14 @@ dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64
   DSP_TRY(lw_map(&tw, w, n, k, k, BM));
   DSP_TRY(lw_map(&ta, a, m, k, lda, NT / CL));
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + BM - 1) / BM);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg;
   DSP_TRY((lw_config<NT, CL, PART, SK, BM>(dv, s, attr, &cfg)));
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
   const int most = lw_resident<NT, CL, PART, SK, BM>(dv, cfg); /* clusters that fit at once */
   if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;

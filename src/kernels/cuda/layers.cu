@@ -5,12 +5,14 @@
 
 #include "core/philox.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/sync.cuh"
 
 __device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
   return (uint16_t *)v.data + r * v.s_row + h * v.s_head + d * v.s_dim;
 }
 
 __global__ void k_embed(dsp_cu_view table, const int32_t *ids, dsp_cu_view out) {
+  dsp_dev_launch_dependents();
   const int64_t t = blockIdx.x, id = ids[t];
   for (int64_t c = threadIdx.x; c < out.dim; c += blockDim.x) *at(out, t, 0, c) = *at(table, id, 0, c);
 }
@@ -83,6 +85,7 @@ __device__ __forceinline__ uint16_t rms_take(const dsp_cu_view &x, const dsp_cu_
 /* Lane l sums d = l, l + 32, ... in order, then the butterfly. */
 template <int ADD>
 __global__ void k_rmsnorm(dsp_cu_view x, dsp_cu_view y, const uint16_t *w, float eps, dsp_cu_view out) {
+  dsp_dev_launch_dependents();
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= x.rows * x.heads) return;
   const int lane = threadIdx.x % 32;
@@ -110,6 +113,7 @@ __device__ __forceinline__ bool rms_a16(const void *p) { return ((uintptr_t)p & 
 template <int ADD>
 __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, dsp_cu_view y, const uint16_t *w,
                                                              float eps, dsp_cu_view out) {
+  dsp_dev_launch_dependents();
   extern __shared__ uint16_t rms_s[]; /* [D] x (the sum with ADD), [D] w; none past RMS_STAGE_MAX */
   __shared__ float red[RMS_THREADS / 32];
   const int64_t row = blockIdx.x, r = row / x.heads, h = row % x.heads, D = x.dim;
@@ -269,6 +273,7 @@ extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
 /* Element-wise kernels over [rows, dim] (heads = 1). */
 template <int OP>
 __global__ void k_elem(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps, dsp_cu_view out) {
+  dsp_dev_launch_dependents();
   const int64_t n = a.rows * a.dim;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = e / a.dim, c = e % a.dim;
@@ -317,6 +322,7 @@ extern "C" void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, 
 }
 
 __global__ void k_gather(dsp_cu_view src, const int64_t *idx, dsp_cu_view dst) {
+  dsp_dev_launch_dependents();
   const int64_t t = blockIdx.x, r = idx[t];
   for (int64_t c = threadIdx.x; c < dst.dim; c += blockDim.x) *at(dst, t, 0, c) = *at(src, r, 0, c);
 }

@@ -9,6 +9,12 @@
 
 namespace {
 
+/* Lets a kernel launched programmatically after this one (PDL: the products) place its blocks now; it still waits
+ * for this grid's completion (griddepcontrol.wait) before it reads what this grid writes. */
+__device__ __forceinline__ void dsp_dev_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 __device__ __forceinline__ unsigned long long dsp_dev_now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
