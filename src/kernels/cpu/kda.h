@@ -38,7 +38,9 @@ dsp_status dsp_kda_seqs_check(const dsp_kda_seqs *s, int32_t num_slots, int64_t 
  * x = f + dt_bias[h*K + d] (fp32), a = exp(A_log[h]); then, exactly one of
  *   SOFTPLUS:    g = -(a * softplus(x)),  softplus(x) = x > 20 ? x : log1p(exp(x))
  *   LOWER_BOUND: g = lower_bound * sigmoid(a * x)       (Kimi-K3: lower_bound -5)
- * A_log NULL means a = 1; dt_bias NULL means no bias. */
+ * A_log NULL means a = 1; dt_bias NULL means no bias. exp is the kernels'
+ * expf (expf.h), log1p dspark's log1pf (core/log1pf.h), as in every KDA
+ * kernel here, so that CUDA can compute the same bits. */
 dsp_status dsp_kda_gate(int64_t T, int32_t HV, int32_t K, dsp_kda_in_bf16 f, const float *A_log,
                         const float *dt_bias, const dsp_kda_gate_cfg *cfg, float *g);
 

@@ -5,6 +5,7 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda.h"
 
 dsp_status dsp_kda_beta(int64_t T, int32_t HV, const dsp_bf16 *b, int64_t b_tok, int64_t b_head,
@@ -14,6 +15,6 @@ dsp_status dsp_kda_beta(int64_t T, int32_t HV, const dsp_bf16 *b, int64_t b_tok,
 #pragma omp parallel for schedule(static) if (T * HV >= 65536)
   for (int64_t t = 0; t < T; t++)
     for (int32_t h = 0; h < HV; h++)
-      beta[t * HV + h] = 1.0f / (1.0f + expf(-dsp_bf16_to_f32(b[t * b_tok + h * b_head])));
+      beta[t * HV + h] = 1.0f / (1.0f + dsp_cpu_expf(-dsp_bf16_to_f32(b[t * b_tok + h * b_head])));
   return DSP_OK;
 }

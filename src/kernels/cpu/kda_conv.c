@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda.h"
 
 enum { CONV_CB = 64 }; /* channels per task: the window stays in registers/L1 */
@@ -61,7 +62,7 @@ dsp_status dsp_kda_conv(const dsp_kda_conv_dims *cd, const dsp_kda_seqs *s, cons
         float acc = bias ? bias[c0 + c] : 0.0f;
         for (int32_t j = 0; j < W1; j++) acc += w[j] * win[(head + j) % W1][c];
         acc += w[W1] * dsp_bf16_to_f32(xr[c]);
-        yr[c] = dsp_f32_to_bf16(acc / (1.0f + expf(-acc)));
+        yr[c] = dsp_f32_to_bf16(acc / (1.0f + dsp_cpu_expf(-acc)));
       }
       if (W1 > 0) {
         for (int32_t c = 0; c < nc; c++) win[head][c] = dsp_bf16_to_f32(xr[c]);

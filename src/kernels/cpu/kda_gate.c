@@ -4,11 +4,13 @@
 #include <math.h>
 
 #include "core/bf16.h"
+#include "core/log1pf.h"
 #include "core/status.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda.h"
 
 /* torch's softplus with beta 1, threshold 20, as fla's naive gate and vLLM use. */
-static inline float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static inline float softplus20(float x) { return x > 20.0f ? x : dsp_log1pf(dsp_cpu_expf(x)); }
 
 dsp_status dsp_kda_gate(int64_t T, int32_t HV, int32_t K, dsp_kda_in_bf16 f, const float *A_log,
                         const float *dt_bias, const dsp_kda_gate_cfg *cfg, float *g) {
@@ -24,13 +26,13 @@ dsp_status dsp_kda_gate(int64_t T, int32_t HV, int32_t K, dsp_kda_in_bf16 f, con
     for (int32_t h = 0; h < HV; h++) {
       const dsp_bf16 *fr = f.data + t * f.tok + h * f.head;
       const float *bias = dt_bias ? dt_bias + (int64_t)h * K : NULL;
-      const float a = A_log ? expf(A_log[h]) : 1.0f;
+      const float a = A_log ? dsp_cpu_expf(A_log[h]) : 1.0f;
       float *out = g + (t * HV + h) * K;
       for (int32_t d = 0; d < K; d++) {
         float x = dsp_bf16_to_f32(fr[d]);
         if (bias) x += bias[d];
         /* Each form on its own; never the sigmoid of a softplus. */
-        out[d] = lb ? bound * (1.0f / (1.0f + expf(-(a * x)))) : -(a * softplus20(x));
+        out[d] = lb ? bound * (1.0f / (1.0f + dsp_cpu_expf(-(a * x)))) : -(a * softplus20(x));
       }
     }
   return DSP_OK;

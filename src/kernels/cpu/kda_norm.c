@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda.h"
 
 dsp_status dsp_kda_gated_rmsnorm(int64_t T, int32_t HV, int32_t V, dsp_kda_in_bf16 x,
@@ -31,7 +32,7 @@ dsp_status dsp_kda_gated_rmsnorm(int64_t T, int32_t HV, int32_t V, dsp_kda_in_bf
     const float r = 1.0f / sqrtf(ss / (float)V + eps);
     /* Element d is read before it is written: y may be x itself. */
     for (int32_t d = 0; d < V; d++) {
-      float s = 1.0f / (1.0f + expf(-dsp_bf16_to_f32(zr[d])));
+      float s = 1.0f / (1.0f + dsp_cpu_expf(-dsp_bf16_to_f32(zr[d])));
       yr[d] = dsp_f32_to_bf16(((dsp_bf16_to_f32(xr[d]) * r) * weight[d]) * s);
     }
   }

@@ -14,6 +14,7 @@
 #include "core/bf16.h"
 #include "core/status.h"
 #include "kernels/cpu/avx512.h"
+#include "kernels/cpu/expf.h"
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/kernel.h"
 
@@ -125,7 +126,7 @@ dsp_status dsp_kda_recurrent(const dsp_kda_dims *d, const dsp_kda_opts *opt, con
       dsp_kda_qk_row(io->q.data + t * io->q.tok + h * io->q.head, K, raw, scale, q);
       dsp_kda_qk_row(io->k.data + t * io->k.tok + h * io->k.head, K, raw, 1.0f, k);
       const float *g = io->g + (t * HV + hv) * K;
-      for (int32_t i = 0; i < K; i++) eg[i] = expf(g[i]);
+      for (int32_t i = 0; i < K; i++) eg[i] = dsp_cpu_expf(g[i]);
       const float b = io->beta[t * HV + hv];
       const dsp_bf16 *vr = io->v.data + t * io->v.tok + hv * io->v.head;
       if (avx512)

@@ -127,7 +127,7 @@ __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int6
   const int32_t h = e / K, d = e - h * K;
   float x = dsp_dev_bf16_val(f[t * f_tok + h * f_head + d]);
   if (dt_bias) x = __fadd_rn(x, dt_bias[e]);
-  g[t * HV * K + e] = kda_gate_value(x, A_log ? expf(A_log[h]) : 1.0f, bound);
+  g[t * HV * K + e] = kda_gate_value(x, A_log ? dsp_dev_expf(A_log[h]) : 1.0f, bound);
 }
 
 extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok,
@@ -145,7 +145,7 @@ __global__ void k_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, 
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * HV) return;
   const int64_t t = i / HV, h = i % HV;
-  beta[i] = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(b[t * b_tok + h * b_head])));
+  beta[i] = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(b[t * b_tok + h * b_head])));
 }
 
 extern "C" dsp_status dsp_cu_kda_beta(int64_t T, int32_t HV, const uint16_t *b, int64_t b_tok, int64_t b_head,
@@ -186,7 +186,7 @@ __global__ void k_recurrent(kda_rec_args a) {
     for (int32_t i = j; i < K; i += blockDim.x) {
       q[i] = dsp_dev_bf16_val(qr[i]);
       k[i] = dsp_dev_bf16_val(kr[i]);
-      eg[i] = expf(gr[i]);
+      eg[i] = dsp_dev_expf(gr[i]);
     }
     __syncthreads();
     kda_qk_normalise(q, k, root, K, a.qk_raw, a.scale);
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(64 * NH) k_recurrent_reg(kda_rec_args a) {
     for (int32_t i = threadIdx.x; i < K; i += blockDim.x) {
       q[i] = dsp_dev_bf16_val(qr[i]);
       k[i] = dsp_dev_bf16_val(kr[i]);
-      eg[i] = expf(gr[i]);
+      eg[i] = dsp_dev_expf(gr[i]);
     }
     __syncthreads();
     kda_qk_normalise(q, k, root, K, a.qk_raw, a.scale);
@@ -317,7 +317,7 @@ __global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu
   ss = dsp_dev_warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
   const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
   for (int32_t d = lane; d < V; d += 32) {
-    const float sg = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(zr[d])));
+    const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(zr[d])));
     yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(dsp_dev_bf16_val(xr[d]), r), w[d]), sg));
   }
 }

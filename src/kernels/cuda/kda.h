@@ -1,12 +1,12 @@
 /* Kimi Delta Attention on the GPU: the kernels of one KDA layer between its
  * projections and o_proj, with the numerics of src/kernels/cpu/kda.h (the same
  * operations, rounding points and per-element orders; products and sums are
- * plain fp32 operations, never contracted into fma, as the CPU's are). Where
- * they differ from the CPU:
- *   - expf and log1pf are CUDA's (within 2 ulp), so gate, beta, SiLU and the
- *     decay may differ from the CPU's libm in the last fp32 bits;
- *   - the output norm sums x^2 with lane l of a warp taking d = l, l+32, ...
- *     in order, then an xor butterfly (the CPU sums d in order).
+ * plain fp32 operations, never contracted into fma, as the CPU's are; expf
+ * and log1pf the CPU's functions, common/expf.cuh and core/log1pf.h, so gate,
+ * beta, SiLU and the decay are the CPU's bits and so are the recurrent form's
+ * states). Where they differ from the CPU: the output norm sums x^2 with lane
+ * l of a warp taking d = l, l+32, ... in order, then an xor butterfly (the CPU
+ * sums d in order), which can move an output by a bf16 ulp.
  * Everything else is the CPU's order: q/k sums of squares, k^T S and q^T S in
  * d order, one thread per value column. No result depends on the other
  * sequences of a call, on its slot, on how a sequence's tokens are split over

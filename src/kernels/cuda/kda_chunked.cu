@@ -154,11 +154,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       if (e < (n)) STORE;                                                    \
     }                                                                        \
   }
-  if (K4 > K) /* the pad columns K .. K4 - 1 are zeros: the float4 sums over d add nothing there */
-    for (int32_t e = tid; e < (2 * C + 3 * BLK) * (K4 - K); e += NT) {
-      const int32_t row = e / (K4 - K), col = K + e % (K4 - K);
+  if (K4 > K) { /* the pad columns K .. K4 - 1 are zeros: the float4 sums over d add nothing there */
+    const int32_t pad = K4 > K ? K4 - K : 1; /* never 0, also where K is a template's multiple of 4 */
+    for (int32_t e = tid; e < (2 * C + 3 * BLK) * pad; e += NT) {
+      const int32_t row = e / pad, col = K + e % pad;
       (row < 2 * C ? G + (size_t)row * KP : P0 + (size_t)(row - 2 * C) * KP)[col] = 0.0f;
     }
+  }
   /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
   BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[i * KP + d] = x)
   BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[i * KP + d] = x)

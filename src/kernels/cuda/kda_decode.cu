@@ -50,9 +50,9 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   for (int32_t d = tid; d < K; d += NTH) {
     float x = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + d]);
     if (a.dt_bias) x = __fadd_rn(x, a.dt_bias[(int64_t)h * K + d]);
-    eg[d] = expf(kda_gate_value(x, a.A_log ? expf(a.A_log[h]) : 1.0f, a.bound));
+    eg[d] = dsp_dev_expf(kda_gate_value(x, a.A_log ? dsp_dev_expf(a.A_log[h]) : 1.0f, a.bound));
   }
-  if (tid == 0) bsh = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
+  if (tid == 0) bsh = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
   __syncthreads();
   kda_qk_normalise(q, k, root, K, 0, a.scale);
 
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   }
   __syncthreads();
   if (tid < V) {
-    const float sg = 1.0f / (1.0f + expf(-dsp_dev_bf16_val(a.z[t * a.z_tok + (int64_t)h * V + tid])));
+    const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(a.z[t * a.z_tok + (int64_t)h * V + tid])));
     a.y[t * a.y_tok + (int64_t)h * V + tid] =
         dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(o[tid], rn), a.norm_w[tid]), sg));
   }

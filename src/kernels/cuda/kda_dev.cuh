@@ -6,7 +6,9 @@
 #define DSP_KERNELS_CUDA_KDA_DEV_CUH
 #include <math.h>
 
+#include "core/log1pf.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/expf.cuh"
 #include "kernels/cuda/kda.h"
 
 #define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
@@ -32,8 +34,8 @@ __device__ __forceinline__ void kda_seq_span(const dsp_cu_kda_seqs &s, int32_t n
 /* g from the bf16 input x (dt_bias already added): each form on its own,
  * never the sigmoid of a softplus; a = exp(A_log). */
 __device__ __forceinline__ float kda_gate_value(float x, float a, float bound) {
-  const float sp = x > 20.0f ? x : log1pf(expf(x));
-  return bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, sp);
+  const float sp = x > 20.0f ? x : dsp_log1pf(dsp_dev_expf(x));
+  return bound < 0.0f ? __fmul_rn(bound, 1.0f / (1.0f + dsp_dev_expf(-__fmul_rn(a, x)))) : -__fmul_rn(a, sp);
 }
 
 /* silu(conv) of one channel's window win[0..W-1] (oldest first), weights w[W],
@@ -41,7 +43,7 @@ __device__ __forceinline__ float kda_gate_value(float x, float a, float bound) {
 __device__ __forceinline__ float kda_conv_silu(const uint16_t *win, const float *w, int32_t W, float bias) {
   float acc = bias;
   for (int32_t j = 0; j < W; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(win[j])));
-  return acc / (1.0f + expf(-acc));
+  return acc / (1.0f + dsp_dev_expf(-acc));
 }
 
 /* sqrt(sum x^2 + 1e-6) with the sum in d order, one thread. */

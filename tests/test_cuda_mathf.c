@@ -1,0 +1,65 @@
+/* The device's expf and log1pf against the CPU's, bit for bit (a NaN input:
+ * NaN on both, payloads aside): dsp_dev_expf against dsp_cpu_expf (kernels/cpu/expf.h) and the shared
+ * dsp_log1pf (core/log1pf.h) on the device against the host. The KDA recurrent
+ * form's CUDA-equals-CPU contract rests on these. Inputs: every bf16 value,
+ * 2^20 random floats, the range edges. Exits 77 without a CUDA device. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "core/log1pf.h"
+#include "kernels/cpu/expf.h"
+#include "kernels/cuda/common/device.h"
+#include "kernels/cuda/mathf_eval.h"
+#include "test_bits.h"
+
+static uint64_t g_rng = 0x5DEECE66Dull;
+static uint32_t rnd32(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 16);
+}
+
+static void t_device_mathf(void **st) {
+  (void)st;
+  const size_t cap = 65536 + 64 + ((size_t)1 << 20);
+  float *x = malloc(cap * 4), *e = malloc(cap * 4), *l = malloc(cap * 4);
+  assert_non_null(x), assert_non_null(e), assert_non_null(l);
+  size_t n = 0;
+  for (uint32_t h = 0; h < 65536; h++) x[n++] = f_of(h << 16);
+  const float edge[] = {DSP_CPU_EXP_HI, nextafterf(DSP_CPU_EXP_HI, INFINITY), DSP_CPU_EXP_LO,
+                        nextafterf(DSP_CPU_EXP_LO, -INFINITY), 0x1p-149f, -0x1p-149f, 0x1p-10f, -0x1p-10f,
+                        nextafterf(0x1p-10f, 0.0f), -1.0f, nextafterf(-1.0f, 0.0f), 20.0f, 0x1p30f, 0x1p31f,
+                        0.0f, -0.0f, INFINITY, -INFINITY, f_of(0x7FC00001u), f_of(0xFFA00000u)};
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) x[n++] = edge[i];
+  while (n < cap) x[n++] = f_of(rnd32());
+  assert_int_equal(dsp_cuda_mathf_eval(x, (int64_t)n, e, l), DSP_OK);
+  long de = 0, dl = 0;
+  for (size_t i = 0; i < n; i++) {
+    /* a NaN in gives a NaN out on both, its payload CUDA's canonical one on the device */
+    const float he = dsp_cpu_expf(x[i]), hl = dsp_log1pf(x[i]);
+    const int be = isnan(x[i]) ? !(isnan(e[i]) && isnan(he)) : u_of(e[i]) != u_of(he);
+    const int bl = isnan(x[i]) ? !(isnan(l[i]) && isnan(hl)) : u_of(l[i]) != u_of(hl);
+    if ((be || bl) && de + dl < 5)
+      print_message("  x %a: device expf %a / host %a, device log1pf %a / host %a\n", (double)x[i], (double)e[i],
+                    (double)dsp_cpu_expf(x[i]), (double)l[i], (double)dsp_log1pf(x[i]));
+    de += be, dl += bl;
+  }
+  print_message("mathf: %zu inputs, expf %ld and log1pf %ld differ between the device and the host\n", n, de, dl);
+  free(x), free(e), free(l);
+  if (de || dl) fail_msg("the device's expf or log1pf is not the host's");
+}
+
+int main(void) {
+  if (dsp_cuda_device_count() == 0) {
+    printf("test_cuda_mathf: no CUDA device: skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_device_mathf)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
