@@ -6,21 +6,16 @@ with the largest sampling column, each with its share of all samples.
 
 usage: scripts/ncu_source.py SOURCE.csv [--top N]
 """
-import csv
-import io
 import sys
+
+from ncu_step import csv_table
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
-    text = open(sys.argv[1], encoding="utf-8", errors="replace").read().splitlines()
-    start = next((i for i, l in enumerate(text) if l.startswith('"#') or l.startswith('"Address')
-                  or l.startswith('"Source')), None)
-    if start is None:
-        sys.exit("%s: no source table (first lines: %r)" % (sys.argv[1], text[:3]))
-    rows = list(csv.DictReader(io.StringIO("\n".join(text[start:]))))
+    rows = csv_table(sys.argv[1], ('"#', '"Address', '"Source'))
     cols = list(rows[0].keys()) if rows else []
     samp = [c for c in cols if "Sampling" in c and "All" in c] or [c for c in cols if "Sampling" in c]
     if not samp:

@@ -14,15 +14,20 @@ import io
 import sys
 
 
+def csv_table(path, heads):
+    """The rows of the first CSV table in an ncu output whose header line starts with one of heads."""
+    lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(heads)), None)
+    if start is None:
+        sys.exit("%s: no ncu CSV table in it (first lines: %r)" % (path, lines[:3]))
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     step = int(sys.argv[sys.argv.index("--step") + 1]) if "--step" in sys.argv else 1
-    lines = open(sys.argv[1], encoding="utf-8", errors="replace").read().splitlines()
-    head = [i for i, l in enumerate(lines) if l.startswith('"ID"')]
-    if not head:
-        sys.exit("%s: no ncu CSV table in it" % sys.argv[1])
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[head[0]:]))))
+    rows = csv_table(sys.argv[1], ('"ID"',))
     seq = [(r["Kernel Name"], r["Grid Size"], float(r["Metric Value"].replace(",", ""))) for r in rows
            if r.get("Metric Name") == "gpu__time_duration.sum"]
     sel = [i for i, s in enumerate(seq) if s[0].startswith("k_select")]
