@@ -156,6 +156,7 @@ __device__ __forceinline__ void at_pv_vec(const dsp_cu_attention_args &a, const 
 template <int P, int DI>
 __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   extern __shared__ __align__(16) unsigned char at_sm[];
   __shared__ float red[AT_WARPS][P];
   const int64_t D = a.q.dim, ts = a.kv_stride, L = a.max_len, group = a.q.heads / a.kv_heads;

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/attention_rows.cuh"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/mma.cuh"
 #include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/layers.h"
@@ -83,6 +84,7 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
 template <int MT, int DC, int W>
 __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / W, TC_WARPS = W, TC_THREADS = 32 * W;
   static_assert(NTW % 2 == 0, "value fragments come two n-tiles at a time");
   extern __shared__ __align__(16) unsigned char tc_sm[];
@@ -393,10 +395,19 @@ extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t
   cfg.blockDim = dim3((unsigned)(32 * a->warps));
   cfg.dynamicSmemBytes = tc_smem(mt, a->q.dim, a->max_len, S);
   cfg.stream = s;
-  cudaLaunchAttribute at;
-  at.id = cudaLaunchAttributeClusterDimension;
-  at.val.clusterDim.x = (unsigned)S, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-  cfg.attrs = &at, cfg.numAttrs = S > 1;
+  cudaLaunchAttribute at[2];
+  int na = 0;
+  if (S > 1) {
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = (unsigned)S, at[na].val.clusterDim.y = 1, at[na].val.clusterDim.z = 1;
+    na++;
+  }
+  if (dsp_cuda_pdl(s)) { /* the kernel waits (dsp_dev_grid_wait) before it reads a row */
+    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[na].val.programmaticStreamSerializationAllowed = 1;
+    na++;
+  }
+  cfg.attrs = at, cfg.numAttrs = (unsigned)na;
   void *args[] = {(void *)a};
   cudaLaunchKernelExC(&cfg, k, args);
 }

@@ -5,6 +5,7 @@
 
 #include "core/philox.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/sync.cuh"
 
 __device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t h, int64_t d) {
@@ -13,13 +14,14 @@ __device__ __forceinline__ uint16_t *at(const dsp_cu_view &v, int64_t r, int64_t
 
 __global__ void k_embed(dsp_cu_view table, const int32_t *ids, dsp_cu_view out) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   const int64_t t = blockIdx.x, id = ids[t];
   for (int64_t c = threadIdx.x; c < out.dim; c += blockDim.x) *at(out, t, 0, c) = *at(table, id, 0, c);
 }
 
 extern "C" void dsp_cu_embed(const dsp_cu_view *table, const int32_t *ids, int64_t t, const dsp_cu_view *out,
                              cudaStream_t s) {
-  if (t > 0) k_embed<<<(unsigned)t, 256, 0, s>>>(*table, ids, *out);
+  if (t > 0) dsp_launch(k_embed, dim3((unsigned)t), dim3(256), 0, s, *table, ids, *out);
 }
 
 /* Rows of D < RMS_WIDE: one warp per row (of rows x heads), each lane
@@ -86,6 +88,7 @@ __device__ __forceinline__ uint16_t rms_take(const dsp_cu_view &x, const dsp_cu_
 template <int ADD>
 __global__ void k_rmsnorm(dsp_cu_view x, dsp_cu_view y, const uint16_t *w, float eps, dsp_cu_view out) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= x.rows * x.heads) return;
   const int lane = threadIdx.x % 32;
@@ -114,6 +117,7 @@ template <int ADD>
 __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_wide(dsp_cu_view x, dsp_cu_view y, const uint16_t *w,
                                                              float eps, dsp_cu_view out) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   extern __shared__ uint16_t rms_s[]; /* [D] x (the sum with ADD), [D] w; none past RMS_STAGE_MAX */
   __shared__ float red[RMS_THREADS / 32];
   const int64_t row = blockIdx.x, r = row / x.heads, h = row % x.heads, D = x.dim;
@@ -177,9 +181,9 @@ static void launch_rmsnorm(const dsp_cu_view *x, const dsp_cu_view *y, const uin
   const int64_t rows = x->rows * x->heads;
   if (rows <= 0) return;
   if (x->dim >= RMS_WIDE)
-    k_rmsnorm_wide<ADD><<<(unsigned)rows, RMS_THREADS, x->dim <= RMS_STAGE_MAX ? (size_t)x->dim * 4 : 0, s>>>(
-        *x, *y, w, eps, *out);
-  else k_rmsnorm<ADD><<<dsp_dev_blocks_for(rows, 8), 256, 0, s>>>(*x, *y, w, eps, *out);
+    dsp_launch(k_rmsnorm_wide<ADD>, dim3((unsigned)rows), dim3(RMS_THREADS),
+               x->dim <= RMS_STAGE_MAX ? (size_t)x->dim * 4 : 0, s, *x, *y, w, eps, *out);
+  else dsp_launch(k_rmsnorm<ADD>, dim3(dsp_dev_blocks_for(rows, 8)), dim3(256), 0, s, *x, *y, w, eps, *out);
 }
 
 extern "C" void dsp_cu_rmsnorm(const dsp_cu_view *x, const uint16_t *w, float eps, const dsp_cu_view *out,
@@ -219,6 +223,8 @@ extern "C" void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint
  * called one after another. */
 template <int NV>
 __global__ void k_attn_in(dsp_cu_attn_in_args a) {
+  dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   const int64_t hq = a.q.heads, hkv = a.k.heads, per = hq + 2 * hkv, D = 32 * NV;
   const int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (gw >= a.q.rows * per) return;
@@ -263,10 +269,10 @@ extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
   if (a->k.dim != D || D % 64 || D < 64 || D > 256) return 0;
   if (warps <= 0) return 1;
   const unsigned g = dsp_dev_blocks_for(warps, 8);
-  if (D == 64) k_attn_in<2><<<g, 256, 0, s>>>(*a);
-  else if (D == 128) k_attn_in<4><<<g, 256, 0, s>>>(*a);
-  else if (D == 192) k_attn_in<6><<<g, 256, 0, s>>>(*a);
-  else k_attn_in<8><<<g, 256, 0, s>>>(*a);
+  if (D == 64) dsp_launch(k_attn_in<2>, dim3(g), dim3(256), 0, s, *a);
+  else if (D == 128) dsp_launch(k_attn_in<4>, dim3(g), dim3(256), 0, s, *a);
+  else if (D == 192) dsp_launch(k_attn_in<6>, dim3(g), dim3(256), 0, s, *a);
+  else dsp_launch(k_attn_in<8>, dim3(g), dim3(256), 0, s, *a);
   return 1;
 }
 
@@ -274,6 +280,7 @@ extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
 template <int OP>
 __global__ void k_elem(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps, dsp_cu_view out) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   const int64_t n = a.rows * a.dim;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = e / a.dim, c = e % a.dim;
@@ -297,7 +304,7 @@ static void launch_elem(const dsp_cu_view *a, const dsp_cu_view *b, const float 
   const int64_t n = a->rows * a->dim;
   if (n <= 0) return;
   const unsigned g = dsp_dev_blocks_for(n, 256) < 8192 ? dsp_dev_blocks_for(n, 256) : 8192;
-  k_elem<OP><<<g, 256, 0, s>>>(*a, b ? *b : *a, p, ps, *out);
+  dsp_launch(k_elem<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
 }
 
 extern "C" void dsp_cu_add(const dsp_cu_view *a, const dsp_cu_view *b, const dsp_cu_view *out, cudaStream_t s) {
@@ -323,13 +330,14 @@ extern "C" void dsp_cu_scatter_rows(const dsp_cu_view *src, const int64_t *idx, 
 
 __global__ void k_gather(dsp_cu_view src, const int64_t *idx, dsp_cu_view dst) {
   dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   const int64_t t = blockIdx.x, r = idx[t];
   for (int64_t c = threadIdx.x; c < dst.dim; c += blockDim.x) *at(dst, t, 0, c) = *at(src, r, 0, c);
 }
 
 extern "C" void dsp_cu_gather_rows(const dsp_cu_view *src, const int64_t *idx, const dsp_cu_view *dst,
                                    cudaStream_t s) {
-  if (dst->rows > 0) k_gather<<<(unsigned)dst->rows, 128, 0, s>>>(*src, idx, *dst);
+  if (dst->rows > 0) dsp_launch(k_gather, dim3((unsigned)dst->rows), dim3(128), 0, s, *src, idx, *dst);
 }
 
 /* Row r's columns split over gridDim.x blocks in contiguous ranges; each block's best key by a max over its

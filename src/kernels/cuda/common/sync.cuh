@@ -15,6 +15,11 @@ __device__ __forceinline__ void dsp_dev_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* Returns once the kernel before this one on its stream has completed and its writes are visible: a grid launched
+ * programmatically (dsp_launch) calls it before it reads or writes anything that kernel touches; without PDL it
+ * returns at once. */
+__device__ __forceinline__ void dsp_dev_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ unsigned long long dsp_dev_now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
