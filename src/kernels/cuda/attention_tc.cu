@@ -402,11 +402,7 @@ extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t
     at[na].val.clusterDim.x = (unsigned)S, at[na].val.clusterDim.y = 1, at[na].val.clusterDim.z = 1;
     na++;
   }
-  if (dsp_cuda_pdl(s)) { /* the kernel waits (dsp_dev_grid_wait) before it reads a row */
-    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[na].val.programmaticStreamSerializationAllowed = 1;
-    na++;
-  }
+  if (dsp_cuda_pdl(s)) at[na++] = dsp_pdl_attribute(); /* the kernel waits (dsp_dev_grid_wait) before it reads */
   cfg.attrs = at, cfg.numAttrs = (unsigned)na;
   void *args[] = {(void *)a};
   cudaLaunchKernelExC(&cfg, k, args);

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_small.h"
 #include "kernels/cuda/gemm_wgmma.h"
@@ -377,9 +378,7 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: the tensor-core kernels need lda (%lld) and ldo (%lld) multiples "
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
   /* captured products launch programmatically: a graph replays forwards, whose weights no kernel writes */
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  DSP_CUDA_TRY(cudaStreamIsCapturing(s, &cap));
-  const int pdl = dsp_env_get()->cuda_pdl && cap == cudaStreamCaptureStatusActive;
+  const int pdl = dsp_cuda_pdl(s);
   if (lm->wg && lm->split > 1)
     return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced).

@@ -192,9 +192,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
                                     (int)gs_smem<NT8>(GS_MAXS)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(32), cfg.dynamicSmemBytes = gs_smem<NT8>(stages), cfg.stream = s;
-  cudaLaunchAttribute at;
-  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute at = dsp_pdl_attribute();
   cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
   DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, gs_kernel<NT8>, tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK),
                                   (long long)ldo, (int)strips, stages));

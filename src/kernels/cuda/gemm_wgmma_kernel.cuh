@@ -39,6 +39,7 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/copy.cuh"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
@@ -459,11 +460,7 @@ dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg;
   DSP_TRY((lw_config<NT, CL, PART, SK, BM>(dv, s, attr, &cfg)));
-  if (pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
+  if (pdl) attr[1] = dsp_pdl_attribute(), cfg.numAttrs = 2;
   const int most = lw_resident<NT, CL, PART, SK, BM>(dv, cfg); /* clusters that fit at once */
   if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;

@@ -17,13 +17,19 @@ static inline int dsp_cuda_pdl(cudaStream_t s) {
   return dsp_env_get()->cuda_pdl && cudaStreamIsCapturing(s, &c) == cudaSuccess && c == cudaStreamCaptureStatusActive;
 }
 
+/* The launch attribute that makes a launch programmatic. */
+static inline cudaLaunchAttribute dsp_pdl_attribute(void) {
+  cudaLaunchAttribute at;
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  return at;
+}
+
 template <typename... P, typename... A>
 static inline void dsp_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-  cudaLaunchAttribute at;
-  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute at = dsp_pdl_attribute();
   cfg.attrs = &at, cfg.numAttrs = dsp_cuda_pdl(s);
   cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
 }
