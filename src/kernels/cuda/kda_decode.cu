@@ -46,11 +46,12 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
     if (s.write_final)
       for (int32_t w = 0; w < W1; w++) cown[w * D + c] = win[w + 1];
   }
-  /* the gate (k_gate's form), exp of it, and beta */
+  /* the gate (k_gate's form), exp of it, and beta; exp(A_log) once per head */
+  const float ah = a.A_log ? dsp_dev_expf(a.A_log[h]) : 1.0f;
   for (int32_t d = tid; d < K; d += NTH) {
     float x = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + d]);
     if (a.dt_bias) x = __fadd_rn(x, a.dt_bias[(int64_t)h * K + d]);
-    eg[d] = dsp_dev_expf(kda_gate_value(x, a.A_log ? dsp_dev_expf(a.A_log[h]) : 1.0f, a.bound));
+    eg[d] = dsp_dev_expf(kda_gate_value(x, ah, a.bound));
   }
   if (tid == 0) bsh = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
   __syncthreads();
