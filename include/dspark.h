@@ -512,6 +512,7 @@ typedef struct {
   double decode_ms;                    /* the rest */
   int64_t drafted, accepted;           /* speculative decoding: draft tokens proposed and kept */
   int64_t rounds;                      /* sequence-rounds (one proposal and its verification each) */
+  int64_t plain_rounds;                /* gamma auto: sequence-rounds without a proposal (decode steps) */
   int64_t tried[64], kept[64];         /* per draft slot k: proposals reaching it, and accepted there */
   double draft_ms, verify_ms;          /* time in the draft's proposals and the target's verifications */
 } dsp_generate_stats;

@@ -302,6 +302,7 @@ static void spec_json(json_t *root, const sink *k, const dsp_generate_stats *st,
   json_object_set_new(root, "per_position_acceptance", pos);
   json_object_set_new(root, "cumulative_acceptance", cum);
   json_object_set_new(root, "rounds_total", json_integer(st->rounds));
+  json_object_set_new(root, "rounds_without_drafts", json_integer(st->plain_rounds));
   json_object_set_new(root, "drafted", json_integer(st->drafted));
   json_object_set_new(root, "accepted", json_integer(st->accepted));
   json_object_set_new(root, "draft_ms", json_real(st->draft_ms));
@@ -362,6 +363,9 @@ static void print_stats(const dsp_generate_stats *st, int32_t nseq, int spec, co
           (long long)st->drafted, st->draft_ms, st->verify_ms);
   for (int i = 0; i < 64 && st->tried[i]; i++) fprintf(stderr, " %.2f", (double)st->kept[i] / (double)st->tried[i]);
   fputc('\n', stderr);
+  if (st->plain_rounds)
+    fprintf(stderr, "dspark: gamma auto ran %lld sequence-rounds as decode steps (no drafts: they did not pay)\n",
+            (long long)st->plain_rounds);
   if (pr && pr->done)
     fprintf(stderr, "dspark: plain decoding of the same prompts %.1f ms (%.1f tokens/s): speedup %.2fx%s\n", pr->ms,
             pr->tok_per_s, pr->ms / (st->prefill_ms + st->decode_ms),

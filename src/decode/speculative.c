@@ -60,16 +60,20 @@ typedef struct {
 } seq_state;
 
 /* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit over
- * every round so far, made after the AUTO_CALIB first rounds (which verify G, G / 2 and 1 drafts) and again
- * every AUTO_FULL rounds (which verify all G, so that the deep slots' acceptance keeps being measured) from
+ * every round so far, made after the AUTO_CALIB first rounds (which verify G, G / 2, 1 and 0 drafts) and again
+ * every AUTO_FULL rounds (which verify all G, so that the deep slots' acceptance keeps being measured; every
+ * 4 AUTO_FULL while no drafts pay) from
  * the slowest rank's time sums (a max is exact: every rank gets the same model, so all choose alike), and
  * frozen between fits. Each other round verifies the k that maximizes the tokens it is expected to commit
- * over its time, from the acceptance counted so far. */
-enum { AUTO_CALIB = 3, AUTO_FULL = 16 };
+ * over its time, from the acceptance counted so far. k = 0 is a decode step: the draft only appends the last
+ * round's context (where the target is bound by its arithmetic, as a CPU at a batch of 16, drafting does not
+ * pay). It is chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no
+ * acceptance, so a few unlucky first rounds must not settle it. */
+enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32 };
 typedef struct {
-  int on, rounds;
-  double sn, snn, st, snt, draft; /* least-squares sums over (tokens, verify ms); draft ms summed */
-  double alpha, beta, tdraft;     /* the frozen model */
+  int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
+  double sn, snn, st, snt, draft, append; /* least-squares sums over (tokens, verify ms); draft ms summed */
+  double alpha, beta, tdraft, tappend;     /* the frozen model */
 } auto_gamma;
 
 typedef struct {
@@ -215,18 +219,25 @@ static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, in
   return k;
 }
 
-/* The drafts to verify this round (all sequences alike), given ns sequences. */
-static int32_t auto_k(const spec *c, int32_t ns, const dsp_generate_stats *st) {
-  const auto_gamma *a = &c->ag;
+/* The drafts to verify this round (all sequences alike), given ns sequences; 0: no proposal. */
+static int32_t auto_k(spec *c, int32_t ns, const dsp_generate_stats *st) {
+  auto_gamma *a = &c->ag;
   const int32_t G = c->G;
-  if (a->rounds < AUTO_CALIB) return a->rounds == 0 ? G : a->rounds == 1 ? (G + 1) / 2 : 1;
-  if (a->rounds % AUTO_FULL == 0) return G;
+  static const int calib[AUTO_CALIB] = {2, 1, 0, -1}; /* G, G / 2, 1, 0 */
+  if (a->rounds < AUTO_CALIB) {
+    const int w = calib[a->rounds];
+    return w == 2 ? G : w == 1 ? (G + 1) / 2 : w == 0 ? 1 : 0;
+  }
+  /* the probe; while decode steps pay best it costs more than it can find, so it runs a quarter as often */
+  if (a->rounds % AUTO_FULL == 0 && (a->last > 0 || a->rounds % (4 * AUTO_FULL) == 0)) return G;
   /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
   double kept = 0.0, tried = 0.0;
   for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
   const double p0 = (kept + 1.0) / (tried + 2.0);
-  int32_t best = G;
-  double best_rate = -1.0, reach = 1.0, expect = 1.0; /* the bonus always commits */
+  const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
+  int32_t best = 0;
+  double best_rate = st->tried[0] >= AUTO_TRIED ? 1.0 / (ms0 > 1e-6 ? ms0 : 1e-6) : -1.0;
+  double reach = 1.0, expect = 1.0; /* the bonus always commits */
   for (int32_t k = 1; k <= G; k++) {
     /* slot k - 1's acceptance given its prefix */
     const double ak = k - 1 < 64 ? ((double)st->kept[k - 1] + 2.0 * p0) / ((double)st->tried[k - 1] + 2.0) : p0;
@@ -236,24 +247,28 @@ static int32_t auto_k(const spec *c, int32_t ns, const dsp_generate_stats *st) {
     const double rate = expect / (ms > 1e-6 ? ms : 1e-6);
     if (rate > best_rate) best_rate = rate, best = k;
   }
-  return best;
+  return a->last = best;
 }
 
-/* One round's times into the fit; at the fitting rounds, the model from the slowest rank's sums. */
-static dsp_status auto_learn(spec *c, int32_t nt, double verify_ms, double draft_ms) {
+/* One round's times into the fit (k: the drafts it verified, 0 when it proposed none); at the fitting rounds,
+ * the model from the slowest rank's sums. */
+static dsp_status auto_learn(spec *c, int32_t nt, int32_t k, double verify_ms, double draft_ms) {
   auto_gamma *a = &c->ag;
-  a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms, a->draft += draft_ms;
+  a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
+  if (k > 0) a->draft += draft_ms, a->nprop++;
+  else a->append += draft_ms, a->nappend++;
   ++a->rounds;
   if (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)) return DSP_OK;
   dsp_comm *comm = c->t->be->comm;
-  float v[3] = {(float)a->st, (float)a->snt, (float)a->draft}, sum[3];
-  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 3, DSP_F32, DSP_REDUCE_MAX));
+  float v[4] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append}, sum[4];
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 4, DSP_F32, DSP_REDUCE_MAX));
   const double n = a->rounds, st = sum[0], snt = sum[1];
   const double den = n * a->snn - a->sn * a->sn;
   a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
   if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
   a->alpha = (st - a->beta * a->sn) / n;
-  a->tdraft = sum[2] / n;
+  a->tdraft = a->nprop ? sum[2] / a->nprop : 0.0;
+  a->tappend = a->nappend ? sum[3] / a->nappend : 0.0;
   return DSP_OK;
 }
 
@@ -275,17 +290,18 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
       }
     int64_t qsh[3] = {ns, K, c->V};
     dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
+    /* gamma auto's k drafts (0: this round is a decode step; the draft only appends its context) */
+    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
     dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
-                          .ctx_target = 1};
+                          .append_only = kmax == 0, .ctx_target = 1};
     dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
     DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
     const double draft_ms = dsp_now_ms() - t0;
     st->draft_ms += draft_ms;
-    /* verify [anchor, drafts] (gamma auto's k of them; cut at the first slot below the confidence threshold) */
-    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
+    /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
     int32_t nt = 0;
     for (int32_t r = 0; r < ns; r++) {
       int32_t k = kmax;
@@ -306,14 +322,15 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     const double verify_ms = dsp_now_ms() - t0;
     st->verify_ms += verify_ms;
     st->decode_calls++;
-    if (c->ag.on) DSP_TRY(auto_learn(c, nt, verify_ms, draft_ms));
+    if (c->ag.on) DSP_TRY(auto_learn(c, nt, kmax, verify_ms, draft_ms));
     /* accept, commit, roll back */
     for (int32_t r = 0; r < ns; r++) {
       const int32_t q = c->which[r], k = c->count[r] - 1;
       seq_state *s = &c->s[q];
       int32_t bonus;
       const int32_t a = accept(c, q, r, c->row0[r], k, &bonus);
-      st->rounds++;
+      if (kmax > 0) st->rounds++;
+      else st->plain_rounds++;
       st->drafted += k;
       st->accepted += a;
       for (int32_t i = 0; i <= a && i < k && i < 64; i++) st->tried[i]++;
