@@ -27,7 +27,7 @@ typedef struct {
   dsp_tail_kernel cuda_tail; /* DSPARK_CUDA_TAIL */
   int gemm_split;         /* DSPARK_GEMM_SPLIT=1: split a linear layer's K over a cluster where its shape leaves SMs idle */
   int gemm_tile;          /* DSPARK_GEMM_TILE: the own GEMM's token tile for every M (0: chosen by M) */
-  int gemm_small;         /* DSPARK_GEMM_SMALL: the mma.sync kernel for few token rows: 0 never, 1 always (M <= 16), 2 by shape */
+  int gemm_small;         /* DSPARK_GEMM_SMALL: the mma.sync kernel for few token rows (M <= 16): 0 never; 1 and 2 (auto) always */
   int cuda_attention_tc;  /* DSPARK_CUDA_ATTENTION=tc (the default): attention on the tensor cores where its shapes allow */
   int cuda_pdl;           /* DSPARK_CUDA_PDL=1 (the default): captured products launch programmatically (PDL) */
   const char *error;      /* NULL, or why a variable was refused */

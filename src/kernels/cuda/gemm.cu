@@ -381,13 +381,11 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   const int pdl = dsp_cuda_pdl(s);
   if (lm->wg && lm->split > 1)
     return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, s);
-  /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced).
-   * Its chain links are no shorter than the warpgroup kernel's, so by default it runs only where an SM gets
-   * many of its strips (N >= 16384: 8 warps per SM on an H200) and the tokens are few (there M 1 took 11% less
-   * on gate/up, 20% less on the LM head; M 8 took 2-9% more; bench/RESULTS.md, twentieth session) */
+  /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced). Its
+   * warps each own a 16-row strip, so a product has 4x more chains in flight than the 64-row tiles: at M 1 and 8
+   * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session) */
   const int small = dsp_env_get()->gemm_small;
-  if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile &&
-      (small == 1 || (small == 2 && m <= 4 && lm->n >= 16384)))
+  if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile && small != 0)
     return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;

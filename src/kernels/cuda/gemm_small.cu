@@ -2,8 +2,9 @@
  *
  * Block: C consumer warps and one producer warp, persistent over groups of C
  * 16-row strips of w (group g = rows 16 C g ..). The producer's lane 0 lands,
- * per stage, `sb` boxes of [64 k]: the group's 16 C weight rows and the
- * NT8 x 8 token rows (rows past n and m are zero-filled), by TMA with the
+ * per stage, SB boxes of [64 k] of the group's 16 C weight rows and of the
+ * NT8 x 8 token rows (one 3-D copy each; rows past n and m and chunks past K
+ * are zero-filled), by TMA with the
  * 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7): ldmatrix's eight
  * rows hit distinct banks), into a ring of stages with a full and an empty
  * mbarrier each. Consumer warp w owns strip C g + w: per box, the four k
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int GS_BK = 64;    /* k per box: eight 16-byte pieces per row */
 constexpr int GS_MAXC = 8;   /* consumer warps per block at most */
-constexpr int GS_MAXS = 16;  /* stages at most */
+constexpr int GS_MAXS = 4;   /* stages at most: 4 of 4 boxes streamed faster than 8 or 16 (bench/RESULTS.md) */
 constexpr uint32_t GS_WBOX = 16 * 128; /* one strip's [16 rows][64 k] */
 
 /* Bytes of one stage of sb boxes for C strips and NT8 token tiles. */
@@ -44,21 +45,38 @@ struct gs_frag {
   uint32_t a[4][4], b[4][2 * NT8];
 };
 
-/* wb: the strip's weight tile (its row 0 at a multiple of 8 rows of the box), tb: the tokens' tile. */
+/* Per-lane byte offsets of the ldmatrix rows in a [rows][128 bytes] tile, per k group i: the weight tile's
+ * (a0..a3: rows 0-7 k 0-7, rows 8-15 k 0-7, rows 0-7 k 8-15, rows 8-15 k 8-15) and the tokens' (both token
+ * tiles' k 0-7 and k 8-15 when NT8 is 2). Fixed per lane: computed once, not per box. */
 template <int NT8>
-__device__ __forceinline__ void gs_load(gs_frag<NT8> &f, uint32_t wb, uint32_t tb, int lane) {
+struct gs_offs {
+  uint32_t a[4], b[4];
+};
+template <int NT8>
+__device__ __forceinline__ gs_offs<NT8> gs_offsets(int lane) {
   const int mi = lane >> 3, rr = lane & 7; /* lane l gives row l & 7 of matrix l >> 3 */
+  gs_offs<NT8> o;
 #pragma unroll
   for (int i = 0; i < GS_BK / 16; i++) {
-    /* matrices: rows 0-7 k 0-7, rows 8-15 k 0-7, rows 0-7 k 8-15, rows 8-15 k 8-15 (a0..a3) */
-    dsp_ldsm4(f.a[i], wb + gs_off(rr + 8 * (mi & 1), 2 * i + (mi >> 1)));
+    o.a[i] = gs_off(rr + 8 * (mi & 1), 2 * i + (mi >> 1));
+    o.b[i] = NT8 == 1 ? gs_off(rr, 2 * i + (mi & 1)) : gs_off(rr + 8 * (mi >> 1), 2 * i + (mi & 1));
+  }
+  return o;
+}
+
+/* wb: the strip's weight tile (its row 0 at a multiple of 8 rows of the box), tb: the tokens' tile. */
+template <int NT8>
+__device__ __forceinline__ void gs_load(gs_frag<NT8> &f, uint32_t wb, uint32_t tb, const gs_offs<NT8> &o) {
+#pragma unroll
+  for (int i = 0; i < GS_BK / 16; i++) {
+    dsp_ldsm4(f.a[i], wb + o.a[i]);
     if (NT8 == 1) {
       uint32_t b[2];
-      dsp_ldsm2(b, tb + gs_off(rr, 2 * i + (mi & 1)));
+      dsp_ldsm2(b, tb + o.b[i]);
       f.b[i][0] = b[0], f.b[i][1] = b[1];
-    } else { /* token tiles 0 and 1: (k 0-7, k 8-15) each */
+    } else {
       uint32_t b[4];
-      dsp_ldsm4(b, tb + gs_off(rr + 8 * (mi >> 1), 2 * i + (mi & 1)));
+      dsp_ldsm4(b, tb + o.b[i]);
 #pragma unroll
       for (int j = 0; j < 2 * NT8; j++) f.b[i][j] = b[j];
     }
@@ -66,17 +84,27 @@ __device__ __forceinline__ void gs_load(gs_frag<NT8> &f, uint32_t wb, uint32_t t
 }
 
 template <int NT8>
+__device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f) {
+#pragma unroll
+  for (int i = 0; i < GS_BK / 16; i++) {
+    dsp_mma16816(d[0], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][0], f.b[i][1]);
+    if (NT8 == 2)
+      dsp_mma16816(d[NT8 - 1], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * NT8 - 2], f.b[i][2 * NT8 - 1]);
+  }
+}
+
+template <int NT8, int SB>
 __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
                                                                uint16_t *__restrict__ out, int m, int n, int nkb,
-                                                               long long ldo, int ngroups, int sb, int stages) {
+                                                               long long ldo, int ngroups, int stages) {
   extern __shared__ unsigned char gs_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)gs_raw + 1023) & ~(uintptr_t)1023);
   const int C = (int)blockDim.x / 32 - 1, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
-  const uint32_t wbytes = (uint32_t)sb * C * GS_WBOX, stage = gs_stage(C, NT8, sb);
+  const uint32_t wbytes = (uint32_t)SB * C * GS_WBOX, stage = gs_stage(C, NT8, SB);
   const uint32_t sbase = dsp_saddr(smem), full0 = sbase + (uint32_t)stages * stage, empty0 = full0 + 8 * stages;
   const int my_groups = (int)blockIdx.x < ngroups ? (ngroups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-  const int nst = (nkb + sb - 1) / sb; /* stages per group */
+  const int nst = (nkb + SB - 1) / SB; /* stages per group */
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; s++) dsp_bar_init(full0 + 8 * s, 1), dsp_bar_init(empty0 + 8 * s, (uint32_t)C);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -89,23 +117,20 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
     asm volatile("prefetch.tensormap [%0];" ::"l"(&ta) : "memory");
     const uint64_t pw = dsp_l2_evict_first(), pa = dsp_l2_evict_last(); /* weights stream once, tokens stay */
     const int units = my_groups * nst;
-    auto boxes = [&](int u) { const int q = u % nst; return nkb - q * sb < sb ? nkb - q * sb : sb; };
+    /* one copy per stage and operand: boxes of [sb chunks][rows][64 k] (3-D maps: k, row, chunk); chunks past K
+       are zero-filled and counted, so every stage expects the same bytes */
     auto weights = [&](int u, uint32_t st) {
-      const int q = u % nst, row = 16 * C * ((int)blockIdx.x + (u / nst) * (int)gridDim.x);
-      for (int j = 0; j < boxes(u); j++)
-        dsp_tcopy2(st + (uint32_t)j * C * GS_WBOX, &tw, (q * sb + j) * GS_BK, row, full0 + 8 * (u % stages), pw);
+      const int row = 16 * C * ((int)blockIdx.x + (u / nst) * (int)gridDim.x);
+      dsp_tcopy3_hint(st, &tw, 0, row, (u % nst) * SB, full0 + 8 * (u % stages), pw);
     };
     auto tokens = [&](int u, uint32_t st) {
-      const int q = u % nst;
-      for (int j = 0; j < boxes(u); j++)
-        dsp_tcopy2(st + wbytes + (uint32_t)j * NT8 * 1024, &ta, (q * sb + j) * GS_BK, 0, full0 + 8 * (u % stages), pa);
+      dsp_tcopy3_hint(st + wbytes, &ta, 0, 0, (u % nst) * SB, full0 + 8 * (u % stages), pa);
     };
-    auto bytes = [&](int u) { return (uint32_t)boxes(u) * ((uint32_t)C * GS_WBOX + NT8 * 1024u); };
     /* the first ring's weights before griddepcontrol.wait (launched programmatically, this grid may run beside
        the kernel that writes the tokens; without PDL the wait returns at once), then its tokens */
     const int n0 = units < stages ? units : stages;
     for (int u = 0; u < n0; u++) {
-      dsp_bar_expect(full0 + 8 * u, bytes(u));
+      dsp_bar_expect(full0 + 8 * u, stage);
       weights(u, sbase + (uint32_t)u * stage);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -113,53 +138,54 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
     for (int u = n0; u < units; u++) {
       const int s = u % stages;
       dsp_bar_wait(empty0 + 8 * s, (uint32_t)((u / stages - 1) & 1));
-      dsp_bar_expect(full0 + 8 * s, bytes(u));
+      dsp_bar_expect(full0 + 8 * s, stage);
       weights(u, sbase + (uint32_t)s * stage);
       tokens(u, sbase + (uint32_t)s * stage);
     }
     return;
   }
-  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15 */
+  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15. A stage's SB boxes are unrolled, so that per
+     box only the loads of the next one and the products of this one are issued (a box's bookkeeping in a loop
+     cost more instructions than its products: about 100 a box at 5 cycles each) */
   asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous kernel may still read out */
   const int g = lane >> 2, q4 = lane & 3;
+  const gs_offs<NT8> off = gs_offsets<NT8>(lane);
+  const uint32_t wrow = (uint32_t)warp * GS_WBOX, wbox = (uint32_t)C * GS_WBOX, tbox = NT8 * 1024u;
   float d[NT8][4];
 #pragma unroll
   for (int t = 0; t < NT8; t++) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
-  const int total = my_groups * nkb; /* boxes */
+  const int units = my_groups * nst;
   gs_frag<NT8> cur, nxt;
-  int s = 0, j = 0, kb = 0, grp = (int)blockIdx.x;
+  int s = 0, q = 0, grp = (int)blockIdx.x;
   uint32_t ph = 0;
-  const uint32_t wrow = (uint32_t)warp * GS_WBOX;
-  if (total > 0) {
+  if (units > 0) {
     dsp_bar_wait(full0, 0);
-    gs_load<NT8>(cur, sbase + wrow, sbase + wbytes, lane);
+    gs_load<NT8>(cur, sbase + wrow, sbase + wbytes, off);
   }
-  for (int bx = 0; bx < total; bx++) {
-    /* the next box: in this stage, or the first of the next one (a group's last box ends its stage) */
-    int j1 = j + 1, kb1 = kb + 1, s1 = s;
+  for (int u = 0; u < units; u++) {
+    const uint32_t st = sbase + (uint32_t)s * stage;
+    const int nb = nkb - q * SB < SB ? nkb - q * SB : SB; /* boxes in this stage */
+    const bool last = q == nst - 1;                       /* the group's last stage */
+    int s1 = s + 1;
     uint32_t ph1 = ph;
-    const bool last = kb1 == nkb, next_stage = last || j1 == sb;
-    if (last) kb1 = 0;
-    if (next_stage) {
-      j1 = 0;
-      if (++s1 == stages) s1 = 0, ph1 ^= 1;
-    }
-    if (bx + 1 < total) {
-      if (next_stage) dsp_bar_wait(full0 + 8 * s1, ph1);
-      const uint32_t st = sbase + (uint32_t)s1 * stage;
-      gs_load<NT8>(nxt, st + (uint32_t)j1 * C * GS_WBOX + wrow, st + wbytes + (uint32_t)j1 * NT8 * 1024, lane);
-    }
+    if (s1 == stages) s1 = 0, ph1 ^= 1;
 #pragma unroll
-    for (int i = 0; i < GS_BK / 16; i++) {
-      dsp_mma16816(d[0], cur.a[i][0], cur.a[i][1], cur.a[i][2], cur.a[i][3], cur.b[i][0], cur.b[i][1]);
-      if (NT8 == 2) dsp_mma16816(d[NT8 - 1], cur.a[i][0], cur.a[i][1], cur.a[i][2], cur.a[i][3], cur.b[i][2 * NT8 - 2],
-                                 cur.b[i][2 * NT8 - 1]);
+    for (int j = 0; j < SB; j++) {
+      if (j < nb) {
+        if (j + 1 < nb) {
+          gs_load<NT8>(nxt, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
+        } else if (u + 1 < units) { /* the next stage's first box */
+          dsp_bar_wait(full0 + 8 * s1, ph1);
+          const uint32_t st1 = sbase + (uint32_t)s1 * stage;
+          gs_load<NT8>(nxt, st1 + wrow, st1 + wbytes, off);
+        }
+        gs_mma<NT8>(d, cur);
+        cur = nxt;
+      }
     }
-    /* the stage's last fragments are in registers (the products above read them): the producer may land it again */
-    if (next_stage) {
-      __syncwarp();
-      if (lane == 0) dsp_bar_arrive(empty0 + 8 * s);
-    }
+    /* the stage's fragments are in registers (the products above read them): the producer may land it again */
+    __syncwarp();
+    if (lane == 0) dsp_bar_arrive(empty0 + 8 * s);
     if (last) {
       /* d[t] = (row g, token 8 t + 2 q), (g, + 1), (g + 8, 8 t + 2 q), (g + 8, + 1) */
       const int row0 = 16 * (C * grp + warp);
@@ -174,8 +200,8 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
       }
       grp += (int)gridDim.x;
     }
-    cur = nxt;
-    s = s1, ph = ph1, j = j1, kb = kb1;
+    q = last ? 0 : q + 1;
+    s = s1, ph = ph1;
   }
 }
 
@@ -196,11 +222,28 @@ gs_shape gs_pick(const lw_dev &dv, int64_t n, int nt8, int force_c) {
     const double eff = (double)strips / ((double)rounds * dv.sms * c);
     if (eff >= best - 1e-9) best = eff, sh.c = c, sh.groups = groups;
   }
-  sh.sb = sh.c >= 8 ? 1 : 8 / sh.c > 4 ? 4 : 8 / sh.c;
+  sh.sb = sh.c > 4 ? 2 : 4;
   const int64_t st = ((int64_t)dv.optin - 1024 - 1024) / (gs_stage(sh.c, nt8, sh.sb) + 16);
   sh.stages = (int)(st > GS_MAXS ? GS_MAXS : st);
   sh.grid = (int)(sh.groups < dv.sms ? sh.groups : dv.sms);
   return sh;
+}
+
+/* A 3-D view of the [rows][k] matrix p (row stride ld) as (64 k, row, chunk of 64 k), box (64, box_rows, sb): one
+ * copy lands sb chunks as [sb][box_rows][128 bytes], each chunk the 2-D box's image (128-byte swizzle). */
+dsp_status gs_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int64_t ld, int box_rows, int sb) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = dsp_tma_encoder();
+  if (!enc) return dsp_fail(DSP_ERR_DEVICE, "cuda gemm (mma.sync): no cuTensorMapEncodeTiled");
+  const cuuint64_t dims[3] = {(cuuint64_t)GS_BK, (cuuint64_t)rows, (cuuint64_t)(k / GS_BK)};
+  const cuuint64_t strides[2] = {(cuuint64_t)ld * 2, (cuuint64_t)GS_BK * 2};
+  const cuuint32_t box[3] = {GS_BK, (cuuint32_t)box_rows, (cuuint32_t)sb}, es[3] = {1, 1, 1};
+  const CUresult r = enc(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)p, dims, strides, box, es,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return dsp_fail(DSP_ERR_DEVICE, "cuda gemm (mma.sync): cuTensorMapEncodeTiled failed (%d) for [%lld][%lld]", (int)r,
+                    (long long)rows, (long long)k);
+  return DSP_OK;
 }
 
 template <int NT8>
@@ -212,17 +255,19 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   if (sh.stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): shared memory too small");
   if (sh.groups > INT32_MAX) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): N %lld too large", (long long)n);
   CUtensorMap tw, ta;
-  DSP_TRY(lw_map(&tw, w, n, k, k, 16 * sh.c));
-  DSP_TRY(lw_map(&ta, a, m, k, lda, 8 * NT8));
+  DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
+  DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
+  void (*kern)(const CUtensorMap, const CUtensorMap, uint16_t *, int, int, int, long long, int, int) =
+      sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
   /* per call: the opt-in is per device; the most any launch asks */
-  DSP_CUDA_TRY(cudaFuncSetAttribute(gs_kernel<NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
+  DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)sh.grid), cfg.blockDim = dim3((unsigned)(32 * (sh.c + 1)));
   cfg.dynamicSmemBytes = gs_smem(sh.c, NT8, sh.sb, sh.stages), cfg.stream = s;
   cudaLaunchAttribute at = dsp_pdl_attribute();
   cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, gs_kernel<NT8>, tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK),
-                                  (long long)ldo, (int)sh.groups, sh.sb, sh.stages));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
+                                  (int)sh.groups, sh.stages));
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -245,10 +290,10 @@ extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const 
   return gs_run(a, lda, w, out, m, n, k, ldo, pdl, 0, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
-  /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520) and of three
-     (two boxes a stage, the last group one strip and a half) */
+  /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520), of three (four
+     boxes a stage) and of six (two boxes a stage); their last groups partial */
   const int64_t N = 520, ms[2] = {16, 5};
-  const int cs[2] = {0, 3};
+  const int cs[3] = {0, 3, 6};
   *compared = *differ = 0;
   uint16_t *buf = NULL;
   const size_t na = (size_t)(16 * k), nw = (size_t)(N * k), no = (size_t)(16 * N);
@@ -263,7 +308,7 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
     dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x5151u);
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xC0DEu);
   }
-  for (int v = 0; v < 4 && st == DSP_OK; v++) {
+  for (int v = 0; v < 6 && st == DSP_OK; v++) {
     st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v & 1], N, k, N, 0, 0, 0, s);
     if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], s);
     if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||

@@ -7,14 +7,14 @@
  * whichever kernel computed it: batch- and shard-invariant.
  *
  * Why: at a few tokens each element's chain of K / 16 dependent tensor-core
- * instructions is the critical path (about 120 cycles a link for wgmma on an
- * H200: K 4096 takes 17 us however many SMs run). Here one warp owns 16 rows
- * of w, so a product has 4x more independent chains than the wgmma kernel's
- * 64-row tiles spread over the SMs. mma.sync's links are no shorter (about
- * 144 cycles), so this pays only where a product has many strips per SM
- * (gemm.cu's rule). A warp streams its rows' [64 k] chunks and the tokens' by
- * TMA through its own ring of stages; blocks are single warps, persistent
- * over the 16-row strips.
+ * instructions sets a floor (an mma.sync link alone takes about 24 cycles on
+ * an H200: K 12288 is 9.5 us), and the bytes set another. Here one warp owns
+ * 16 rows of w, so a product has 4x more independent chains than the wgmma
+ * kernel's 64-row tiles. A block is C consumer warps (the strips of a group)
+ * and one producer warp that lands each stage's weights and tokens with one
+ * 3-D TMA copy each; the consumers' loop over a stage is unrolled, so that a
+ * box costs its loads and products, not its bookkeeping (which, in a loop,
+ * was 100 instructions a box and made each link cost about 120 cycles).
  * CUDA C++ only (sm_80+ instructions; built for sm_90a). */
 #ifndef DSP_KERNELS_CUDA_GEMM_SMALL_H
 #define DSP_KERNELS_CUDA_GEMM_SMALL_H

@@ -60,6 +60,16 @@ __device__ __forceinline__ void dsp_tcopy3(uint32_t dst, const CUtensorMap *tm, 
       : "memory");
 }
 
+/* The same with an L2 policy. */
+__device__ __forceinline__ void dsp_tcopy3_hint(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2, uint32_t bar,
+                                              uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
+      : "memory");
+}
+
+
 /* L2 policies for copies' cache hints. */
 __device__ __forceinline__ uint64_t dsp_l2_evict_first() {
   uint64_t p;
