@@ -160,19 +160,21 @@ static void test_paths_agree_random(void **st) {
 }
 
 /* K around the kernel's k blocks (256 steps): the spilled partial sums must
- * continue the one chain exactly. */
+ * continue the one chain exactly; at 13 rows, and at 1 and 3 (panels in pairs,
+ * N 97 leaving the last of four panels unpaired). */
 static void test_k_block_edges(void **st) {
   (void)st;
-  const int ks[] = {1, 255, 256, 257, 512, 513, 1000};
-  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-    enum { M = 13, N = 33 };
-    uint16_t *a = malloc(sizeof *a * (size_t)(M * ks[i])), *w = malloc(sizeof *w * (size_t)(N * ks[i]));
-    fill_normal(a, (size_t)(M * ks[i]), -20, 20);
-    fill_normal(w, (size_t)(N * ks[i]), -20, 20);
-    check_against_chain(M, ks[i], N, a, w);
-    free(a);
-    free(w);
-  }
+  const int ks[] = {1, 255, 256, 257, 512, 513, 1000}, ms[][2] = {{13, 33}, {1, 97}, {3, 97}};
+  for (size_t r = 0; r < sizeof ms / sizeof ms[0]; r++)
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+      const int M = ms[r][0], N = ms[r][1];
+      uint16_t *a = malloc(sizeof *a * (size_t)(M * ks[i])), *w = malloc(sizeof *w * (size_t)(N * ks[i]));
+      fill_normal(a, (size_t)(M * ks[i]), -20, 20);
+      fill_normal(w, (size_t)(N * ks[i]), -20, 20);
+      check_against_chain(M, ks[i], N, a, w);
+      free(a);
+      free(w);
+    }
 }
 
 static void test_order_k7168_specials(void **st) {

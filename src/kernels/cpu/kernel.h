@@ -79,6 +79,15 @@ void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int64_t kc, 
 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
                          const void *pf);
 dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa);
+/* The same over two panels at once (bp0, bp1 into tile0, tile1), for mr <= DSP_CPU_MR2: at few rows a single
+ * panel's 2 mr chains cannot hide the multiply-add latency, two panels' 4 mr can. Each output's chain is the
+ * one above. pf0, pf1: the lines to prefetch per k step, or NULL. NULL where the ISA has none. */
+#define DSP_CPU_MR2 4
+typedef void (*dsp_cpu_tile2_fn)(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc,
+                                 float *tile0, float *tile1, int load, const void *pf0, const void *pf1);
+void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc, float *tile0,
+                          float *tile1, int load, const void *pf0, const void *pf1);
+dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa);
 
 /* Cache blocking of one thread's panels [j0, j1): per panel, k blocks of
  * DSP_CPU_KC steps, then all A tiles, so a tile's A block (12 x 256 fp32) and
@@ -88,16 +97,17 @@ dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa);
  * the next block the sweep will read (blocks are contiguous in the packing),
  * which is what keeps the weight-streaming shapes (M = 1, the Markov step) fed.
  * Measured here: 256 beat no blocking, 128 and 512; grouping several panels
- * per A block and pre-widening panel blocks to fp32 did not pay. Each finished
- * (tile, panel) goes to epi, the panels of a row in increasing order. cbuf
- * holds dsp_cpu_sweep_floats(m) floats, 64-byte aligned. */
+ * per A block and pre-widening panel blocks to fp32 did not pay. With fn2 (or
+ * NULL) and a single tile of at most DSP_CPU_MR2 rows, panels go in pairs.
+ * Each finished (tile, panel) goes to epi, the panels of a row in increasing
+ * order. cbuf holds dsp_cpu_sweep_floats(m) floats, 64-byte aligned. */
 #define DSP_CPU_KC 256
 typedef void (*dsp_cpu_epi_fn)(void *ctx, const float *tile, int64_t m0, int mr, int64_t j);
 static inline size_t dsp_cpu_sweep_floats(int64_t m) {
   return (size_t)((m + DSP_CPU_MR - 1) / DSP_CPU_MR) * DSP_CPU_MR * DSP_CPU_NR;
 }
 void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
-                   dsp_cpu_tile_fn fn, float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
+                   dsp_cpu_tile_fn fn, dsp_cpu_tile2_fn fn2, float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
 
 /* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
  * address of element (m0, n0)) with strides rs, cs in elements; dt BF16

@@ -74,6 +74,64 @@ DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp,
   }
 }
 
+/* Two panels per k step: 4 mr accumulators, each the chain of tile_mr. */
+DSP_AVX512_INLINE void tile2_mr(const float *ap, const int MR, const uint16_t *b0, const uint16_t *b1, int64_t kc,
+                                float *t0, float *t1, int load, const char *pf0, const char *pf1) {
+  __m512 acc[DSP_CPU_MR2][4];
+  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; i++) {
+    if (load) {
+      acc[i][0] = _mm512_load_ps(t0 + i * DSP_CPU_NR), acc[i][1] = _mm512_load_ps(t0 + i * DSP_CPU_NR + 16);
+      acc[i][2] = _mm512_load_ps(t1 + i * DSP_CPU_NR), acc[i][3] = _mm512_load_ps(t1 + i * DSP_CPU_NR + 16);
+    } else {
+      acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int64_t kk = 0; kk < kc; kk++) {
+    const __m512i x0 = _mm512_load_si512((const void *)(b0 + kk * DSP_CPU_NR));
+    const __m512i x1 = _mm512_load_si512((const void *)(b1 + kk * DSP_CPU_NR));
+    const __m512 w00 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16)), w01 = _mm512_castsi512_ps(_mm512_and_si512(x0, hi));
+    const __m512 w10 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16)), w11 = _mm512_castsi512_ps(_mm512_and_si512(x1, hi));
+    const float *av = ap + kk * MR;
+    _mm_prefetch(pf0 + kk * 64, _MM_HINT_T1);
+    _mm_prefetch(pf1 + kk * 64, _MM_HINT_T1);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++) {
+      const __m512 a = _mm512_set1_ps(av[i]);
+      acc[i][0] = _mm512_fmadd_ps(a, w00, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, w01, acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(a, w10, acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(a, w11, acc[i][3]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; i++) {
+    _mm512_store_ps(t0 + i * DSP_CPU_NR, acc[i][0]), _mm512_store_ps(t0 + i * DSP_CPU_NR + 16, acc[i][1]);
+    _mm512_store_ps(t1 + i * DSP_CPU_NR, acc[i][2]), _mm512_store_ps(t1 + i * DSP_CPU_NR + 16, acc[i][3]);
+  }
+}
+
+#define TILE2_FN(n)                                                                                            \
+  DSP_AVX512 static void tile2_##n(const float *ap, const uint16_t *b0, const uint16_t *b1, int64_t kc, float *t0, \
+                                   float *t1, int load, const char *p0, const char *p1) {                          \
+    tile2_mr(ap, n, b0, b1, kc, t0, t1, load, p0, p1);                                                             \
+  }
+TILE2_FN(1) TILE2_FN(2) TILE2_FN(3) TILE2_FN(4)
+
+DSP_AVX512 void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc,
+                                     float *tile0, float *tile1, int load, const void *pf0, const void *pf1) {
+  /* No prefetch wanted: touch the blocks being read (already in L1). */
+  const char *p0 = pf0 ? (const char *)pf0 : (const char *)bp0, *p1 = pf1 ? (const char *)pf1 : (const char *)bp1;
+  switch (mr) {
+    case 1: tile2_1(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
+    case 2: tile2_2(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
+    case 3: tile2_3(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
+    default: tile2_4(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
+  }
+}
+
 DSP_AVX512_INLINE __m512 canon_f32(__m512 v) {
   return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));

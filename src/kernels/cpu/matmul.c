@@ -67,7 +67,7 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
 
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t j0 = w->npanels * id / nt, j1 = w->npanels * (id + 1) / nt;
-    dsp_cpu_sweep(ap, m, w, j0, j1, tile_fn, ap + a_floats + (size_t)id * c_floats, store_epi, &sc_);
+    dsp_cpu_sweep(ap, m, w, j0, j1, tile_fn, dsp_cpu_tile2_for(isa), ap + a_floats + (size_t)id * c_floats, store_epi, &sc_);
   }
   return DSP_OK;
 }
