@@ -206,8 +206,8 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
 }
 
 /* The launch shape: C strips per group where the groups spread most evenly over the SMs (one block each; ties
- * to the larger C: more chains in flight per SM), boxes per stage so a stage holds about 16 KB of weights, and
- * the stages that fit one block's shared memory. */
+ * to the larger C: more chains in flight per SM), 4 boxes a stage up to 4 strips and 2 past them (8 to 32 KB
+ * of weights a stage), and up to GS_MAXS stages that fit one block's shared memory. */
 struct gs_shape {
   int c, sb, stages, grid;
   int64_t groups;
