@@ -9,41 +9,52 @@
 #include "kernels/cpu/kernel.h"
 
 
-/* MR is a constant at every call site, so the loops unroll and acc stays in
- * registers. */
-DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp, int64_t kc, float *tile, int load,
-                               const char *pf) {
-  __m512 acc[DSP_CPU_MR][2];
+/* NP (1 or 2) panels per k step, b0 and b1 into t0 and t1: 2 NP accumulators per row, each the chain of
+ * kernel.h. MR and NP are constants at every call site, so the loops unroll and acc stays in registers. */
+DSP_AVX512_INLINE void tile_np(const float *ap, const int MR, const int NP, const uint16_t *b0, const uint16_t *b1,
+                               int64_t kc, float *t0, float *t1, int load, const char *pf0, const char *pf1) {
+  __m512 acc[DSP_CPU_MR][4];
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-  if (load) {
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-      acc[i][0] = _mm512_load_ps(tile + i * DSP_CPU_NR);
-      acc[i][1] = _mm512_load_ps(tile + i * DSP_CPU_NR + 16);
+  for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) {
+      const float *t = (p ? t1 : t0) + i * DSP_CPU_NR;
+      acc[i][2 * p] = load ? _mm512_load_ps(t) : _mm512_setzero_ps();
+      acc[i][2 * p + 1] = load ? _mm512_load_ps(t + 16) : _mm512_setzero_ps();
     }
-  } else {
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  }
 #pragma GCC unroll 4
   for (int64_t kk = 0; kk < kc; kk++) {
-    __m512i x = _mm512_load_si512((const void *)(bp + kk * DSP_CPU_NR));
-    __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+    __m512 w[4];
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) {
+      const __m512i x = _mm512_load_si512((const void *)((p ? b1 : b0) + kk * DSP_CPU_NR));
+      w[2 * p] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+      w[2 * p + 1] = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+    }
     const float *av = ap + kk * MR;
-    _mm_prefetch(pf + kk * 64, _MM_HINT_T1);
+    _mm_prefetch(pf0 + kk * 64, _MM_HINT_T1);
+    if (NP == 2) _mm_prefetch(pf1 + kk * 64, _MM_HINT_T1);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
-      __m512 a = _mm512_set1_ps(av[i]);
-      acc[i][0] = _mm512_fmadd_ps(a, w0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, w1, acc[i][1]);
+      const __m512 a = _mm512_set1_ps(av[i]);
+#pragma GCC unroll 4
+      for (int c = 0; c < 2 * NP; c++) acc[i][c] = _mm512_fmadd_ps(a, w[c], acc[i][c]);
     }
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) {
-    _mm512_store_ps(tile + i * DSP_CPU_NR, acc[i][0]);
-    _mm512_store_ps(tile + i * DSP_CPU_NR + 16, acc[i][1]);
-  }
+  for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; p++) {
+      float *t = (p ? t1 : t0) + i * DSP_CPU_NR;
+      _mm512_store_ps(t, acc[i][2 * p]);
+      _mm512_store_ps(t + 16, acc[i][2 * p + 1]);
+    }
+}
+
+DSP_AVX512_INLINE void tile_mr(const float *ap, const int MR, const uint16_t *bp, int64_t kc, float *tile, int load,
+                               const char *pf) {
+  tile_np(ap, MR, 1, bp, bp, kc, tile, tile, load, pf, pf);
 }
 
 #define TILE_FN(n)                                                                                   \
@@ -74,49 +85,10 @@ DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp,
   }
 }
 
-/* Two panels per k step: 4 mr accumulators, each the chain of tile_mr. */
-DSP_AVX512_INLINE void tile2_mr(const float *ap, const int MR, const uint16_t *b0, const uint16_t *b1, int64_t kc,
-                                float *t0, float *t1, int load, const char *pf0, const char *pf1) {
-  __m512 acc[DSP_CPU_MR2][4];
-  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; i++) {
-    if (load) {
-      acc[i][0] = _mm512_load_ps(t0 + i * DSP_CPU_NR), acc[i][1] = _mm512_load_ps(t0 + i * DSP_CPU_NR + 16);
-      acc[i][2] = _mm512_load_ps(t1 + i * DSP_CPU_NR), acc[i][3] = _mm512_load_ps(t1 + i * DSP_CPU_NR + 16);
-    } else {
-      acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
-    }
-  }
-#pragma GCC unroll 4
-  for (int64_t kk = 0; kk < kc; kk++) {
-    const __m512i x0 = _mm512_load_si512((const void *)(b0 + kk * DSP_CPU_NR));
-    const __m512i x1 = _mm512_load_si512((const void *)(b1 + kk * DSP_CPU_NR));
-    const __m512 w00 = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16)), w01 = _mm512_castsi512_ps(_mm512_and_si512(x0, hi));
-    const __m512 w10 = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16)), w11 = _mm512_castsi512_ps(_mm512_and_si512(x1, hi));
-    const float *av = ap + kk * MR;
-    _mm_prefetch(pf0 + kk * 64, _MM_HINT_T1);
-    _mm_prefetch(pf1 + kk * 64, _MM_HINT_T1);
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; i++) {
-      const __m512 a = _mm512_set1_ps(av[i]);
-      acc[i][0] = _mm512_fmadd_ps(a, w00, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, w01, acc[i][1]);
-      acc[i][2] = _mm512_fmadd_ps(a, w10, acc[i][2]);
-      acc[i][3] = _mm512_fmadd_ps(a, w11, acc[i][3]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; i++) {
-    _mm512_store_ps(t0 + i * DSP_CPU_NR, acc[i][0]), _mm512_store_ps(t0 + i * DSP_CPU_NR + 16, acc[i][1]);
-    _mm512_store_ps(t1 + i * DSP_CPU_NR, acc[i][2]), _mm512_store_ps(t1 + i * DSP_CPU_NR + 16, acc[i][3]);
-  }
-}
-
 #define TILE2_FN(n)                                                                                            \
   DSP_AVX512 static void tile2_##n(const float *ap, const uint16_t *b0, const uint16_t *b1, int64_t kc, float *t0, \
                                    float *t1, int load, const char *p0, const char *p1) {                          \
-    tile2_mr(ap, n, b0, b1, kc, t0, t1, load, p0, p1);                                                             \
+    tile_np(ap, n, 2, b0, b1, kc, t0, t1, load, p0, p1);                                                           \
   }
 TILE2_FN(1) TILE2_FN(2) TILE2_FN(3) TILE2_FN(4)
 
