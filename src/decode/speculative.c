@@ -223,11 +223,7 @@ static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, in
 static int32_t auto_k(spec *c, int32_t ns, const dsp_generate_stats *st) {
   auto_gamma *a = &c->ag;
   const int32_t G = c->G;
-  static const int calib[AUTO_CALIB] = {2, 1, 0, -1}; /* G, G / 2, 1, 0 */
-  if (a->rounds < AUTO_CALIB) {
-    const int w = calib[a->rounds];
-    return w == 2 ? G : w == 1 ? (G + 1) / 2 : w == 0 ? 1 : 0;
-  }
+  if (a->rounds < AUTO_CALIB) return a->rounds == 0 ? G : a->rounds == 1 ? (G + 1) / 2 : a->rounds == 2 ? 1 : 0;
   /* the probe; while decode steps pay best it costs more than it can find, so it runs a quarter as often */
   if (a->rounds % AUTO_FULL == 0 && (a->last > 0 || a->rounds % (4 * AUTO_FULL) == 0)) return G;
   /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */

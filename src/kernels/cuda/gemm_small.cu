@@ -12,9 +12,9 @@
  * r, r + 8, k 2q.. and 2q + 8..) and of the token tile (B), one m16n8k16 per
  * token tile into its accumulators. The next box's fragments load while this
  * box's products run: the products form one dependent chain per token tile
- * (about 24 cycles a link on an H200), and nothing else is on a consumer's
- * path (no copy issue, no waiting on a stage that the ring has not yet had
- * time to land). The tokens' box is shared by the group's C warps. After a
+ * (about 24 cycles a link on an H200), and the copies are issued by the
+ * producer, off the consumers' path. The tokens' box is shared by the group's
+ * C warps. After a
  * strip's last box its 16 x 8 NT8 results are rounded to bf16 and stored. */
 #include "kernels/cuda/gemm_small.h"
 
