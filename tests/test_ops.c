@@ -336,13 +336,23 @@ static void check_att(const att_case *c) {
             o[3] + (size_t)t * (size_t)(Hq * D));
   if (g_cpu) run_att(g_cpu, c, T, q, kc, vc, SLOTS, rs, rk, 0, 0, o[4]);
   long bad = 0, launch = 0, cross = 0, isa = 0;
-  if (!g_cuda && dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) { /* the scalar path: the AVX-512 one's bits */
-    uint16_t *os = malloc(qn * 2);
-    assert_int_equal(dsp_cpu_kernel_force("scalar"), DSP_OK);
-    run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 0, 0, os);
-    assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
-    for (size_t i = 0; i < qn; i++) isa += os[i] != o[0][i];
-    free(os);
+  /* the scalar and AVX2 paths: the default (AVX-512, else AVX2) path's bits, on these inputs and on random q and
+     keys (p.v's order shows in the bits; q.k's only where a sum lies near a bf16 rounding boundary, as the
+     scores are rounded to bf16 at once) */
+  if (!g_cuda && dsp_cpu_isa_current() > DSP_CPU_ISA_SCALAR) {
+    uint16_t *qr = malloc(qn * 2), *kr = malloc(cn * 2), *od = malloc(qn * 2), *os = malloc(qn * 2);
+    for (size_t i = 0; i < qn; i++) qr[i] = rand_val();
+    for (size_t i = 0; i < cn; i++) kr[i] = rand_val();
+    run_att(g_be, c, T, qr, kr, vc, SLOTS, rs, rk, 0, 0, od);
+    for (int p = 0; p < 2; p++)
+      if (dsp_cpu_isa_current() > (p ? DSP_CPU_ISA_AVX2 : DSP_CPU_ISA_SCALAR))
+        for (int r = 0; r < 2; r++) {
+          assert_int_equal(dsp_cpu_kernel_force(p ? "avx2" : "scalar"), DSP_OK);
+          run_att(g_be, c, T, r ? qr : q, r ? kr : kc, vc, SLOTS, rs, rk, 0, 0, os);
+          assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+          for (size_t i = 0; i < qn; i++) isa += os[i] != (r ? od : o[0])[i];
+        }
+    free(qr), free(kr), free(od), free(os);
   }
   double *sc = malloc((size_t)P * sizeof *sc);
   for (int64_t t = 0; t < T; t++)
@@ -380,7 +390,7 @@ static void check_att(const att_case *c) {
     }
   if (bad || launch || cross || isa)
     fail_msg("attention Hq %lld Hkv %lld D %lld stride x%lld: %ld beyond the tolerance, %ld differ between launches "
-             "(hints, rows alone, q rows padded), %ld CPU values beyond it, %ld differ between the CPU's AVX-512 and scalar paths",
+             "(hints, rows alone, q rows padded), %ld CPU values beyond it, %ld differ between the CPU's default path and its scalar or AVX2 one",
              (long long)Hq, (long long)Hkv, (long long)D, (long long)c->stride_mul, bad, launch, cross, isa);
   free(sc), free(q), free(kc), free(vc);
   for (int i = 0; i < 7; i++) free(o[i]);

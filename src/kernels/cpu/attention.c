@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/avx512.h"
 #include "kernels/cpu/expf.h"
 #include "kernels/cpu/expf_avx512.h"
@@ -30,14 +31,9 @@ size_t dsp_cpu_attention_scratch(int64_t max_len, int64_t q_heads, int64_t kv_he
   return (per + 15) / 16 * 16 * (size_t)nthreads;
 }
 
-typedef struct {
-  const dsp_bf16 *kb, *vb; /* the slot's cache at kv head g */
-  int64_t nk, D, rep, kst; /* keys, head dim, heads per kv head, elements per cache row */
-  int64_t nq, es;          /* q vectors in qf (scores), floats from one q vector's scores to the next */
-  float *qf, *e, *acc;     /* scratch */
-} item;
+typedef dsp_cpu_attn_item item;
 
-static void scores_scalar(const item *it) {
+DSP_FMA_CLONES static void scores_scalar(const item *it) {
   for (int64_t j = 0; j < it->nk; j++) {
     const dsp_bf16 *kr = it->kb + j * it->kst;
     for (int64_t r = 0; r < it->nq; r++) {
@@ -49,7 +45,7 @@ static void scores_scalar(const item *it) {
   }
 }
 
-static void pv_scalar(const item *it, int64_t r) {
+DSP_FMA_CLONES static void pv_scalar(const item *it, int64_t r) {
   const float *p = it->e + r * it->es;
   float *acc = it->acc + r * it->D;
   for (int64_t d = 0; d < it->D; d++) acc[d] = 0.0f;
@@ -223,12 +219,13 @@ DSP_AVX512 static void pv_range(const item *it, int64_t v0, int64_t nq, int64_t 
 /* p.v of the run's nr rows x rep heads: the keys every row sees with all q
  * vectors together (more chains in flight), then each row's own further keys;
  * each (vector, dim) chain still runs in key order from +0. */
-DSP_AVX512 static void pv_run_avx512(const item *it, int64_t nr, const int64_t *row_nk) {
-  int64_t common = row_nk[0];
-  for (int64_t r = 1; r < nr; r++) common = row_nk[r] < common ? row_nk[r] : common;
-  pv_range(it, 0, nr * it->rep, 0, common);
+typedef void (*pv_range_fn)(const item *it, int64_t v0, int64_t nq, int64_t j0, int64_t j1);
+static void pv_run(const item *it, int64_t nr, const int64_t *row_nk, pv_range_fn range) {
+  int64_t common = INT64_MAX;
+  for (int64_t r = 0; r < nr; r++) common = row_nk[r] < common ? row_nk[r] : common;
+  range(it, 0, nr * it->rep, 0, common);
   for (int64_t r = 0; r < nr; r++)
-    if (row_nk[r] > common) pv_range(it, r * it->rep, it->rep, common, row_nk[r]);
+    if (row_nk[r] > common) range(it, r * it->rep, it->rep, common, row_nk[r]);
 }
 
 /* softmax_scalar's bits in three passes, so that the z sums, each a chain in
@@ -329,7 +326,9 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
   const dsp_tensor *q = a->q;
   const int64_t T = q->shape[0], Hq = q->shape[1], D = q->shape[2], Hkv = a->kv_heads, rep = Hq / Hkv;
   const int64_t kstride_s = a->max_len * a->kv_stride, chunks = (T + RUN - 1) / RUN;
-  const int vec = D % 2 == 0 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512;
+  const dsp_cpu_isa isa = dsp_cpu_isa_current();
+  /* 2: AVX-512, 1: AVX2 (whole 16-dim key pieces), 0: the scalar loops */
+  const int vec = isa == DSP_CPU_ISA_AVX512 && D % 2 == 0 ? 2 : isa >= DSP_CPU_ISA_AVX2 && D % 16 == 0 && D <= 256;
   const size_t per = dsp_cpu_attention_scratch(a->max_len, Hq, Hkv, D, 1);
 #pragma omp parallel for collapse(2) schedule(static) if (chunks * Hkv > 1)
   for (int64_t c = 0; c < chunks; c++)
@@ -351,10 +350,19 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
           }
         int64_t row_nk[RUN];
         for (int64_t r = 0; r < nr; r++) row_nk[r] = clamp_keys(a, t0 + r);
-        if (vec) {
+        if (vec == 2) {
           scores_avx512(&it);
           softmax_run_avx512(&it, nr, row_nk, a->scale);
-          pv_run_avx512(&it, nr, row_nk);
+          pv_run(&it, nr, row_nk, pv_range);
+        } else if (vec == 1) {
+          dsp_cpu_attn_scores_avx2(&it);
+          for (int64_t r = 0; r < nr; r++) {
+            item ir = it;
+            ir.e = it.e + r * rep * it.es;
+            ir.nk = row_nk[r];
+            for (int64_t h = 0; h < rep; h++) softmax_scalar(&ir, h, a->scale);
+          }
+          pv_run(&it, nr, row_nk, dsp_cpu_attn_pv_avx2);
         } else {
           scores_scalar(&it);
         }

@@ -49,6 +49,10 @@ static inline const uint16_t *dsp_cpu_panel(const struct dsp_cpu_packed *p, int6
 /* Panel slot of column c (0..31) in a k line. */
 static inline int dsp_cpu_slot(int c) { return c < 16 ? 2 * c : 2 * (c - 16) + 1; }
 
+/* The portable loops of the scalar paths, also compiled for FMA and chosen at
+ * load time: without -mfma every fmaf is a libm call (same bits either way). */
+#define DSP_FMA_CLONES __attribute__((target_clones("fma", "default")))
+
 typedef enum { DSP_CPU_ISA_SCALAR = 0, DSP_CPU_ISA_AVX2, DSP_CPU_ISA_AVX512 } dsp_cpu_isa;
 dsp_cpu_isa dsp_cpu_isa_current(void);
 int dsp_cpu_isa_supported(dsp_cpu_isa isa);

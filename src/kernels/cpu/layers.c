@@ -33,7 +33,7 @@ void dsp_cpu_embed(const dsp_tensor *table, const int32_t *ids, int64_t t, dsp_t
   }
 }
 
-static void rmsnorm_rows(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out, int64_t r0, int64_t r1) {
+DSP_FMA_CLONES static void rmsnorm_rows(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out, int64_t r0, int64_t r1) {
   const int64_t D = x->shape[x->ndim - 1], os = out->stride[out->ndim - 1];
   for (int64_t r = r0; r < r1; r++) {
     const dsp_bf16 *xr = row_ptr(x, r);

@@ -1,0 +1,103 @@
+/* The AVX2+FMA forms of the CPU attention's q.k and p.v (attention_impl.h):
+ * q.k puts 8 keys in the lanes (the keys transposed through registers, no
+ * gathers), p.v 8 dims; every lane is one of the scalar path's fmaf chains. */
+#include "kernels/cpu/attention_impl.h"
+
+#include "kernels/cpu/avx2.h"
+
+/* kt[(d / 2) * 8 + j] = the dword (d, d + 1) of key j < nb, 0 past nb. */
+DSP_AVX2_INLINE void keys_transposed(const dsp_cpu_attn_item *it, const dsp_bf16 *base, int64_t nb, int32_t *kt) {
+  for (int64_t d0 = 0; d0 < it->D; d0 += 16) {
+    __m256i r[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+      r[j] = j < nb ? _mm256_loadu_si256((const __m256i *)(base + j * it->kst + d0)) : _mm256_setzero_si256();
+    dsp_avx2_transpose8(r);
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(kt + (d0 / 2 + p) * 8), r[p]);
+  }
+}
+
+/* Up to 12 q vectors against the 8 keys in kt: 12 chains in flight share each key load. */
+DSP_AVX2_INLINE void scores_group(const dsp_cpu_attn_item *it, const int32_t *kt, __m256i live, int64_t j0, int64_t r0,
+                                  int rc) {
+  const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+  __m256 acc[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) acc[i] = _mm256_setzero_ps();
+  const float *q = it->qf + r0 * it->D;
+  for (int64_t d = 0; d < it->D; d += 2) {
+    const __m256i x = _mm256_load_si256((const __m256i *)(kt + d * 4));
+    const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    const __m256 hv = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
+      if (i < rc) {
+        acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d), lo, acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d + 1), hv, acc[i]);
+      }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++)
+    if (i < rc) _mm256_maskstore_ps(it->e + (r0 + i) * it->es + j0, live, acc[i]);
+}
+
+DSP_AVX2 void dsp_cpu_attn_scores_avx2(const dsp_cpu_attn_item *it) {
+  int32_t kt[8 * 128] __attribute__((aligned(32))); /* D <= 256 */
+  for (int64_t j0 = 0; j0 < it->nk; j0 += 8) {
+    const int64_t nb = it->nk - j0 < 8 ? it->nk - j0 : 8;
+    const dsp_bf16 *base = it->kb + j0 * it->kst;
+    /* the block after next: a head's keys lie one cache row apart, too far apart for the hardware to follow */
+    for (int64_t j = 16; j < 24 && j0 + j < it->nk; j++)
+      for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
+    keys_transposed(it, base, nb, kt);
+    for (int64_t r0 = 0; r0 < it->nq; r0 += 12)
+      scores_group(it, kt, dsp_avx2_lanes(nb), j0, r0, (int)(it->nq - r0 < 12 ? it->nq - r0 : 12));
+  }
+}
+
+/* p.v of q vectors r0 .. r0 + rc - 1 (rc <= HG) over dims d0 .. d0 + 8 NV - 1: NV x HG <= 12 chains share each
+ * value row's load. NV and HG are constants at every call site, so acc stays in registers. */
+DSP_AVX2_INLINE void pv_group(const dsp_cpu_attn_item *it, int64_t d0, const int NV, const int HG, int64_t r0, int rc,
+                              int64_t j0, int64_t j1) {
+  __m256 acc[12];
+  float *out = it->acc + r0 * it->D + d0;
+#pragma GCC unroll 12
+  for (int h = 0; h < HG; h++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; c++)
+      acc[h * NV + c] = j0 && h < rc ? _mm256_loadu_ps(out + h * it->D + 8 * c) : _mm256_setzero_ps();
+  const float *p = it->e + r0 * it->es;
+  for (int64_t j = j0; j < j1; j++) {
+    const dsp_bf16 *vr = it->vb + j * it->kst + d0;
+    if (j + 16 < j1) _mm_prefetch((const char *)(vr + 16 * it->kst), _MM_HINT_T0);
+    __m256 v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; c++)
+      v[c] = _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(vr + 8 * c))), 16));
+#pragma GCC unroll 12
+    for (int h = 0; h < HG; h++)
+      if (h < rc) {
+        const __m256 pj = _mm256_broadcast_ss(p + h * it->es + j);
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) acc[h * NV + c] = _mm256_fmadd_ps(pj, v[c], acc[h * NV + c]);
+      }
+  }
+#pragma GCC unroll 12
+  for (int h = 0; h < HG; h++)
+    if (h < rc)
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; c++) _mm256_storeu_ps(out + h * it->D + 8 * c, acc[h * NV + c]);
+}
+
+DSP_AVX2 void dsp_cpu_attn_pv_avx2(const dsp_cpu_attn_item *it, int64_t v0, int64_t nq, int64_t j0, int64_t j1) {
+  for (int64_t d0 = 0; d0 < it->D; d0 += 32) {
+    const int nv = it->D - d0 < 32 ? 2 : 4, hg = nv == 4 ? 3 : 6; /* D % 16 == 0 */
+    for (int64_t r0 = v0; r0 < v0 + nq; r0 += hg) {
+      const int rc = (int)(v0 + nq - r0 < hg ? v0 + nq - r0 : hg);
+      if (nv == 4) pv_group(it, d0, 4, 3, r0, rc, j0, j1);
+      else pv_group(it, d0, 2, 6, r0, rc, j0, j1);
+    }
+  }
+}
