@@ -79,7 +79,9 @@ dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa) {
   return isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_tile_avx512 : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_tile_avx2 : dsp_cpu_tile_scalar;
 }
 
-dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa) { return isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_tile2_avx512 : NULL; }
+dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa) {
+  return isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_tile2_avx512 : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_tile2_avx2 : NULL;
+}
 
 int dsp_cpu_threads_resolve(int nthreads) {
   if (nthreads > 0) return nthreads;

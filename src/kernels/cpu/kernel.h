@@ -89,6 +89,8 @@ dsp_cpu_tile_fn dsp_cpu_tile_for(dsp_cpu_isa isa);
 #define DSP_CPU_MR2 4
 typedef void (*dsp_cpu_tile2_fn)(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc,
                                  float *tile0, float *tile1, int load, const void *pf0, const void *pf1);
+void dsp_cpu_tile2_avx2(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc, float *tile0,
+                        float *tile1, int load, const void *pf0, const void *pf1);
 void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc, float *tile0,
                           float *tile1, int load, const void *pf0, const void *pf1);
 dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa);
