@@ -473,10 +473,16 @@ static void run_rmsnorm(dsp_backend *be, const uint16_t *x, const uint16_t *w, i
 
 /* On a CPU with AVX-512, the scalar path's result of the same call (bits, NaN equal to NaN) must be the vector
    path's: *isa counts the values that differ. */
-static int scalar_path(void) {
-  if (g_cuda || !dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) return 0;
-  assert_int_equal(dsp_cpu_kernel_force("scalar"), DSP_OK);
-  return 1;
+/* The CPU's paths below its default (scalar, then AVX2 where AVX-512 is the default): from p, the next one is
+   forced and its index + 1 returned, 0 when none is left; isa_cmp returns to the default. */
+static int other_path(int p) {
+  static const char *names[] = {"scalar", "avx2"};
+  for (; !g_cuda && p < 2; p++)
+    if (dsp_cpu_isa_current() > (dsp_cpu_isa)p) {
+      assert_int_equal(dsp_cpu_kernel_force(names[p]), DSP_OK);
+      return p + 1;
+    }
+  return 0;
 }
 static void isa_cmp(long *isa, const uint16_t *vec, const uint16_t *sc, size_t n) {
   assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
@@ -484,10 +490,11 @@ static void isa_cmp(long *isa, const uint16_t *vec, const uint16_t *sc, size_t n
 }
 
 static void t_rmsnorm(void) {
-  /* rows of 4096 (one block per row on CUDA), 256, 1000 and 72; per-head views in wider rows; in place */
+  /* rows of 4096 (one block per row on CUDA), 256, 1000, 72 and 83 (past the AVX2 form's groups of 8 rows and
+     dims); per-head views in wider rows; in place */
   const struct { int64_t r, n, d, ld; int grid, in_place; } cs[] = {
       {5, 1, 4096, 4096, 0, 0}, {7, 1, 256, 264, 1, 0}, {3, 1, 1000, 1000, 0, 1}, {6, 8, 128, 1536, 0, 1},
-      {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}};
+      {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}, {9, 1, 83, 90, 0, 0}};
   op_tally t = {0};
   long isa = 0;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -498,7 +505,7 @@ static void t_rmsnorm(void) {
     for (int64_t i = 0; i < D; i++) w[i] = rand_val();
     run_rmsnorm(g_be, x, w, R, N, D, ld, cs[c].in_place, o);
     if (g_cpu) run_rmsnorm(g_cpu, x, w, R, N, D, ld, cs[c].in_place, oc);
-    if (scalar_path()) {
+    for (int p = 0; (p = other_path(p)) != 0;) {
       run_rmsnorm(g_be, x, w, R, N, D, ld, cs[c].in_place, oc);
       isa_cmp(&isa, o, oc, (size_t)(R * ld));
     }
@@ -525,7 +532,7 @@ static void t_rmsnorm(void) {
     free(x), free(w), free(o), free(oc);
   }
   op_done(&t, "rmsnorm");
-  if (isa) fail_msg("rmsnorm: %ld values differ between the CPU's AVX-512 and scalar paths", isa);
+  if (isa) fail_msg("rmsnorm: %ld values differ between the CPU's default path and its scalar or AVX2 one", isa);
   print_message("rmsnorm: %ld equal to the contract, %ld one ulp from it\n", t.exact, t.near);
 }
 
@@ -543,7 +550,7 @@ static void run_rope(dsp_backend *be, const uint16_t *x, const int32_t *pos, con
 
 static void t_rope(void) {
   /* the draft's stacked form: heads of every layer in one call, rows strided inside a wider projection */
-  const struct { int64_t t, n, d, ld; } cs[] = {{9, 8, 128, 2048}, {5, 15, 64, 960}, {3, 3, 80, 256}};
+  const struct { int64_t t, n, d, ld; } cs[] = {{9, 8, 128, 2048}, {5, 15, 64, 960}, {3, 3, 80, 256}, {2, 3, 36, 120}};
   op_tally t = {0};
   const int64_t P = 64;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -556,6 +563,12 @@ static void t_rope(void) {
     for (int64_t i = 0; i < T; i++) pos[i] = (int32_t)((i * 37 + 5) % P);
     run_rope(g_be, x, pos, co, si, T, N, D, ld, P, o);
     if (g_cpu) run_rope(g_cpu, x, pos, co, si, T, N, D, ld, P, oc);
+    for (int p = 0; (p = other_path(p)) != 0;) { /* the other CPU paths' bits (oc is not the CPU's here) */
+      run_rope(g_be, x, pos, co, si, T, N, D, ld, P, oc);
+      long isa = 0;
+      isa_cmp(&isa, o, oc, (size_t)(T * ld));
+      if (isa) fail_msg("rope: %ld values differ between the CPU's default path and its %s one", isa, p == 1 ? "scalar" : "AVX2");
+    }
     for (int64_t r = 0; r < T; r++)
       for (int64_t i = 0; i < ld; i++) {
         const int64_t h = i / D, d = i % D;
@@ -625,12 +638,13 @@ static void t_elementwise(void) {
     for (int64_t i = 0; i < rows * ld; i++) o[i] = oc[i] = 0xbeef; /* untouched padding and rows must stay */
     run_ew(g_be, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, o);
     if (g_cpu) run_ew(g_cpu, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, oc);
-    if (scalar_path()) {
+    for (int q = 0; (q = other_path(q)) != 0;) {
       long isa = 0;
       for (int64_t i = 0; i < rows * ld; i++) oc[i] = 0xbeef;
       run_ew(g_be, (ew_kind)k, a, b, p, ids, idx, M, N, ld, V, oc);
       isa_cmp(&isa, o, oc, (size_t)(rows * ld));
-      if (isa) fail_msg("%s: %ld values differ between the CPU's AVX-512 and scalar paths", names[k], isa);
+      if (isa) fail_msg("%s: %ld values differ between the CPU's default path and its %s one", names[k], isa,
+                        q == 1 ? "scalar" : "AVX2");
     }
     for (int64_t r = 0; r < rows; r++)
       for (int64_t c = 0; c < ld; c++) {

@@ -356,12 +356,7 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
           pv_run(&it, nr, row_nk, pv_range);
         } else if (vec == 1) {
           dsp_cpu_attn_scores_avx2(&it);
-          for (int64_t r = 0; r < nr; r++) {
-            item ir = it;
-            ir.e = it.e + r * rep * it.es;
-            ir.nk = row_nk[r];
-            for (int64_t h = 0; h < rep; h++) softmax_scalar(&ir, h, a->scale);
-          }
+          dsp_cpu_attn_softmax_avx2(&it, nr, row_nk, a->scale);
           pv_run(&it, nr, row_nk, dsp_cpu_attn_pv_avx2);
         } else {
           scores_scalar(&it);

@@ -1,9 +1,11 @@
 /* The AVX2+FMA forms of the CPU attention's q.k and p.v (attention_impl.h):
  * q.k puts 8 keys in the lanes (the keys transposed through registers, no
- * gathers), p.v 8 dims; every lane is one of the scalar path's fmaf chains. */
+ * gathers), p.v 8 dims; every lane is one of the scalar path's fmaf chains.
+ * The softmax is the scalar one's arithmetic on 8 keys at a time. */
 #include "kernels/cpu/attention_impl.h"
 
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/expf_avx2.h"
 
 /* kt[(d / 2) * 8 + j] = the dword (d, d + 1) of key j < nb, 0 past nb. */
 DSP_AVX2_INLINE void keys_transposed(const dsp_cpu_attn_item *it, const dsp_bf16 *base, int64_t nb, int32_t *kt) {
@@ -98,6 +100,70 @@ DSP_AVX2 void dsp_cpu_attn_pv_avx2(const dsp_cpu_attn_item *it, int64_t v0, int6
       const int rc = (int)(v0 + nq - r0 < hg ? v0 + nq - r0 : hg);
       if (nv == 4) pv_group(it, d0, 4, 3, r0, rc, j0, j1);
       else pv_group(it, d0, 2, 6, r0, rc, j0, j1);
+    }
+  }
+}
+
+/* One q vector's scores into e = expf(s - max), s = bf16(bf16(s) * scale) (the scalar softmax's first two passes;
+ * a NaN score makes every e NaN, as the scalar path's NaN z does). */
+DSP_AVX2_INLINE void softmax_exp(float *e, int64_t nk, float scale) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 mv = _mm256_set1_ps(-__builtin_inff()), nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= nk; j += 8) {
+    const __m256 x = _mm256_loadu_ps(e + j);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    const __m256 y = dsp_avx2_round_bf16(_mm256_mul_ps(dsp_avx2_round_bf16(x), sc));
+    _mm256_storeu_ps(e + j, y);
+    mv = _mm256_max_ps(mv, y);
+  }
+  float m[8];
+  _mm256_storeu_ps(m, mv);
+  int isnan = _mm256_movemask_ps(nan) != 0;
+  float mx = m[0];
+  for (int l = 1; l < 8; l++) mx = m[l] > mx ? m[l] : mx; /* equal values differ at most in a zero's sign: no e sees it */
+  for (; j < nk; j++) {
+    const float y = _mm256_cvtss_f32(dsp_avx2_round_bf16(
+        _mm256_mul_ps(dsp_avx2_round_bf16(_mm256_set1_ps(e[j])), sc)));
+    isnan |= e[j] != e[j];
+    e[j] = y;
+    mx = y > mx ? y : mx;
+  }
+  if (isnan) {
+    for (j = 0; j < nk; j++) e[j] = __builtin_nanf("");
+    return;
+  }
+  const __m256 mm = _mm256_set1_ps(mx);
+  for (j = 0; j + 8 <= nk; j += 8) _mm256_storeu_ps(e + j, dsp_avx2_expf(_mm256_sub_ps(_mm256_loadu_ps(e + j), mm)));
+  for (; j < nk; j++) e[j] = _mm256_cvtss_f32(dsp_avx2_expf(_mm256_set1_ps(e[j] - mx)));
+}
+
+/* p = bf16(e / z). */
+DSP_AVX2_INLINE void softmax_div(float *e, int64_t nk, float z) {
+  const __m256 zv = _mm256_set1_ps(z);
+  int64_t j = 0;
+  for (; j + 8 <= nk; j += 8) _mm256_storeu_ps(e + j, dsp_avx2_round_bf16(_mm256_div_ps(_mm256_loadu_ps(e + j), zv)));
+  for (; j < nk; j++) e[j] = _mm256_cvtss_f32(dsp_avx2_round_bf16(_mm256_set1_ps(e[j] / z)));
+}
+
+DSP_AVX2 void dsp_cpu_attn_softmax_avx2(const dsp_cpu_attn_item *it, int64_t nr, const int64_t *row_nk, float scale) {
+  const int64_t nv = nr * it->rep;
+  for (int64_t v = 0; v < nv; v++) softmax_exp(it->e + v * it->es, row_nk[v / it->rep], scale);
+  for (int64_t v0 = 0; v0 < nv; v0 += 4) { /* z: each a chain in key order from +0, four in flight */
+    const int n = (int)(nv - v0 < 4 ? nv - v0 : 4);
+    const float *e[4];
+    int64_t nk[4], least = INT64_MAX;
+    for (int v = 0; v < 4; v++) { /* past n: vector v0's keys again, summed and dropped */
+      e[v] = it->e + (v0 + (v < n ? v : 0)) * it->es;
+      nk[v] = row_nk[(v0 + (v < n ? v : 0)) / it->rep];
+      least = nk[v] < least ? nk[v] : least;
+    }
+    float z0 = 0.0f, z1 = 0.0f, z2 = 0.0f, z3 = 0.0f;
+    for (int64_t j = 0; j < least; j++) z0 += e[0][j], z1 += e[1][j], z2 += e[2][j], z3 += e[3][j];
+    float z[4] = {z0, z1, z2, z3};
+    for (int v = 0; v < n; v++) {
+      for (int64_t j = least; j < nk[v]; j++) z[v] += e[v][j];
+      softmax_div(it->e + (v0 + v) * it->es, nk[v], z[v]);
     }
   }
 }

@@ -19,6 +19,8 @@ typedef struct {
  * scores: all nq q vectors against keys 0 .. nk - 1 into e. pv: q vectors
  * v0 .. v0 + nq - 1 over keys [j0, j1) into acc (j0 > 0: continuing). */
 void dsp_cpu_attn_scores_avx2(const dsp_cpu_attn_item *it);
+/* The softmax of the run's nr rows x rep heads (vector r * rep + h holds row r's row_nk[r] scores), in place. */
+void dsp_cpu_attn_softmax_avx2(const dsp_cpu_attn_item *it, int64_t nr, const int64_t *row_nk, float scale);
 void dsp_cpu_attn_pv_avx2(const dsp_cpu_attn_item *it, int64_t v0, int64_t nq, int64_t j0, int64_t j1);
 
 #endif

@@ -15,6 +15,16 @@ DSP_AVX2_INLINE __m256i dsp_avx2_lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* fp32 rounded to bf16 and back (dsp_round_bf16 on 8 lanes, RNE; NaN canonical). */
+DSP_AVX2_INLINE __m256 dsp_avx2_round_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_slli_epi32(
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16), 16);
+  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                          _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
 /* r[p] lane j = the old r[j] lane p. */
 DSP_AVX2_INLINE void dsp_avx2_transpose8(__m256i r[8]) {
   __m256i t[8], u[8];

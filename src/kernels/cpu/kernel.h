@@ -121,6 +121,7 @@ void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, i
 typedef void (*dsp_cpu_store_fn)(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs,
                                  int64_t cs);
 void dsp_cpu_store_scalar(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs);
+void dsp_cpu_store_avx2(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs);
 void dsp_cpu_store_avx512(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs);
 
 /* Markov epilogue for one tile (rows i < mr, columns c < nvalid of a panel at

@@ -1,10 +1,10 @@
 /* The AVX2+FMA path, the same chain as kernel.h. A 32-column panel line is
  * taken as two 16-column halves: the 256-bit half h holds columns 8h..8h+7
  * (low bf16 of each 32-bit lane) and 16+8h..16+8h+7 (high bf16), two
- * accumulators per row. Six or more rows run a half at a time (up to 12
+ * accumulators per row. Four or more rows run a half at a time (8 to 12
  * accumulators); fewer rows take the whole panel, and one row two panels, so
  * that at least 8 independent chains hide the multiply-add latency. Epilogues
- * are the scalar ones. */
+ * are the scalar ones but for the plain store. */
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2.h"
@@ -105,4 +105,31 @@ DSP_AVX2 void dsp_cpu_tile2_avx2(const float *ap, int mr, const uint16_t *bp0, c
   /* No prefetch wanted: touch the blocks being read (already in L1). */
   pair_1(ap, bp0, bp1, kc, tile0, tile1, load, pf0 ? (const char *)pf0 : (const char *)bp0,
          pf1 ? (const char *)pf1 : (const char *)bp1);
+}
+
+/* dsp_cpu_store_scalar's results: whole 8-column groups as vectors, the rest by it. */
+DSP_AVX2 void dsp_cpu_store_avx2(const float *tile, int mr, int ncols, void *c0, dsp_dtype dt, int64_t rs, int64_t cs) {
+  const int nv = cs == 1 ? ncols / 8 : 0;
+  for (int i = 0; i < mr; i++) {
+    const float *t = tile + i * DSP_CPU_NR;
+    for (int v = 0; v < nv; v++) {
+      const __m256 x = _mm256_loadu_ps(t + 8 * v);
+      const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+      if (dt == DSP_BF16) {
+        const __m256i u = _mm256_castps_si256(x);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+        r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
+        _mm_storeu_si128((__m128i *)((uint16_t *)c0 + i * rs + 8 * v),
+                         _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+      } else {
+        _mm256_storeu_ps((float *)c0 + i * rs + 8 * v,
+                         _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), nan));
+      }
+    }
+  }
+  if (nv * 8 < ncols) {
+    const size_t es = dt == DSP_BF16 ? 2 : 4;
+    dsp_cpu_store_scalar(tile + nv * 8, mr, ncols - nv * 8, (char *)c0 + (size_t)(nv * 8 * cs) * es, dt, rs, cs);
+  }
 }

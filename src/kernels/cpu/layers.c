@@ -8,7 +8,14 @@
 #include "core/bf16.h"
 #include "kernels/cpu/expf.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/layers_avx2.h"
 #include "kernels/cpu/layers_avx512.h"
+
+/* 2: the AVX-512 row kernels, 1: the AVX2 ones, 0: the loops here. */
+static inline int vec_level(void) {
+  const dsp_cpu_isa isa = dsp_cpu_isa_current();
+  return isa == DSP_CPU_ISA_AVX512 ? 2 : isa == DSP_CPU_ISA_AVX2;
+}
 
 static inline float ld(const dsp_tensor *t, const dsp_bf16 *row, int64_t c) {
   return dsp_bf16_to_f32(row[c * t->stride[t->ndim - 1]]);
@@ -51,11 +58,10 @@ DSP_FMA_CLONES static void rmsnorm_rows(const dsp_tensor *x, const dsp_bf16 *w, 
   }
 }
 
-/* Groups of 16 rows: the AVX-512 form where rows are contiguous, else the loop above. */
+/* Groups of 16 rows: the AVX-512 or AVX2 form where rows are contiguous, else the loop above. */
 void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tensor *out) {
   const int64_t R = nrows(x), D = x->shape[x->ndim - 1], G = (R + 15) / 16;
-  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && D >= 2 && x->stride[x->ndim - 1] == 1 &&
-                  out->stride[out->ndim - 1] == 1;
+  const int vec = D >= 2 && x->stride[x->ndim - 1] == 1 && out->stride[out->ndim - 1] == 1 ? vec_level() : 0;
 #pragma omp parallel for schedule(static) if (R * D > 65536)
   for (int64_t gi = 0; gi < G; gi++) {
     const int64_t r0 = gi * 16, r1 = r0 + 16 < R ? r0 + 16 : R;
@@ -65,20 +71,22 @@ void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tens
     }
     dsp_bf16 *xr[16], *orow[16];
     for (int64_t r = r0; r < r1; r++) xr[r - r0] = row_ptr(x, r), orow[r - r0] = row_ptr(out, r);
-    dsp_cpu_rmsnorm_avx512(xr, orow, (int)(r1 - r0), D, w, eps);
+    if (vec == 2) dsp_cpu_rmsnorm_avx512(xr, orow, (int)(r1 - r0), D, w, eps);
+    else dsp_cpu_rmsnorm_avx2(xr, orow, (int)(r1 - r0), D, w, eps);
   }
 }
 
 void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const dsp_bf16 *sin, int64_t half) {
   const int64_t T = x->shape[0], N = x->shape[1], cs = x->stride[2];
-  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && cs == 1;
+  const int vec = cs == 1 ? vec_level() : 0;
 #pragma omp parallel for schedule(static) if (T * N * half > 65536)
   for (int64_t t = 0; t < T; t++) {
     const dsp_bf16 *c = cos + (int64_t)pos[t] * half, *s = sin + (int64_t)pos[t] * half;
     for (int64_t n = 0; n < N; n++) {
       dsp_bf16 *row = (dsp_bf16 *)x->data + t * x->stride[0] + n * x->stride[1];
       if (vec) {
-        dsp_cpu_rope_avx512(row, c, s, half);
+        if (vec == 2) dsp_cpu_rope_avx512(row, c, s, half);
+        else dsp_cpu_rope_avx2(row, c, s, half);
         continue;
       }
       for (int64_t i = 0; i < half; i++) {
@@ -93,14 +101,14 @@ void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const 
 
 void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
   const int64_t M = a->shape[0], N = a->shape[1];
-  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && a->stride[1] == 1 && b->stride[1] == 1 &&
-                  out->stride[1] == 1;
+  const int vec = a->stride[1] == 1 && b->stride[1] == 1 && out->stride[1] == 1 ? vec_level() : 0;
 #pragma omp parallel for schedule(static) if (M * N > 65536)
   for (int64_t i = 0; i < M; i++) {
     const dsp_bf16 *ar = (const dsp_bf16 *)a->data + i * a->stride[0], *br = (const dsp_bf16 *)b->data + i * b->stride[0];
     dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
     if (vec) {
-      dsp_cpu_add_avx512(ar, br, o, N);
+      if (vec == 2) dsp_cpu_add_avx512(ar, br, o, N);
+      else dsp_cpu_add_avx2(ar, br, o, N);
       continue;
     }
     for (int64_t j = 0; j < N; j++)
@@ -111,14 +119,14 @@ void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
 
 void dsp_cpu_silu_mul(const dsp_tensor *g, const dsp_tensor *u, dsp_tensor *out) {
   const int64_t M = g->shape[0], N = g->shape[1];
-  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512 && g->stride[1] == 1 && u->stride[1] == 1 &&
-                  out->stride[1] == 1;
+  const int vec = g->stride[1] == 1 && u->stride[1] == 1 && out->stride[1] == 1 ? vec_level() : 0;
 #pragma omp parallel for schedule(static) if (M * N > 16384)
   for (int64_t i = 0; i < M; i++) {
     const dsp_bf16 *gr = (const dsp_bf16 *)g->data + i * g->stride[0], *ur = (const dsp_bf16 *)u->data + i * u->stride[0];
     dsp_bf16 *o = (dsp_bf16 *)out->data + i * out->stride[0];
     if (vec) {
-      dsp_cpu_silu_mul_avx512(gr, ur, o, N);
+      if (vec == 2) dsp_cpu_silu_mul_avx512(gr, ur, o, N);
+      else dsp_cpu_silu_mul_avx2(gr, ur, o, N);
       continue;
     }
     for (int64_t j = 0; j < N; j++) {

@@ -56,7 +56,8 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
                            (long long)k);
   const dsp_cpu_isa isa = dsp_cpu_isa_current();
   const dsp_cpu_tile_fn tile_fn = dsp_cpu_tile_for(isa);
-  store_ctx sc_ = {.store = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_store_avx512 : dsp_cpu_store_scalar,
+  store_ctx sc_ = {.store = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_store_avx512
+                            : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_store_avx2 : dsp_cpu_store_scalar,
                    .c = c->data, .dt = c->dtype, .rs = c->stride[0], .cs = c->stride[1], .n = w->n,
                    .esz = dsp_dtype_size(c->dtype)};
 
