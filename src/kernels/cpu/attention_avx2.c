@@ -20,41 +20,56 @@ DSP_AVX2_INLINE void keys_transposed(const dsp_cpu_attn_item *it, const dsp_bf16
   }
 }
 
-/* Up to 12 q vectors against the 8 keys in kt: 12 chains in flight share each key load. */
-DSP_AVX2_INLINE void scores_group(const dsp_cpu_attn_item *it, const int32_t *kt, __m256i live, int64_t j0, int64_t r0,
-                                  int rc) {
+/* Up to RMAX q vectors (rc of them) against the KB blocks of 8 keys in kt (block b at kt + b * 4 * D): KB x RMAX
+ * <= 12 chains in flight, so that a decode step's few q vectors still hide the multiply-add latency. */
+DSP_AVX2_INLINE void scores_group(const dsp_cpu_attn_item *it, const int32_t *kt, const int KB, const int RMAX,
+                                  int64_t j0, int64_t r0, int rc) {
   const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
   __m256 acc[12];
 #pragma GCC unroll 12
-  for (int i = 0; i < 12; i++) acc[i] = _mm256_setzero_ps();
+  for (int i = 0; i < KB * RMAX; i++) acc[i] = _mm256_setzero_ps();
   const float *q = it->qf + r0 * it->D;
   for (int64_t d = 0; d < it->D; d += 2) {
-    const __m256i x = _mm256_load_si256((const __m256i *)(kt + d * 4));
-    const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-    const __m256 hv = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+#pragma GCC unroll 4
+    for (int b = 0; b < KB; b++) {
+      const __m256i x = _mm256_load_si256((const __m256i *)(kt + b * 4 * it->D + d * 4));
+      const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+      const __m256 hv = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
 #pragma GCC unroll 12
-    for (int i = 0; i < 12; i++)
-      if (i < rc) {
-        acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d), lo, acc[i]);
-        acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d + 1), hv, acc[i]);
-      }
+      for (int i = 0; i < RMAX; i++)
+        if (i < rc) {
+          acc[b * RMAX + i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d), lo, acc[b * RMAX + i]);
+          acc[b * RMAX + i] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + i * it->D + d + 1), hv, acc[b * RMAX + i]);
+        }
+    }
   }
+#pragma GCC unroll 4
+  for (int b = 0; b < KB; b++) {
+    const __m256i live = dsp_avx2_lanes(it->nk - (j0 + 8 * b));
 #pragma GCC unroll 12
-  for (int i = 0; i < 12; i++)
-    if (i < rc) _mm256_maskstore_ps(it->e + (r0 + i) * it->es + j0, live, acc[i]);
+    for (int i = 0; i < RMAX; i++)
+      if (i < rc) _mm256_maskstore_ps(it->e + (r0 + i) * it->es + j0 + 8 * b, live, acc[b * RMAX + i]);
+  }
 }
 
 DSP_AVX2 void dsp_cpu_attn_scores_avx2(const dsp_cpu_attn_item *it) {
-  int32_t kt[8 * 128] __attribute__((aligned(32))); /* D <= 256 */
-  for (int64_t j0 = 0; j0 < it->nk; j0 += 8) {
-    const int64_t nb = it->nk - j0 < 8 ? it->nk - j0 : 8;
-    const dsp_bf16 *base = it->kb + j0 * it->kst;
-    /* the block after next: a head's keys lie one cache row apart, too far apart for the hardware to follow */
-    for (int64_t j = 16; j < 24 && j0 + j < it->nk; j++)
-      for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
-    keys_transposed(it, base, nb, kt);
-    for (int64_t r0 = 0; r0 < it->nq; r0 += 12)
-      scores_group(it, kt, dsp_avx2_lanes(nb), j0, r0, (int)(it->nq - r0 < 12 ? it->nq - r0 : 12));
+  int32_t kt[4 * 8 * 128] __attribute__((aligned(32))); /* up to 4 blocks of 8 keys, D <= 256 */
+  const int kb = it->nq <= 3 ? 4 : it->nq <= 6 ? 2 : 1; /* key blocks per group */
+  for (int64_t j0 = 0; j0 < it->nk; j0 += 8 * kb) {
+    for (int b = 0; b < kb; b++) {
+      const int64_t jb = j0 + 8 * b, nb = it->nk - jb < 8 ? it->nk - jb : 8;
+      const dsp_bf16 *base = it->kb + jb * it->kst;
+      /* the block after next: a head's keys lie one cache row apart, too far apart for the hardware to follow */
+      for (int64_t j = 8 * kb; j < 8 * kb + 8 && jb + j < it->nk; j++)
+        for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
+      keys_transposed(it, base, nb, kt + b * 4 * it->D);
+    }
+    for (int64_t r0 = 0; r0 < it->nq; r0 += 12 / kb) {
+      const int rc = (int)(it->nq - r0 < 12 / kb ? it->nq - r0 : 12 / kb);
+      if (kb == 4) scores_group(it, kt, 4, 3, j0, r0, rc);
+      else if (kb == 2) scores_group(it, kt, 2, 6, j0, r0, rc);
+      else scores_group(it, kt, 1, 12, j0, r0, rc);
+    }
   }
 }
 
