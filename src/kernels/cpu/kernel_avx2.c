@@ -1,9 +1,10 @@
 /* The AVX2+FMA path, the same chain as kernel.h. A 32-column panel line is
  * taken as two 16-column halves: the 256-bit half h holds columns 8h..8h+7
  * (low bf16 of each 32-bit lane) and 16+8h..16+8h+7 (high bf16), two
- * accumulators per row. Four or more rows run a half at a time (8 to 12
- * accumulators); fewer rows take the whole panel, and one row two panels, so
- * that at least 8 independent chains hide the multiply-add latency. Epilogues
+ * accumulators per row. Three or more rows run a half at a time (6 to 12
+ * accumulators; 3 rows over a whole panel would need all 16 registers and
+ * spill); one or two rows take the whole panel, and one row two panels, so
+ * that 8 independent chains hide the multiply-add latency. Epilogues
  * are the scalar ones but for the plain store. */
 #include <immintrin.h>
 
@@ -61,13 +62,13 @@ DSP_AVX2_INLINE void tile_h(const float *ap, int mr, int i0, const int R, const 
                                 int load, const char *pf) {                                                         \
     tile_h(ap, mr, i0, n, 1, h, bp, bp, kc, tile, tile, load, pf, pf);                                              \
   }
-HALF_FN(4) HALF_FN(5) HALF_FN(6)
+HALF_FN(3) HALF_FN(4) HALF_FN(5) HALF_FN(6)
 #define FULL_FN(n)                                                                                                  \
   DSP_AVX2 static void full_##n(const float *ap, int mr, int i0, const uint16_t *bp, int64_t kc, float *tile,       \
                                 int load, const char *pf) {                                                         \
     tile_h(ap, mr, i0, n, 2, 0, bp, bp, kc, tile, tile, load, pf, pf);                                              \
   }
-FULL_FN(1) FULL_FN(2) FULL_FN(3)
+FULL_FN(1) FULL_FN(2)
 
 DSP_AVX2 void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
                                 const void *pfv) {
@@ -78,11 +79,11 @@ DSP_AVX2 void dsp_cpu_tile_avx2(const float *ap, int mr, const uint16_t *bp, int
     switch (r) {
       case 1: full_1(ap, mr, i0, bp, kc, tile, load, pf); break;
       case 2: full_2(ap, mr, i0, bp, kc, tile, load, pf); break;
-      case 3: full_3(ap, mr, i0, bp, kc, tile, load, pf); break;
       default:
         for (int h = 0; h < 2; h++) {
           const char *p = h ? (const char *)bp : pf;
-          if (r == 4) half_4(ap, mr, i0, h, bp, kc, tile, load, p);
+          if (r == 3) half_3(ap, mr, i0, h, bp, kc, tile, load, p);
+          else if (r == 4) half_4(ap, mr, i0, h, bp, kc, tile, load, p);
           else if (r == 5) half_5(ap, mr, i0, h, bp, kc, tile, load, p);
           else half_6(ap, mr, i0, h, bp, kc, tile, load, p);
         }
