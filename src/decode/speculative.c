@@ -60,15 +60,17 @@ typedef struct {
 } seq_state;
 
 /* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit over
- * every round so far, made after the AUTO_CALIB first rounds (which verify G, G / 2, 1 and 0 drafts) and again
- * every AUTO_FULL rounds (which verify all G, so that the deep slots' acceptance keeps being measured; every
- * 4 AUTO_FULL while no drafts pay) from
- * the slowest rank's time sums (a max is exact: every rank gets the same model, so all choose alike), and
- * frozen between fits. Each other round verifies the k that maximizes the tokens it is expected to commit
- * over its time, from the acceptance counted so far. k = 0 is a decode step: the draft only appends the last
- * round's context (where the target is bound by its arithmetic, as a CPU at a batch of 16, drafting does not
- * pay). It is chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no
- * acceptance, so a few unlucky first rounds must not settle it. */
+ * every round so far from the slowest rank's time sums (a max is exact: every rank gets the same model, so all
+ * choose alike), made after the first two rounds (which verify 1 and 0 drafts: two cheap sizes), after the
+ * AUTO_CALIB calibration rounds and again every AUTO_FULL rounds, frozen between fits. Rounds 2 and 3 verify
+ * G / 2 and G drafts only where that could pay even if every slot after the first were accepted (where the
+ * target is bound by its arithmetic, as a CPU at a batch of 16, it cannot, and those rounds would cost most).
+ * Each other round verifies the k that maximizes the tokens it is expected to commit over its time, from the
+ * acceptance counted so far; every AUTO_FULL rounds a probe verifies all G (the deep slots' acceptance keeps
+ * being measured) or, while no drafts pay, every 4 AUTO_FULL rounds one draft, or G where the optimistic bound
+ * says drafting might pay again. k = 0 is a decode step: the draft only appends the last round's context. It is
+ * chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no acceptance, so
+ * a few unlucky first rounds must not settle it. */
 enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32 };
 typedef struct {
   int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
@@ -219,18 +221,33 @@ static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, in
   return k;
 }
 
+/* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
+ * first were accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
+static int deep_may_pay(const spec *c, int32_t ns, const dsp_generate_stats *st, double ms0) {
+  const auto_gamma *a = &c->ag;
+  const double a0 = ((double)st->kept[0] + 1.0) / ((double)st->tried[0] + 2.0);
+  for (int32_t k = 2; k <= c->G; k++) {
+    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    if ((1.0 + a0 * (double)k) * ms0 > ms) return 1;
+  }
+  return 0;
+}
+
 /* The drafts to verify this round (all sequences alike), given ns sequences; 0: no proposal. */
 static int32_t auto_k(spec *c, int32_t ns, const dsp_generate_stats *st) {
   auto_gamma *a = &c->ag;
   const int32_t G = c->G;
-  if (a->rounds < AUTO_CALIB) return a->rounds == 0 ? G : a->rounds == 1 ? (G + 1) / 2 : a->rounds == 2 ? 1 : 0;
-  /* the probe; while decode steps pay best it costs more than it can find, so it runs a quarter as often */
-  if (a->rounds % AUTO_FULL == 0 && (a->last > 0 || a->rounds % (4 * AUTO_FULL) == 0)) return G;
+  if (a->rounds < 2) return a->rounds == 0 ? 1 : 0;
+  const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
+  if (a->rounds < AUTO_CALIB) return deep_may_pay(c, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
+  /* the probe; while decode steps pay best a full one costs more than it can find, so it runs a quarter as
+     often and verifies one draft (the first slot's acceptance refreshed) unless drafting might pay again */
+  if (a->rounds % AUTO_FULL == 0 && a->last > 0) return G;
+  if (a->rounds % (4 * AUTO_FULL) == 0) return deep_may_pay(c, ns, st, ms0) ? G : 1;
   /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
   double kept = 0.0, tried = 0.0;
   for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
   const double p0 = (kept + 1.0) / (tried + 2.0);
-  const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
   int32_t best = 0;
   double best_rate = st->tried[0] >= AUTO_TRIED ? 1.0 / (ms0 > 1e-6 ? ms0 : 1e-6) : -1.0;
   double reach = 1.0, expect = 1.0; /* the bonus always commits */
@@ -254,7 +271,8 @@ static dsp_status auto_learn(spec *c, int32_t nt, int32_t k, double verify_ms, d
   if (k > 0) a->draft += draft_ms, a->nprop++;
   else a->append += draft_ms, a->nappend++;
   ++a->rounds;
-  if (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)) return DSP_OK;
+  if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
+    return DSP_OK;
   dsp_comm *comm = c->t->be->comm;
   float v[4] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append}, sum[4];
   DSP_TRY(dsp_comm_allreduce(comm, v, sum, 4, DSP_F32, DSP_REDUCE_MAX));
