@@ -709,7 +709,7 @@ static void t_select(void) {
   lg[1 * ls + 4000] = 0x7fc1, lg[1 * ls + 17] = 0x7fc0;  /* NaNs: the lowest id wins */
   for (int64_t c = 0; c < N; c++) lg[2 * ls + c] = 0xff80; /* all -inf */
   lg[3 * ls + 4999] = 0x7f80;                               /* +inf in the last valid column */
-  for (int64_t c = 0; c < N; c++) lg[4 * ls + c] = c % 2 ? 0x8000 : 0x0000; /* +-0 */
+  for (int64_t c = 0; c < N; c++) lg[4 * ls + c] = c % 2 ? 0x0000 : 0x8000; /* -0 first, then +0: equal */
   float tr[9] = {0, 0, 0, 0, 0, 0.7f, 1.0f, 2.5f, 1e-3f};
   uint64_t sd[9] = {1, 2, 3, 4, 5, 6, 7ull << 33, 8, 9};
   int64_t pos[9] = {0, 1, 2, 3, 4, 5, 1ll << 35, 77, 12};
@@ -720,6 +720,12 @@ static void t_select(void) {
     const int64_t nv = nvs[v];
     run_select(g_be, lg, R, N, ls, nv, id0, tr, sd, pos, k);
     if (g_cpu) run_select(g_cpu, lg, R, N, ls, nv, id0, tr, sd, pos, kc);
+    for (int p = 0; (p = other_path(p)) != 0;) { /* the CPU's lower paths: the same keys */
+      uint64_t ko[9];
+      run_select(g_be, lg, R, N, ls, nv, id0, tr, sd, pos, ko);
+      assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+      for (int64_t r = 0; r < R; r++) bad += ko[r] != k[r];
+    }
     for (int64_t r = 0; r < R; r++) {
       float best = 0;
       int64_t bi = -1;
