@@ -4,6 +4,7 @@
  * they free: a finished one leaves the batch and the next prompt is prefilled
  * into its slot. All buffers are made once per call. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "core/philox.h"
 #include "core/status.h"
 #include "decode/gen_common.h"
+#include "kernels/cpu/softmax_row.h"
 #include "model/dspark_impl.h"
 #include "model/qwen3_impl.h"
 
@@ -23,18 +25,6 @@ static double uniform(uint64_t seed, int64_t pos, uint32_t purpose) {
   dsp_philox4 c = {{purpose, 1u, (uint32_t)(uint64_t)pos, (uint32_t)((uint64_t)pos >> 32)}};
   const dsp_philox4 r = dsp_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
   return ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
-}
-
-/* softmax(logits / T) in double over V bf16 logits (the division in fp32, as the draws score). */
-static void softmax(const dsp_bf16 *l, int64_t V, float T, double *p) {
-  double m = -INFINITY, z = 0.0;
-  for (int64_t v = 0; v < V; v++) {
-    volatile float x = dsp_bf16_to_f32(l[v]) / T;
-    p[v] = (double)x;
-    m = p[v] > m ? p[v] : m;
-  }
-  for (int64_t v = 0; v < V; v++) z += p[v] = exp(p[v] - m);
-  for (int64_t v = 0; v < V; v++) p[v] /= z;
 }
 
 /* The first id whose running sum of w passes u * sum(w). */
@@ -92,7 +82,11 @@ typedef struct {
   uint64_t *seed;
   int64_t *next, *drafts;
   dsp_bf16 *tlog, *qlog;      /* [rows, V] the target's, [nseq, G, V] the draft's corrected logits */
-  double *p, *q;              /* [V] */
+  int nthreads;               /* the host threads sampling's acceptance runs on */
+  double *p;                  /* [nthreads][V]: the residual distribution */
+  float *ep, *eq;             /* [nthreads][V]: p's and q's exponentials */
+  double *pd, *qd;            /* [nseq, G]: p and q of each drafted id */
+  int32_t *acc, *bonus;       /* [nseq]: accepted drafts, the bonus (-1: to draw from the residual) */
   int32_t *commit;            /* [G + 1] */
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
@@ -197,28 +191,65 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
 /* Greedy or sampled acceptance of one sequence's k drafts; *bonus the token after them. */
 static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
   const int64_t *dr = c->drafts + (int64_t)r * c->G;
-  const seq_state *s = &c->s[q];
   if (!c->sampling) {
     int32_t a = 0;
     while (a < k && dr[a] == c->next[vrow + a]) a++;
     *bonus = (int32_t)c->next[vrow + a];
     return a;
   }
-  const float T = c->o->gen.temperature;
+  const seq_state *s = &c->s[q];
   const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-  for (int32_t i = 0; i < k; i++) {
-    const int64_t pos = s->n + 1 + i, d = dr[i];
-    softmax(c->tlog + (int64_t)(vrow + i) * c->V, c->V, T, c->p);
-    softmax(c->qlog + ((int64_t)r * c->G + i) * c->V, c->V, T, c->q);
-    const double u = uniform(seed, pos, PURPOSE_ACCEPT);
-    if (u * c->q[d] < c->p[d]) continue; /* accepted with probability min(1, p / q) */
-    double mass = 0.0;
-    for (int64_t v = 0; v < c->V; v++) mass += c->q[v] = c->p[v] > c->q[v] ? c->p[v] - c->q[v] : 0.0;
-    *bonus = (int32_t)inverse_cdf(mass > 1e-12 ? c->q : c->p, c->V, uniform(seed, pos, PURPOSE_RESIDUAL));
-    return i;
-  }
+  for (int32_t i = 0; i < k; i++) /* accepted with probability min(1, p / q) */
+    if (!(uniform(seed, s->n + 1 + i, PURPOSE_ACCEPT) * c->qd[r * c->G + i] < c->pd[r * c->G + i])) {
+      *bonus = -1; /* drawn from the residual by residual() */
+      return i;
+    }
   *bonus = (int32_t)c->next[vrow + k]; /* the target's own draw after a full accept */
   return k;
+}
+
+/* p = softmax(target / T) and q = softmax(draft / T) of row r's drafted slot i, as e / z
+ * (kernels/cpu/softmax_row.h) in thread th's scratch; returns z_p, *zq = z_q. */
+static double pq_rows(const spec *c, int th, int32_t r, int32_t vrow, int32_t i, double *zq) {
+  const float T = c->o->gen.temperature;
+  float *ep = c->ep + (size_t)th * (size_t)c->V, *eq = c->eq + (size_t)th * (size_t)c->V;
+  *zq = dsp_cpu_softmax_row(c->qlog + ((int64_t)r * c->G + i) * c->V, c->V, T, eq);
+  return dsp_cpu_softmax_row(c->tlog + (int64_t)(vrow + i) * c->V, c->V, T, ep);
+}
+
+/* Sampling, before accept(): p(d_i) and q(d_i) of every drafted slot of the ns rows (counts c->count), the
+ * softmax rows spread over the host's threads (each row's sums are fixed, so the split does not matter). */
+static void pq_drafts(spec *c, int32_t ns) {
+  int64_t n = 0;
+  for (int32_t r = 0; r < ns; r++) n += c->count[r] - 1;
+#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (n > 1 && c->V >= 4096)
+  for (int64_t j = 0; j < (int64_t)ns * c->G; j++) {
+    const int32_t r = (int32_t)(j / c->G), i = (int32_t)(j % c->G);
+    if (i >= c->count[r] - 1) continue;
+    const int th = omp_get_thread_num();
+    double zq;
+    const double zp = pq_rows(c, th, r, c->row0[r], i, &zq);
+    const int64_t d = c->drafts[(int64_t)r * c->G + i];
+    c->pd[j] = (double)c->ep[(size_t)th * (size_t)c->V + d] / zp;
+    c->qd[j] = (double)c->eq[(size_t)th * (size_t)c->V + d] / zq;
+  }
+}
+
+/* The bonus of row r (sequence q) rejected at slot i: a draw from normalize(max(p - q, 0)), or from p where that
+ * mass is zero, with the residual's uniform; thread th's scratch. */
+static int32_t residual(const spec *c, int th, int32_t q, int32_t r, int32_t i) {
+  double zq;
+  const double zp = pq_rows(c, th, r, c->row0[r], i, &zq);
+  const float *ep = c->ep + (size_t)th * (size_t)c->V, *eq = c->eq + (size_t)th * (size_t)c->V;
+  double *w = c->p + (size_t)th * (size_t)c->V, mass = 0.0;
+  for (int64_t v = 0; v < c->V; v++) {
+    const double x = (double)ep[v] / zp - (double)eq[v] / zq;
+    mass += w[v] = x > 0.0 ? x : 0.0;
+  }
+  if (!(mass > 1e-12))
+    for (int64_t v = 0; v < c->V; v++) w[v] = (double)ep[v] / zp;
+  const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
+  return (int32_t)inverse_cdf(w, c->V, uniform(seed, c->s[q].n + 1 + i, PURPOSE_RESIDUAL));
 }
 
 /* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
@@ -337,12 +368,16 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     st->verify_ms += verify_ms;
     st->decode_calls++;
     if (c->ag.on) DSP_TRY(auto_learn(c, nt, kmax, verify_ms, draft_ms));
-    /* accept, commit, roll back */
+    /* accept (sampling: the rows' softmaxes and the residual draws over the host's threads), commit, roll back */
+    if (c->sampling) pq_drafts(c, ns);
+    for (int32_t r = 0; r < ns; r++) c->acc[r] = accept(c, c->which[r], r, c->row0[r], c->count[r] - 1, &c->bonus[r]);
+#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (c->sampling && ns > 1 && c->V >= 4096)
+    for (int32_t r = 0; r < ns; r++)
+      if (c->bonus[r] < 0) c->bonus[r] = residual(c, omp_get_thread_num(), c->which[r], r, c->acc[r]);
     for (int32_t r = 0; r < ns; r++) {
       const int32_t q = c->which[r], k = c->count[r] - 1;
       seq_state *s = &c->s[q];
-      int32_t bonus;
-      const int32_t a = accept(c, q, r, c->row0[r], k, &bonus);
+      const int32_t bonus = c->bonus[r], a = c->acc[r];
       if (kmax > 0) st->rounds++;
       else st->plain_rounds++;
       st->drafted += k;
@@ -416,7 +451,8 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
   spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
-            .sampling = o->gen.temperature >= 1e-5f, .nslots = W, .ag = {.on = o->gamma == DSP_GAMMA_AUTO}};
+            .sampling = o->gen.temperature >= 1e-5f, .nslots = W, .ag = {.on = o->gamma == DSP_GAMMA_AUTO},
+            .nthreads = omp_get_max_threads()};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
   c.s = calloc((size_t)nseq, sizeof *c.s);
   c.free_slot = malloc(S * 4);
@@ -424,16 +460,20 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   c.row0 = malloc(S * 4), c.ccount = malloc(S * 4), c.tok = malloc(R * 4);
   c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
   c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1) * 4);
-  c.adm = malloc(S * 4), c.done = malloc(S * 4);
+  c.adm = malloc(S * 4), c.done = malloc(S * 4), c.acc = malloc(S * 4), c.bonus = malloc(S * 4);
   if (c.sampling) {
     c.tlog = malloc(S * (size_t)(G + 1) * V * 2);
     c.qlog = malloc(S * (size_t)G * V * 2);
-    c.p = malloc(V * 8);
-    c.q = malloc(V * 8);
+    const size_t NT = (size_t)c.nthreads;
+    c.p = malloc(NT * V * 8);
+    c.ep = malloc(NT * V * 4);
+    c.eq = malloc(NT * V * 4);
+    c.pd = malloc(S * (size_t)G * 8);
+    c.qd = malloc(S * (size_t)G * 8);
   }
   dsp_status s = c.s && c.free_slot && c.adm && c.done && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
                          c.conf && c.seed && c.next && c.drafts && c.commit &&
-                         (!c.sampling || (c.tlog && c.qlog && c.p && c.q))
+                         c.acc && c.bonus && (!c.sampling || (c.tlog && c.qlog && c.p && c.ep && c.eq && c.pd && c.qd))
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
@@ -451,6 +491,6 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.tlog), free(c.qlog), free(c.p), free(c.q);
+  free(c.tlog), free(c.qlog), free(c.p), free(c.ep), free(c.eq), free(c.pd), free(c.qd), free(c.acc), free(c.bonus);
   return s;
 }

@@ -46,15 +46,15 @@ class T:
         self.tally = harness.Tally()
         self.dspark, _ = harness.program()
 
-    def gen(self, args, np_=1, timeout=300):
+    def gen(self, args, np_=1, timeout=300, env=None):
         if self.backend != "cpu":
             args = list(args) + ["--backend", self.backend]
-        rc, so, se, _ = harness.run([self.dspark, "generate"] + list(args), np_=np_, timeout=timeout)
+        rc, so, se, _ = harness.run([self.dspark, "generate"] + list(args), np_=np_, timeout=timeout, env=env)
         self.tally.runs += 1
         return rc, so, se
 
-    def gen_json(self, label, args, np_=1):
-        rc, so, se = self.gen(list(args) + ["--json"], np_=np_)
+    def gen_json(self, label, args, np_=1, env=None):
+        rc, so, se = self.gen(list(args) + ["--json"], np_=np_, env=env)
         if rc != 0:
             self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-500:]))
             return None
@@ -256,6 +256,27 @@ def case_sampling(t, wd):
         t.tally.fail("the chi-square test does not reject a sampler with q from the base logits (p = %.3g)" % pv)
 
 
+def case_sampling_threads(t, wd):
+    """A vocabulary of 8192 (past 4096, where the acceptance's softmax rows and residual draws spread over the
+    host's threads): one thread and two give the same tokens."""
+    tt, dd = wd.file("v8k-t"), wd.file("v8k-d")
+    make_qwen3.make(tt, layers=3, seed=6, vocab=8192, residual_scale=0.05)
+    make_dspark.make(tt, dd, layers=1, taps=[0, 1], bigram_scale=4, seed=6, block_size=4)
+    pf = t.prompts_file(PROMPTS, "v8k.json")
+    args = ["--model", tt, "--draft", dd, "--prompts", pf, "--max-new", "24", "--ignore-eos", "--temperature", "0.9",
+            "--seed", "5"]
+    runs = [t.gen_json("sampling, %s threads" % n, args, env={"OMP_NUM_THREADS": n}) for n in ("1", "2")]
+    if None in runs:
+        return
+    same = [a["tokens"] for a in runs[0]["results"]] == [b["tokens"] for b in runs[1]["results"]]
+    print("sampling, vocabulary 8192: acceptance length %.2f, one thread and two alike: %s" % (
+        runs[0]["acceptance_length"], same))
+    if not same:
+        t.tally.fail("sampling, vocabulary 8192: the tokens depend on the host's thread count")
+    if runs[0]["acceptance_length"] <= 1.0:
+        t.tally.fail("sampling, vocabulary 8192: no draft accepted, so no acceptance was tested")
+
+
 def case_bad(t, P):
     rt, rd = P["random"]
     bt, bd = P["bigram"]
@@ -290,7 +311,7 @@ def main():
         t = T(wd, backend)
         P = pairs(wd)
         for name, fn in (("greedy", lambda: case_greedy(t, P)), ("sampling", lambda: case_sampling(t, wd)),
-                         ("bad", lambda: case_bad(t, P))):
+                         ("sampling threads", lambda: case_sampling_threads(t, wd)), ("bad", lambda: case_bad(t, P))):
             print("== %s" % name)
             sys.stdout.flush()
             fn()
