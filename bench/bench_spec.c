@@ -11,8 +11,11 @@
  * speedup(A) = A * decode step / round. With random weights nearly every
  * draft is rejected, so every round is a full one.
  *
+ * --temperature T samples (seed 1) in both: the round then also pays the
+ * acceptance's softmaxes of the target's and the draft's rows on the host.
+ *
  * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C]
- *                   [--new N] [--batch 1,32] */
+ *                   [--new N] [--batch 1,32] [--temperature T] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +36,7 @@ static double floor_ms(double bytes, double flops, double bw, double rate) {
 int main(int argc, char **argv) {
   const char *model = NULL, *draft = NULL, *batches = "1,32";
   int64_t C = 1024, N = 64;
+  float temp = 0.0f;
   dsp_tool_backend bk;
   dsp_tool_backend_init(&bk);
   for (int i = 1; i < argc; i++) {
@@ -43,10 +47,18 @@ int main(int argc, char **argv) {
     else if (!strcmp(o, "--context") && v) { if (dsp_tool_parse_i64(o, v, 1, 1 << 20, &C)) return 2; }
     else if (!strcmp(o, "--new") && v) { if (dsp_tool_parse_i64(o, v, 2, 1 << 16, &N)) return 2; }
     else if (!strcmp(o, "--batch") && v) batches = v;
+    else if (!strcmp(o, "--temperature") && v) {
+      char *end;
+      temp = strtof(v, &end);
+      if (end == v || *end || !(temp >= 0.0f && temp <= 100.0f)) {
+        fprintf(stderr, "bench_spec: --temperature wants a number in [0, 100], got '%s'\n", v);
+        return 2;
+      }
+    }
     else if ((used = 0, br = dsp_tool_backend_option(&bk, o, v, &used)) != 1) { if (br < 0) return 2; }
     else {
       fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C] [--new N] "
-                      "[--batch 1,32]\n");
+                      "[--batch 1,32] [--temperature T]\n");
       return 2;
     }
     i += used;
@@ -88,9 +100,9 @@ int main(int argc, char **argv) {
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   printf("# bench_spec: %s + %s (%s): target %.2f G parameters in products, draft %lld layers, block %d, Markov rank "
-         "%lld; context %lld, %lld new tokens; copy %.0f GB/s, bf16 products %.1f TFLOP/s\n",
+         "%lld; context %lld, %lld new tokens, temperature %g; copy %.0f GB/s, bf16 products %.1f TFLOP/s\n",
          model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tparams / 1e9, (long long)di.layers, G,
-         (long long)di.markov_rank, (long long)C, (long long)N, bw / 1e9, rate / 1e12);
+         (long long)di.markov_rank, (long long)C, (long long)N, (double)temp, bw / 1e9, rate / 1e12);
   printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
   int32_t **pr = malloc((size_t)bmax * sizeof *pr), *len = malloc((size_t)bmax * 4);
   for (int32_t b = 0; b < bmax; b++) {
@@ -104,7 +116,7 @@ int main(int argc, char **argv) {
   int pn = 0;
   for (int bi = 0; bi < nb; bi++) {
     const int32_t B = bs[bi];
-    dsp_generate_options go = {.max_new = (int32_t)N, .ignore_eos = 1};
+    dsp_generate_options go = {.max_new = (int32_t)N, .ignore_eos = 1, .temperature = temp, .seed = 1};
     dsp_spec_options so = {.gen = go};
     dsp_generate_stats ps, ss;
     for (int rep = 0; rep < 2; rep++) /* the first run captures the graphs */

@@ -1,11 +1,12 @@
-/* Contract 5's noise and selection on AVX-512 (src/kernels/cpu/gumbel_avx512.h)
- * against the scalar forms: dsp_gumbel (core/philox.h) over random seeds,
+/* Contract 5's noise and selection on AVX-512 and AVX2
+ * (src/kernels/cpu/gumbel_avx512.h, gumbel_avx2.h) against the scalar forms: dsp_gumbel (core/philox.h) over random seeds,
  * positions and ids (and ids whose 16 lanes would cross 2^32), the noise of
  * Philox's first word r over 2^22 random r and the r where the vector logs
  * alone round the other way (found by an exhaustive search over all 2^32:
  * 22 of them without the boundary check, 0 with it), and the selection key
  * against one written here from select.h's order (T 0 and T > 0, bf16 and
- * fp32 rows, NaN, ties, -inf). Without AVX-512 it exits 77 (ctest: skipped). */
+ * fp32 rows, NaN, ties, -inf), on every form this CPU runs. With neither it
+ * exits 77 (ctest: skipped). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 
 #include "core/philox.h"
 #include "core/select.h"
+#include "kernels/cpu/gumbel_avx2.h"
 #include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/kernel.h"
 #include "test_bits.h"
@@ -29,38 +31,42 @@ static uint64_t rnd(void) {
 }
 static float gumbel_r(uint32_t r) { return (float)(-log(-log(((double)r + 0.5) * (1.0 / 4294967296.0)))); }
 
-static int no_avx512(void) {
-  if (dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) return 0;
-  print_message("  (no AVX-512 here: skipped)\n");
-  return 1;
-}
+/* One vector form: its lane count and entry points. */
+typedef struct {
+  const char *name;
+  dsp_cpu_isa isa;
+  int w;
+  int (*from_r)(const uint32_t *r, float *g);
+  int (*noise)(uint64_t seed, int64_t position, int64_t id0, int n, float *g);
+  uint64_t (*select)(const void *row, int f32, int64_t n, float T, uint64_t seed, int64_t position, int64_t id0);
+} form;
+static const form FORMS[] = {
+    {"AVX-512", DSP_CPU_ISA_AVX512, 16, dsp_cpu_gumbel_from_r16_avx512, dsp_cpu_gumbel16_avx512, dsp_cpu_select_avx512},
+    {"AVX2", DSP_CPU_ISA_AVX2, 8, dsp_cpu_gumbel_from_r8_avx2, dsp_cpu_gumbel8_avx2, dsp_cpu_select_avx2}};
 
-static void test_noise_of_r(void **st) {
-  (void)st;
-  if (no_avx512()) skip();
+static void noise_of_r(const form *f) {
   static const uint32_t edge[] = {0u, 1u, 2u, 0x7FFFFFFFu, 0x80000000u, 0xFFFFFFFEu, 0xFFFFFFFFu,
                                   1577369013u, 1580021308u, 1580022522u, 1580025460u, 1580028313u,
                                   1580021307u, 1580021309u, 1580028312u, 1580028314u, 1579000000u};
   uint32_t r[16];
   float g[16];
   long differ = 0, redone = 0, n = 0;
-  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i += 16) {
-    for (int j = 0; j < 16; j++) r[j] = edge[(i + (size_t)j) % (sizeof edge / sizeof edge[0])];
-    redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
-    for (int j = 0; j < 16; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i += (size_t)f->w) {
+    for (int j = 0; j < f->w; j++) r[j] = edge[(i + (size_t)j) % (sizeof edge / sizeof edge[0])];
+    redone += f->from_r(r, g);
+    for (int j = 0; j < f->w; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
   }
-  for (long b = 0; b < (1 << 22); b += 16) {
-    for (int j = 0; j < 16; j++) r[j] = (uint32_t)rnd();
-    redone += dsp_cpu_gumbel_from_r16_avx512(r, g);
-    for (int j = 0; j < 16; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
+  for (long b = 0; b < (1 << 22); b += f->w) {
+    for (int j = 0; j < f->w; j++) r[j] = (uint32_t)rnd();
+    redone += f->from_r(r, g);
+    for (int j = 0; j < f->w; j++) differ += u_of(g[j]) != u_of(gumbel_r(r[j])), n++;
   }
-  print_message("  noise of r: %ld values, %ld differ, %ld recomputed by the scalar form\n", n, differ, redone);
+  print_message("  %s noise of r: %ld values, %ld differ, %ld recomputed by the scalar form\n", f->name, n, differ,
+                redone);
   assert_int_equal(differ, 0);
 }
 
-static void test_noise_of_ids(void **st) {
-  (void)st;
-  if (no_avx512()) skip();
+static void noise_of_ids(const form *f) {
   long differ = 0;
   for (int t = 0; t < 20000; t++) {
     const uint64_t seed = rnd();
@@ -68,9 +74,9 @@ static void test_noise_of_ids(void **st) {
     int64_t id0 = (int64_t)(rnd() % 200000);
     if (t % 11 == 0) id0 = 0xFFFFFFFFll - (int64_t)(rnd() % 16); /* lanes across 2^32: the scalar form */
     if (t % 13 == 0) id0 = (int64_t)(rnd() >> 2);
-    const int n = 1 + (int)(rnd() % 16);
+    const int n = 1 + (int)(rnd() % (uint64_t)f->w);
     float g[16];
-    dsp_cpu_gumbel16_avx512(seed, pos, id0, n, g);
+    f->noise(seed, pos, id0, n, g);
     for (int i = 0; i < n; i++) differ += u_of(g[i]) != u_of(dsp_gumbel(seed, pos, id0 + i));
   }
   assert_int_equal(differ, 0);
@@ -84,9 +90,7 @@ static int better(float a, int64_t ai, float b, int64_t bi) {
   return ai < bi;
 }
 
-static void test_select(void **st) {
-  (void)st;
-  if (no_avx512()) skip();
+static void select_keys(const form *fm) {
   enum { V = 1000 };
   static uint16_t b16[V];
   static float f32[V];
@@ -113,17 +117,29 @@ static void test_select(void **st) {
         }
         if (bi < 0 || better(x, id0 + v, bv, bi)) bv = x, bi = id0 + v;
       }
-      const uint64_t key = dsp_cpu_select_avx512(f ? (const void *)f32 : (const void *)b16, f, n, T, seed, pos, id0);
+      const uint64_t key = fm->select(f ? (const void *)f32 : (const void *)b16, f, n, T, seed, pos, id0);
       if (dsp_select_key_id(key) != bi)
-        fail_msg("case %d (%s, n %lld, T %g): id %lld, the order gives %lld", c, f ? "fp32" : "bf16", (long long)n,
+        fail_msg("%s case %d (%s, n %lld, T %g): id %lld, the order gives %lld", fm->name, c, f ? "fp32" : "bf16", (long long)n,
                  (double)T, (long long)dsp_select_key_id(key), (long long)bi);
     }
   }
 }
 
+/* Each test on every form this CPU runs. */
+#define EACH_FORM(test, fn)                                                           \
+  static void test(void **st) {                                                       \
+    (void)st;                                                                         \
+    for (size_t i = 0; i < sizeof FORMS / sizeof FORMS[0]; i++)                       \
+      if (dsp_cpu_isa_supported(FORMS[i].isa)) fn(&FORMS[i]);                         \
+      else print_message("  (no %s here: that form not run)\n", FORMS[i].name);        \
+  }
+EACH_FORM(test_noise_of_r, noise_of_r)
+EACH_FORM(test_noise_of_ids, noise_of_ids)
+EACH_FORM(test_select, select_keys)
+
 int main(void) {
-  if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) { /* ctest reports 77 as skipped */
-    printf("test_cpu_gumbel: no AVX-512 here: skipped\n");
+  if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX2)) { /* ctest reports 77 as skipped */
+    printf("test_cpu_gumbel: neither AVX-512 nor AVX2 here: skipped\n");
     return 77;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_noise_of_r), cmocka_unit_test(test_noise_of_ids),

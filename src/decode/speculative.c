@@ -87,6 +87,7 @@ typedef struct {
   float *ep, *eq;             /* [nthreads][V]: p's and q's exponentials */
   double *pd, *qd;            /* [nseq, G]: p and q of each drafted id */
   int32_t *acc, *bonus;       /* [nseq]: accepted drafts, the bonus (-1: to draw from the residual) */
+  int32_t *task;              /* [2 nseq G]: a wave's softmax rows, 2 (row r's slot i) + (0: p, 1: q) */
   int32_t *commit;            /* [G + 1] */
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
@@ -189,57 +190,69 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
 }
 
 /* Greedy or sampled acceptance of one sequence's k drafts; *bonus the token after them. */
-static int32_t accept(spec *c, int32_t q, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
+/* Greedy: the longest prefix of the drafts equal to the target's argmax, then its argmax as the bonus. */
+static int32_t accept_greedy(const spec *c, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
   const int64_t *dr = c->drafts + (int64_t)r * c->G;
-  if (!c->sampling) {
-    int32_t a = 0;
-    while (a < k && dr[a] == c->next[vrow + a]) a++;
-    *bonus = (int32_t)c->next[vrow + a];
-    return a;
-  }
-  const seq_state *s = &c->s[q];
-  const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-  for (int32_t i = 0; i < k; i++) /* accepted with probability min(1, p / q) */
-    if (!(uniform(seed, s->n + 1 + i, PURPOSE_ACCEPT) * c->qd[r * c->G + i] < c->pd[r * c->G + i])) {
-      *bonus = -1; /* drawn from the residual by residual() */
-      return i;
-    }
-  *bonus = (int32_t)c->next[vrow + k]; /* the target's own draw after a full accept */
-  return k;
+  int32_t a = 0;
+  while (a < k && dr[a] == c->next[vrow + a]) a++;
+  *bonus = (int32_t)c->next[vrow + a];
+  return a;
 }
 
-/* p = softmax(target / T) and q = softmax(draft / T) of row r's drafted slot i, as e / z
- * (kernels/cpu/softmax_row.h) in thread th's scratch; returns z_p, *zq = z_q. */
-static double pq_rows(const spec *c, int th, int32_t r, int32_t vrow, int32_t i, double *zq) {
+/* p = softmax(target / T) (which 0) or q = softmax(draft / T) (1) of row r's drafted slot i, as e / z
+ * (kernels/cpu/softmax_row.h) in thread th's scratch; returns z. */
+static double pq_row(const spec *c, int th, int which, int32_t r, int32_t i) {
   const float T = c->o->gen.temperature;
-  float *ep = c->ep + (size_t)th * (size_t)c->V, *eq = c->eq + (size_t)th * (size_t)c->V;
-  *zq = dsp_cpu_softmax_row(c->qlog + ((int64_t)r * c->G + i) * c->V, c->V, T, eq);
-  return dsp_cpu_softmax_row(c->tlog + (int64_t)(vrow + i) * c->V, c->V, T, ep);
+  float *e = (which ? c->eq : c->ep) + (size_t)th * (size_t)c->V;
+  const dsp_bf16 *l = which ? c->qlog + ((int64_t)r * c->G + i) * c->V : c->tlog + (int64_t)(c->row0[r] + i) * c->V;
+  return dsp_cpu_softmax_row(l, c->V, T, e);
 }
 
-/* Sampling, before accept(): p(d_i) and q(d_i) of every drafted slot of the ns rows (counts c->count), the
- * softmax rows spread over the host's threads (each row's sums are fixed, so the split does not matter). */
-static void pq_drafts(spec *c, int32_t ns) {
-  int64_t n = 0;
-  for (int32_t r = 0; r < ns; r++) n += c->count[r] - 1;
-#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (n > 1 && c->V >= 4096)
-  for (int64_t j = 0; j < (int64_t)ns * c->G; j++) {
-    const int32_t r = (int32_t)(j / c->G), i = (int32_t)(j % c->G);
-    if (i >= c->count[r] - 1) continue;
-    const int th = omp_get_thread_num();
-    double zq;
-    const double zp = pq_rows(c, th, r, c->row0[r], i, &zq);
-    const int64_t d = c->drafts[(int64_t)r * c->G + i];
-    c->pd[j] = (double)c->ep[(size_t)th * (size_t)c->V + d] / zp;
-    c->qd[j] = (double)c->eq[(size_t)th * (size_t)c->V + d] / zq;
+/* Sampling: draft i of row r is accepted with probability min(1, p(d_i) / q(d_i)); a sequence stops at its
+ * first rejection, whose bonus (-1 here) residual() draws. Slot by slot in waves, each wave's softmax rows (p's
+ * and q's) spread over the host's threads, a wave taking as many slots ahead per open sequence as leave no
+ * thread idle (each row's sums are fixed, so neither the split nor the slots ahead change a result). */
+static void accept_sampled(spec *c, int32_t ns) {
+  const int32_t G = c->G;
+  int32_t open = 0;
+  for (int32_t r = 0; r < ns; r++) {
+    c->acc[r] = 0;
+    c->bonus[r] = c->count[r] > 1 ? -2 : (int32_t)c->next[c->row0[r]]; /* -2: undecided */
+    open += c->bonus[r] == -2;
+  }
+  while (open > 0) {
+    const int32_t w = c->nthreads > 2 * open ? c->nthreads / (2 * open) : 1;
+    int32_t nt = 0;
+    for (int32_t r = 0; r < ns; r++)
+      for (int32_t i = c->acc[r]; c->bonus[r] == -2 && i < c->acc[r] + w && i < c->count[r] - 1; i++)
+        c->task[nt++] = 2 * (r * G + i), c->task[nt++] = 2 * (r * G + i) + 1;
+#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (nt > 1 && c->V >= 4096)
+    for (int32_t t = 0; t < nt; t++) {
+      const int32_t j = c->task[t] / 2, which = c->task[t] % 2, r = j / G, i = j % G;
+      const int th = omp_get_thread_num();
+      const double z = pq_row(c, th, which, r, i);
+      const float *e = (which ? c->eq : c->ep) + (size_t)th * (size_t)c->V;
+      (which ? c->qd : c->pd)[j] = (double)e[c->drafts[j]] / z;
+    }
+    open = 0;
+    for (int32_t r = 0; r < ns; r++) {
+      if (c->bonus[r] != -2) continue;
+      const int32_t q = c->which[r], k = c->count[r] - 1, lim = c->acc[r] + w < k ? c->acc[r] + w : k;
+      const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
+      int32_t i = c->acc[r];
+      while (i < lim && uniform(seed, c->s[q].n + 1 + i, PURPOSE_ACCEPT) * c->qd[r * G + i] < c->pd[r * G + i]) i++;
+      c->acc[r] = i;
+      if (i < lim) c->bonus[r] = -1;
+      else if (i == k) c->bonus[r] = (int32_t)c->next[c->row0[r] + k]; /* the target's own draw after a full accept */
+      else open++;
+    }
   }
 }
 
 /* The bonus of row r (sequence q) rejected at slot i: a draw from normalize(max(p - q, 0)), or from p where that
  * mass is zero, with the residual's uniform; thread th's scratch. */
 static int32_t residual(const spec *c, int th, int32_t q, int32_t r, int32_t i) {
-  double zq;
-  const double zp = pq_rows(c, th, r, c->row0[r], i, &zq);
+  const double zp = pq_row(c, th, 0, r, i), zq = pq_row(c, th, 1, r, i);
   const float *ep = c->ep + (size_t)th * (size_t)c->V, *eq = c->eq + (size_t)th * (size_t)c->V;
   double *w = c->p + (size_t)th * (size_t)c->V, mass = 0.0;
   for (int64_t v = 0; v < c->V; v++) {
@@ -369,8 +382,9 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     st->decode_calls++;
     if (c->ag.on) DSP_TRY(auto_learn(c, nt, kmax, verify_ms, draft_ms));
     /* accept (sampling: the rows' softmaxes and the residual draws over the host's threads), commit, roll back */
-    if (c->sampling) pq_drafts(c, ns);
-    for (int32_t r = 0; r < ns; r++) c->acc[r] = accept(c, c->which[r], r, c->row0[r], c->count[r] - 1, &c->bonus[r]);
+    if (c->sampling) accept_sampled(c, ns);
+    else
+      for (int32_t r = 0; r < ns; r++) c->acc[r] = accept_greedy(c, r, c->row0[r], c->count[r] - 1, &c->bonus[r]);
 #pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (c->sampling && ns > 1 && c->V >= 4096)
     for (int32_t r = 0; r < ns; r++)
       if (c->bonus[r] < 0) c->bonus[r] = residual(c, omp_get_thread_num(), c->which[r], r, c->acc[r]);
@@ -470,10 +484,11 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     c.eq = malloc(NT * V * 4);
     c.pd = malloc(S * (size_t)G * 8);
     c.qd = malloc(S * (size_t)G * 8);
+    c.task = malloc(S * (size_t)G * 8);
   }
   dsp_status s = c.s && c.free_slot && c.adm && c.done && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
                          c.conf && c.seed && c.next && c.drafts && c.commit &&
-                         c.acc && c.bonus && (!c.sampling || (c.tlog && c.qlog && c.p && c.ep && c.eq && c.pd && c.qd))
+                         c.acc && c.bonus && (!c.sampling || (c.tlog && c.qlog && c.p && c.ep && c.eq && c.pd && c.qd && c.task))
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
@@ -491,6 +506,6 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.tlog), free(c.qlog), free(c.p), free(c.ep), free(c.eq), free(c.pd), free(c.qd), free(c.acc), free(c.bonus);
+  free(c.tlog), free(c.qlog), free(c.p), free(c.ep), free(c.eq), free(c.pd), free(c.qd), free(c.task), free(c.acc), free(c.bonus);
   return s;
 }

@@ -13,12 +13,11 @@
 #include <omp.h>
 
 #include "kernels/cpu/amx.h"
-#include "kernels/cpu/gumbel_avx512.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/layers.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/select_avx2.h"
+#include "kernels/cpu/sample.h"
 
 /* Exactly one of p (the fmaf chain's panels) and amx (AMX tiles) at creation;
  * a Markov step on an AMX weight packs the chain's panels once (its contract
@@ -226,15 +225,9 @@ dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args 
     const dsp_bf16 *p = (const dsp_bf16 *)l->data + r * l->stride[0];
     /* the noise is keyed by the global id, so a shard's draw is the full-vocabulary draw */
     uint64_t best = 0;
-    if (l->stride[1] == 1 && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512) { /* the loop below, 16 ids at a time */
-      a->keys[r] = dsp_cpu_select_avx512(p, 0, a->n_valid, T, T > 0.0f ? a->seed_row[r] : 0, T > 0.0f ? a->pos[r] : 0,
-                                         a->id0);
-      continue;
-    }
-    if (l->stride[1] == 1 && !(T > 0.0f) && dsp_cpu_isa_current() == DSP_CPU_ISA_AVX2) {
-      a->keys[r] = dsp_cpu_select_greedy_avx2(p, a->n_valid, a->id0);
-      continue;
-    }
+    if (l->stride[1] == 1 && dsp_cpu_select_row(p, 0, a->n_valid, T, T > 0.0f ? a->seed_row[r] : 0,
+                                                T > 0.0f ? a->pos[r] : 0, a->id0, &a->keys[r]))
+      continue; /* the loop below, 16 or 8 ids at a time */
     for (int64_t v = 0; v < a->n_valid; v++) {
       float x = dsp_bf16_to_f32(p[v]);
       if (T > 0.0f) {
