@@ -189,7 +189,6 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
   return DSP_OK;
 }
 
-/* Greedy or sampled acceptance of one sequence's k drafts; *bonus the token after them. */
 /* Greedy: the longest prefix of the drafts equal to the target's argmax, then its argmax as the bonus. */
 static int32_t accept_greedy(const spec *c, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
   const int64_t *dr = c->drafts + (int64_t)r * c->G;
