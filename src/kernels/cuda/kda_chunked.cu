@@ -2,7 +2,7 @@
  * in fp32, in two passes over a window of chunks of 64 tokens.
  *
  * Pass 1, one block per (chunk, value head), all chunks at once: q and k
- * normalised (warp sums), G the running sum of g inside the chunk, the scores
+ * normalised, G the running sum of g inside the chunk, the scores
  *   A_ij = sum_d k_i k_j exp(G_i - G_j) (j < i), Aqk_ij likewise with q_i (j <= i)
  * by 16-row blocks as the CPU (a pair across blocks as the product of two
  * factors <= 1, a pair inside one by expf of the difference), the UT transform
@@ -12,14 +12,19 @@
  * Pass 2, one block per (sequence, value head, tile of value columns), over
  * the sequence's chunks in order, the state tile in shared memory:
  *   U = Ur - W S;  o = Qg S + Aqk U;  S = exp(G_last) S + KG^T U.
- * Each output element's sum runs in a fixed order (d or m ascending, with
- * fma) that depends on neither the tile nor the batch. */
+ * Every value follows the CPU's chunked form (kda_chunked_body.h): its q/k
+ * roots, its expf, the same sums in the same orders, each product rounded
+ * before its add (never fused), so neither the tile nor the batch changes a
+ * bit. Where a row of o cancels, the gated norm turns one ulp anywhere (an
+ * fma, an expf, a root) into more than the contract's 1e-4 of the largest
+ * output against the CPU. */
 #include "kernels/cuda/kda.h"
 
 #include <math.h>
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
+#include "kernels/cuda/common/expf.cuh"
 #include "kernels/cuda/kda_dev.cuh"
 
 enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
@@ -94,6 +99,9 @@ __host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
 
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
+/* a b + c with the product rounded first, as the CPU's sums (never fused) */
+__device__ __forceinline__ float kda_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+
 /* v's columns s0 - K .. of the slab starting at X column s0, rows i < nc, as floats. */
 __device__ static inline void fill_v(const dsp_cu_kda_in &v, int64_t c0, int32_t hv, int32_t nc, int32_t K, int32_t V,
                                      int32_t s0, float *X, int32_t XW) {
@@ -115,7 +123,7 @@ __device__ __forceinline__ void wy_terms(float (&acc)[8][4], const float *tp, co
   for (int r = 0; r < 8; r++)
     if (r >= r0)
 #pragma unroll
-      for (int cc = 0; cc < 4; cc++) acc[r][cc] = fmaf(tb[r], xs[cc], acc[r][cc]);
+      for (int cc = 0; cc < 4; cc++) acc[r][cc] = kda_mul_add(tb[r], xs[cc], acc[r][cc]);
 }
 
 template <int KT> /* K, or 0: K from the arguments (the index divisions by K are shifts otherwise) */
@@ -161,21 +169,22 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       (row < 2 * C ? G + (size_t)row * KP : P0 + (size_t)(row - 2 * C) * KP)[col] = 0.0f;
     }
   }
-  /* raw k into Kn, raw q into G for a moment; then the roots, warp per row */
+  /* raw k into Kn, raw q into G for a moment; then the roots, as the CPU's
+   * (d order, no fma): thread i the root of q row i, thread nc + i of k row i */
   BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[i * KP + d] = x)
   BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[i * KP + d] = x)
   __syncthreads();
-  for (int32_t i = warp; i < nc; i += NT / 32) {
-    float sq = 0.0f, sk = 0.0f;
-    for (int32_t d = lane; d < K; d += 32) {
-      const float x = G[i * KP + d], y = Kn[i * KP + d];
-      sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
-    }
-    sq = dsp_dev_warp_sum(sq), sk = dsp_dev_warp_sum(sk);
-    const float rk = a.r.qk_raw ? 1.0f : sqrtf(sk + 1e-6f);
-    if (lane == 0) rq[i] = a.r.qk_raw ? 1.0f : sqrtf(sq + 1e-6f);
-    for (int32_t d = lane; d < K; d += 32) Kn[i * KP + d] = Kn[i * KP + d] / rk;
-    if (lane == 0) bt[i] = a.r.beta[(c0 + i) * a.r.HV + hv];
+  float *rk = A; /* A is free until the scores */
+  if (tid < 2 * nc) {
+    const int32_t i = tid < nc ? tid : tid - nc;
+    const float root = a.r.qk_raw ? 1.0f : kda_l2_root((tid < nc ? G : Kn) + i * KP, K);
+    (tid < nc ? rq : rk)[i] = root;
+    if (tid < nc) bt[i] = a.r.beta[(c0 + i) * a.r.HV + hv];
+  }
+  __syncthreads();
+  for (int32_t e = tid; e < nc * K; e += NT) {
+    const int32_t i = e / K, d = e - i * K;
+    Kn[i * KP + d] = Kn[i * KP + d] / rk[i];
   }
   __syncthreads();
   BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[i * KP + d] = x)
@@ -196,7 +205,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     __syncthreads(); /* the previous block's panels are no longer read */
     /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
     BULK(nr * K, QN(r + i, d), {
-      const float ex = expf(G[(r + i) * KP + d] - G[r * KP + d]);
+      const float ex = dsp_dev_expf(G[(r + i) * KP + d] - G[r * KP + d]);
       P0[i * KP + d] = Kn[(r + i) * KP + d] * ex;
       P1[i * KP + d] = x * ex;
     })
@@ -204,7 +213,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       __syncthreads();
       for (int32_t e = tid; e < BLK * K; e += NT) {
         const int32_t j = e / K, d = e % K;
-        P2[j * KP + d] = Kn[(j0 + j) * KP + d] * expf(G[r * KP + d] - G[(j0 + j) * KP + d]);
+        P2[j * KP + d] = Kn[(j0 + j) * KP + d] * dsp_dev_expf(G[r * KP + d] - G[(j0 + j) * KP + d]);
       }
       __syncthreads();
       if (il < nr) {
@@ -213,10 +222,10 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
 #pragma unroll 4
         for (int32_t d = 0; d < K4; d += 4) {
           const float4 k4 = ld4(p2 + d), a4 = ld4(p0 + d), q4 = ld4(p1 + d);
-          s = fmaf(a4.x, k4.x, s), sq = fmaf(q4.x, k4.x, sq);
-          s = fmaf(a4.y, k4.y, s), sq = fmaf(q4.y, k4.y, sq);
-          s = fmaf(a4.z, k4.z, s), sq = fmaf(q4.z, k4.z, sq);
-          s = fmaf(a4.w, k4.w, s), sq = fmaf(q4.w, k4.w, sq);
+          s = kda_mul_add(a4.x, k4.x, s), sq = kda_mul_add(q4.x, k4.x, sq);
+          s = kda_mul_add(a4.y, k4.y, s), sq = kda_mul_add(q4.y, k4.y, sq);
+          s = kda_mul_add(a4.z, k4.z, s), sq = kda_mul_add(q4.z, k4.z, sq);
+          s = kda_mul_add(a4.w, k4.w, s), sq = kda_mul_add(q4.w, k4.w, sq);
         }
         A[(r + il) * CP + j0 + jl] = s;
         out.Aqk[(size_t)(r + il) * C + j0 + jl] = sq;
@@ -240,10 +249,11 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
         const float *kr = Kn + ii * KP, *gr = G + ii * KP, *qr = Q + pi * KP;
         for (int32_t d = 0; d < K4; d += 4) {
           const float4 k4 = ld4(kr + d), g4 = ld4(gr + d), q4 = ld4(qr + d);
-          sq = fmaf(q4.x, k4.x * expf(g4.x - g4.x), sq);
-          sq = fmaf(q4.y, k4.y * expf(g4.y - g4.y), sq);
-          sq = fmaf(q4.z, k4.z * expf(g4.z - g4.z), sq);
-          sq = fmaf(q4.w, k4.w * expf(g4.w - g4.w), sq);
+          /* expf(g - g) is 1 (NaN for a NaN or infinite g) in either expf */
+          sq = kda_mul_add(__fmul_rn(q4.x, k4.x), expf(g4.x - g4.x), sq);
+          sq = kda_mul_add(__fmul_rn(q4.y, k4.y), expf(g4.y - g4.y), sq);
+          sq = kda_mul_add(__fmul_rn(q4.z, k4.z), expf(g4.z - g4.z), sq);
+          sq = kda_mul_add(__fmul_rn(q4.w, k4.w), expf(g4.w - g4.w), sq);
         }
         out.Aqk[(size_t)ii * C + ii] = sq;
       }
@@ -260,12 +270,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
 #pragma unroll 2
       for (int32_t d = 0; d < K4; d += 4) {
         const float4 a4 = ld4(ki + d), b4 = ld4(kj + d), g4 = ld4(gi + d), h4 = ld4(gj + d), q4 = ld4(qi + d);
-        const float e0 = b4.x * expf(g4.x - h4.x), e1 = b4.y * expf(g4.y - h4.y);
-        const float e2 = b4.z * expf(g4.z - h4.z), e3 = b4.w * expf(g4.w - h4.w);
-        s = fmaf(a4.x, e0, s), sq = fmaf(q4.x, e0, sq);
-        s = fmaf(a4.y, e1, s), sq = fmaf(q4.y, e1, sq);
-        s = fmaf(a4.z, e2, s), sq = fmaf(q4.z, e2, sq);
-        s = fmaf(a4.w, e3, s), sq = fmaf(q4.w, e3, sq);
+        /* the CPU's terms: (k_i k_j) e and (q_i k_j) e */
+        const float e0 = dsp_dev_expf(g4.x - h4.x), e1 = dsp_dev_expf(g4.y - h4.y);
+        const float e2 = dsp_dev_expf(g4.z - h4.z), e3 = dsp_dev_expf(g4.w - h4.w);
+        s = kda_mul_add(__fmul_rn(a4.x, b4.x), e0, s), sq = kda_mul_add(__fmul_rn(q4.x, b4.x), e0, sq);
+        s = kda_mul_add(__fmul_rn(a4.y, b4.y), e1, s), sq = kda_mul_add(__fmul_rn(q4.y, b4.y), e1, sq);
+        s = kda_mul_add(__fmul_rn(a4.z, b4.z), e2, s), sq = kda_mul_add(__fmul_rn(q4.z, b4.z), e2, sq);
+        s = kda_mul_add(__fmul_rn(a4.w, b4.w), e3, s), sq = kda_mul_add(__fmul_rn(q4.w, b4.w), e3, sq);
       }
       A[i * CP + j] = s;
       out.Aqk[(size_t)i * C + j] = sq;
@@ -273,7 +284,8 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   }
   __syncthreads();
   /* Qg = q exp(G), KG = k exp(G_last - G) and exp(G_last) out; k exp(G) (W's
-   * right side) kept in registers until X replaces G and Kn. ke holds raw q first. */
+   * right side) kept in registers until X replaces G and Kn. ke holds raw q
+   * first. */
   float ke[KS];
 #pragma unroll
   for (int u = 0; u < KS; u++) {
@@ -284,13 +296,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   for (int u = 0; u < KS; u++) {
     const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
     if (e < nc * K) {
-      const float gi = G[i * KP + d], ex = expf(gi), kn = Kn[i * KP + d];
+      const float gi = G[i * KP + d], ex = dsp_dev_expf(gi), kn = Kn[i * KP + d];
       out.Qg[(size_t)i * K + d] = ke[u] / rq[i] * a.r.scale * ex;
-      out.KG[(size_t)i * K + d] = kn * expf(G[(nc - 1) * KP + d] - gi);
+      out.KG[(size_t)i * K + d] = kn * dsp_dev_expf(G[(nc - 1) * KP + d] - gi);
       ke[u] = kn * ex;
     }
   }
-  for (int32_t d = tid; d < K; d += NT) out.eg[d] = expf(G[(nc - 1) * KP + d]);
+  for (int32_t d = tid; d < K; d += NT) out.eg[d] = dsp_dev_expf(G[(nc - 1) * KP + d]);
   __syncthreads();
   /* X slab 0: k exp(G) then v; L = diag(beta) A in place */
 #pragma unroll
@@ -310,7 +322,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       const int32_t j = tid;
       float t = A[i * CP + j];
 #pragma unroll 4
-      for (int32_t m = j + 1; m < i; m++) t = fmaf(A[i * CP + m], T[m * CP + j], t);
+      for (int32_t m = j + 1; m < i; m++) t = kda_mul_add(A[i * CP + m], T[m * CP + j], t);
       T[i * CP + j] = -t;
     }
     __syncthreads();
@@ -324,7 +336,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
 
   /* [W | Ur] = Tb [k exp(G) | v], 256 columns of X at a time: thread tiles of 8
    * rows x 4 columns, rows 8 p and 56 - 8 p (p = warp & 3) so every warp walks
-   * 72 terms; each sum in j order from 0 as an fma chain */
+   * 72 terms; each sum in j order from 0 */
   const int32_t pr = warp & 3, half = warp >> 2;
   const bool vec = (K & 3) == 0 && (V & 3) == 0;
   for (int32_t s0 = 0; s0 < K + V; s0 += XS) {
@@ -425,10 +437,10 @@ __device__ __forceinline__ void rows_times_state(float (&acc)[RT][4], const floa
 #pragma unroll
       for (int r = 0; r < RT; r++) {
         const float x = dd == 0 ? xv[r].x : dd == 1 ? xv[r].y : dd == 2 ? xv[r].z : xv[r].w;
-        acc[r][0] = fmaf(x, s4[dd].x, acc[r][0]);
-        acc[r][1] = fmaf(x, s4[dd].y, acc[r][1]);
-        acc[r][2] = fmaf(x, s4[dd].z, acc[r][2]);
-        acc[r][3] = fmaf(x, s4[dd].w, acc[r][3]);
+        acc[r][0] = kda_mul_add(x, s4[dd].x, acc[r][0]);
+        acc[r][1] = kda_mul_add(x, s4[dd].y, acc[r][1]);
+        acc[r][2] = kda_mul_add(x, s4[dd].z, acc[r][2]);
+        acc[r][3] = kda_mul_add(x, s4[dd].w, acc[r][3]);
       }
   }
 }
@@ -527,10 +539,10 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {
           const float x = ar[r * AP + m];
-          ac2[r][0] = fmaf(x, u.x, ac2[r][0]);
-          ac2[r][1] = fmaf(x, u.y, ac2[r][1]);
-          ac2[r][2] = fmaf(x, u.z, ac2[r][2]);
-          ac2[r][3] = fmaf(x, u.w, ac2[r][3]);
+          ac2[r][0] = kda_mul_add(x, u.x, ac2[r][0]);
+          ac2[r][1] = kda_mul_add(x, u.y, ac2[r][1]);
+          ac2[r][2] = kda_mul_add(x, u.z, ac2[r][2]);
+          ac2[r][3] = kda_mul_add(x, u.w, ac2[r][3]);
         }
       }
 #pragma unroll
@@ -568,14 +580,14 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
 #pragma unroll
         for (int dd = 0; dd < 4; dd++)
 #pragma unroll
-          for (int q = 0; q < 4; q++) acc[dd][q] = fmaf(ks[dd], us[q], acc[dd][q]);
+          for (int q = 0; q < 4; q++) acc[dd][q] = kda_mul_add(ks[dd], us[q], acc[dd][q]);
       }
 #pragma unroll
       for (int dd = 0; dd < 4; dd++)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
           float *sp = S + (d0 + dd) * BV + c4 + q;
-          *sp = fmaf(eg[d0 + dd], *sp, acc[dd][q]);
+          *sp = kda_mul_add(eg[d0 + dd], *sp, acc[dd][q]);
         }
     }
   }
