@@ -11,9 +11,10 @@
  * d order, one thread per value column. No result depends on the other
  * sequences of a call, on its slot, on how a sequence's tokens are split over
  * calls, on the strides of a view or on the value tile.
- * The chunked form (kda_chunked.cu) is fla's chunk_kda in fp32: its sums run
- * in another order, with fma, so it equals the CPU's chunked form within
- * rounding, not bit for bit (tests/test_ops_kda.c states the tolerance).
+ * The chunked form (kda_chunked.cu) is fla's chunk_kda in fp32 with the CPU's
+ * chunked arithmetic (its q/k roots, expf and sum orders, no fma): over the
+ * op harness's 32 input draws its states and outputs were the CPU's chunked
+ * form's bits; the contract keeps a tolerance (tests/test_ops_kda.c).
  * Device pointers; strides in elements; every call enqueues on s. */
 #ifndef DSP_KERNELS_CUDA_KDA_H
 #define DSP_KERNELS_CUDA_KDA_H
