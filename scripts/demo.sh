@@ -7,8 +7,8 @@
 # tokens must equal plain decoding's; --gamma auto verifies as many drafts per
 # round as pay on this CPU) and sampled at T 0.8 with 2 drafts a round (there
 # the pair's acceptance length is about 2: the full block of 7 costs more than
-# it commits on a CPU, 0.52x against 0.86x here); then a batch of 16 held-out
-# prompts, greedy.
+# it commits on a CPU); then a batch of 16 held-out prompts, greedy. The
+# speedups depend on the CPU (bench/RESULTS.md: AVX-512 against AVX2-only).
 set -euo pipefail
 BUILD=${1:-build}
 D="$BUILD/dspark"
