@@ -79,15 +79,24 @@ DSP_AVX2_INLINE __m256 silu_mul8(__m256 x, __m256 u) {
 /* The last n % 8 elements of the row ops: copied into 8-wide buffers (zero past the end), computed, copied back. */
 #define TAIL(n, j) ((n) - (j) > 0 ? (size_t)((n) - (j)) * 2 : 0)
 
-DSP_AVX2 void dsp_cpu_silu_mul_avx2(const dsp_bf16 *g, const dsp_bf16 *u, dsp_bf16 *o, int64_t n) {
+/* o = op(a, b) over n elements, 8 at a time (SILU: bf16(silu(a)) * b, else a + b), rounded to bf16 once. */
+enum { OP_ADD, OP_SILU };
+DSP_AVX2_INLINE __m256 op2(const int OP, __m256 a, __m256 b) {
+  return OP == OP_SILU ? silu_mul8(a, b) : _mm256_add_ps(a, b);
+}
+DSP_AVX2_INLINE void row2(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n, const int OP) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) store8(o + j, silu_mul8(load8(g + j), load8(u + j)));
+  for (; j + 8 <= n; j += 8) store8(o + j, op2(OP, load8(a + j), load8(b + j)));
   if (j < n) {
-    dsp_bf16 tg[8] = {0}, tu[8] = {0}, to[8];
-    memcpy(tg, g + j, TAIL(n, j)), memcpy(tu, u + j, TAIL(n, j));
-    store8(to, silu_mul8(load8(tg), load8(tu)));
+    dsp_bf16 ta[8] = {0}, tb[8] = {0}, to[8];
+    memcpy(ta, a + j, TAIL(n, j)), memcpy(tb, b + j, TAIL(n, j));
+    store8(to, op2(OP, load8(ta), load8(tb)));
     memcpy(o + j, to, TAIL(n, j));
   }
+}
+
+DSP_AVX2 void dsp_cpu_silu_mul_avx2(const dsp_bf16 *g, const dsp_bf16 *u, dsp_bf16 *o, int64_t n) {
+  row2(g, u, o, n, OP_SILU);
 }
 
 DSP_AVX2_INLINE void rope8(dsp_bf16 *lo, dsp_bf16 *hi, const dsp_bf16 *c, const dsp_bf16 *sn) {
@@ -108,13 +117,4 @@ DSP_AVX2 void dsp_cpu_rope_avx2(dsp_bf16 *row, const dsp_bf16 *c, const dsp_bf16
   }
 }
 
-DSP_AVX2 void dsp_cpu_add_avx2(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) store8(o + j, _mm256_add_ps(load8(a + j), load8(b + j)));
-  if (j < n) {
-    dsp_bf16 ta[8] = {0}, tb[8] = {0}, to[8];
-    memcpy(ta, a + j, TAIL(n, j)), memcpy(tb, b + j, TAIL(n, j));
-    store8(to, _mm256_add_ps(load8(ta), load8(tb)));
-    memcpy(o + j, to, TAIL(n, j));
-  }
-}
+DSP_AVX2 void dsp_cpu_add_avx2(const dsp_bf16 *a, const dsp_bf16 *b, dsp_bf16 *o, int64_t n) { row2(a, b, o, n, OP_ADD); }
