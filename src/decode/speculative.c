@@ -27,10 +27,9 @@ static double uniform(uint64_t seed, int64_t pos, uint32_t purpose) {
   return ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
 }
 
-/* The first id whose running sum of w passes u * sum(w). */
-static int64_t inverse_cdf(const double *w, int64_t V, double u) {
-  double s = 0.0, run = 0.0;
-  for (int64_t v = 0; v < V; v++) s += w[v];
+/* The first id whose running sum of w passes u * s, s = the sum of w in id order. */
+static int64_t inverse_cdf(const double *w, int64_t V, double s, double u) {
+  double run = 0.0;
   const double target = u * s;
   for (int64_t v = 0; v < V; v++) {
     run += w[v];
@@ -258,10 +257,12 @@ static int32_t residual(const spec *c, int th, int32_t q, int32_t r, int32_t i) 
     const double x = (double)ep[v] / zp - (double)eq[v] / zq;
     mass += w[v] = x > 0.0 ? x : 0.0;
   }
-  if (!(mass > 1e-12))
-    for (int64_t v = 0; v < c->V; v++) w[v] = (double)ep[v] / zp;
+  if (!(mass > 1e-12)) {
+    mass = 0.0;
+    for (int64_t v = 0; v < c->V; v++) mass += w[v] = (double)ep[v] / zp;
+  }
   const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-  return (int32_t)inverse_cdf(w, c->V, uniform(seed, c->s[q].n + 1 + i, PURPOSE_RESIDUAL));
+  return (int32_t)inverse_cdf(w, c->V, mass, uniform(seed, c->s[q].n + 1 + i, PURPOSE_RESIDUAL));
 }
 
 /* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
