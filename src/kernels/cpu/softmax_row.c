@@ -46,8 +46,44 @@ static double row_scalar(const dsp_bf16 *l, int64_t V, float T, float *e) {
   return finish(e, v, V, m, s);
 }
 
+/* scaled_max 8 (16) ids at a time: the same fp32 divisions; the max, order-free, ignores NaNs as the loop does
+ * (max_ps returns its second operand, the running max, when the first is NaN); equal maxima may differ only in
+ * the sign of a zero, which no x - m sees. */
+DSP_AVX2 static float scaled_max_avx2(const dsp_bf16 *l, int64_t V, float T, float *e) {
+  const __m256 tv = _mm256_set1_ps(T);
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int64_t v = 0;
+  for (; v + 8 <= V; v += 8) {
+    const __m256 x = _mm256_div_ps(
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(l + v))), 16)), tv);
+    _mm256_storeu_ps(e + v, x);
+    mv = _mm256_max_ps(x, mv);
+  }
+  float mm[8], m = scaled_max(l + v, V - v, T, e + v);
+  _mm256_storeu_ps(mm, mv);
+  for (int j = 0; j < 8; j++) m = mm[j] > m ? mm[j] : m;
+  return m;
+}
+
+DSP_AVX512 static float scaled_max_avx512(const dsp_bf16 *l, int64_t V, float T, float *e) {
+  const __m512 tv = _mm512_set1_ps(T);
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  int64_t v = 0;
+  for (; v + 16 <= V; v += 16) {
+    const __m512 x = _mm512_div_ps(
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(l + v))), 16)),
+        tv);
+    _mm512_storeu_ps(e + v, x);
+    mv = _mm512_max_ps(x, mv);
+  }
+  float mm[16], m = scaled_max(l + v, V - v, T, e + v);
+  _mm512_storeu_ps(mm, mv);
+  for (int j = 0; j < 16; j++) m = mm[j] > m ? mm[j] : m;
+  return m;
+}
+
 DSP_AVX2 static double row_avx2(const dsp_bf16 *l, int64_t V, float T, float *e) {
-  const float m = scaled_max(l, V, T, e);
+  const float m = scaled_max_avx2(l, V, T, e);
   const __m256 mv = _mm256_set1_ps(m);
   __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
   int64_t v = 0;
@@ -63,7 +99,7 @@ DSP_AVX2 static double row_avx2(const dsp_bf16 *l, int64_t V, float T, float *e)
 }
 
 DSP_AVX512 static double row_avx512(const dsp_bf16 *l, int64_t V, float T, float *e) {
-  const float m = scaled_max(l, V, T, e);
+  const float m = scaled_max_avx512(l, V, T, e);
   const __m512 mv = _mm512_set1_ps(m);
   __m512d s8 = _mm512_setzero_pd();
   int64_t v = 0;
