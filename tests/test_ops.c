@@ -676,7 +676,7 @@ static void t_elementwise(void) {
 }
 
 /* Philox4x32-10 (Random123) and the contract's Gumbel noise, written here. */
-static uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos) {
+uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos) {
   uint32_t c[4] = {(uint32_t)id, (uint32_t)(id >> 32), (uint32_t)pos, (uint32_t)(pos >> 32)};
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   for (int r = 0; r < 10; r++) {
@@ -1085,7 +1085,7 @@ int main(int argc, char **argv) {
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_markov_step),
                                        cmocka_unit_test(t_attention), cmocka_unit_test(t_layers),
-                                       cmocka_unit_test(t_kda)};
+                                       cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }
   dsp_backend_free(g_cpu);

@@ -22,6 +22,9 @@ void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes);
 double median_time(dsp_status (*call)(void *), void *ctx, int reps);
 double copy_rate(void); /* bytes per second of a device copy, read + written */
 
+uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos); /* Philox4x32-10's first word, written here */
+
 void t_kda(void **st);
+void t_accept(void **st); /* test_ops_accept.c: speculative sampling's acceptance */
 void t_fused_layers(void); /* test_ops_fused.c: add_rmsnorm, attn_in against what they fuse */
 #endif

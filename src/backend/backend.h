@@ -98,6 +98,15 @@ typedef struct {
   dsp_status (*add_rmsnorm)(dsp_backend *be, int dev, dsp_tensor *x, const dsp_tensor *y, const dsp_tensor *w,
                             float eps, dsp_tensor *out);
   dsp_status (*attn_in)(dsp_backend *be, int dev, const dsp_op_attn_in_args *a, int *done);
+  /* Speculative sampling's acceptance (ops.h) */
+  dsp_status (*accept_workspace)(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma, size_t *ws_bytes,
+                                 size_t *hs_bytes);
+  dsp_status (*accept)(dsp_backend *be, int dev, const dsp_op_accept_args *a);
+  /* Where the head's last sampled proposal of `batch` sequences left its corrected logits in device memory:
+   * step k of sequence b at row k x rows + b of ld elements (NULL, or DSP_ERR_UNSUPPORTED, where they are not
+   * kept there). */
+  dsp_status (*markov_logits)(const dsp_markov_exec *x, int32_t batch, const void **data, int64_t *ld,
+                              int32_t *rows);
 } dsp_backend_ops;
 
 struct dsp_backend {

@@ -1,6 +1,8 @@
 /* The operations' shared checks, then the backend's entry. */
 #include "backend/ops.h"
 
+#include <math.h>
+
 #include "backend/backend.h"
 #include "core/status.h"
 
@@ -371,4 +373,37 @@ dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a) 
                     "positions", (long long)a->n_valid, (long long)a->logits->shape[1], (long long)a->id0);
   if (a->logits->stride[1] != 1) return dsp_fail(DSP_ERR_SHAPE, "op select: logits need unit column stride");
   return a->logits->shape[0] ? be->ops->select(be, dev, a) : DSP_OK;
+}
+
+dsp_status dsp_op_accept_workspace(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma, size_t *ws_bytes,
+                                   size_t *hs_bytes) {
+  if (!be || !ws_bytes || !hs_bytes || vocab < 1 || max_seqs < 1 || gamma < 1)
+    return dsp_fail(DSP_ERR_ARG, "op accept workspace: needs a backend, vocab, sequences and gamma >= 1");
+  if (!be->ops->accept_workspace) return dsp_fail(DSP_ERR_UNSUPPORTED, "op accept: not on this backend");
+  return be->ops->accept_workspace(be, vocab, max_seqs, gamma, ws_bytes, hs_bytes);
+}
+
+dsp_status dsp_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a) {
+  DSP_TRY(check_dev(be, dev));
+  if (!be->ops->accept) return dsp_fail(DSP_ERR_UNSUPPORTED, "op accept: not on this backend");
+  if (!a || !a->tlog || !a->qlog || !a->toff || !a->qoff || !a->drafts || !a->pos || !a->ndraft || !a->temp ||
+      !a->seed || !a->accepted || !a->residual || !a->ws || a->vocab < 1 || a->nseq < 1 || a->gamma < 1)
+    return dsp_fail(DSP_ERR_ARG, "op accept: NULL argument or empty batch");
+  size_t ws = 0, hs = 0;
+  DSP_TRY(be->ops->accept_workspace(be, a->vocab, a->nseq, a->gamma, &ws, &hs));
+  if (a->ws_bytes < ws || a->hs_bytes < hs || (hs && !a->hs))
+    return dsp_fail(DSP_ERR_ARG, "op accept: the workspace holds %zu + %zu bytes; %d x %d slots need %zu + %zu",
+                    a->ws_bytes, a->hs_bytes, a->nseq, a->gamma, ws, hs);
+  for (int32_t r = 0; r < a->nseq; r++) {
+    if (a->ndraft[r] < 0 || a->ndraft[r] > a->gamma || !(a->temp[r] > 0.0f) || isinf(a->temp[r]))
+      return dsp_fail(DSP_ERR_RANGE, "op accept: sequence %d has %d drafts (gamma %d) at temperature %g", r,
+                      a->ndraft[r], a->gamma, (double)a->temp[r]);
+    for (int32_t i = 0; i < a->ndraft[r]; i++) {
+      const int64_t j = (int64_t)r * a->gamma + i;
+      if (a->drafts[j] < 0 || a->drafts[j] >= a->vocab || a->toff[j] < 0 || a->qoff[j] < 0)
+        return dsp_fail(DSP_ERR_RANGE, "op accept: sequence %d slot %d: draft %lld outside [0, %lld) or a negative "
+                        "row offset", r, i, (long long)a->drafts[j], (long long)a->vocab);
+    }
+  }
+  return be->ops->accept(be, dev, a);
 }

@@ -52,4 +52,13 @@ DSP_HD float dsp_gumbel(uint64_t seed, int64_t position, int64_t id) {
   return dsp_gumbel_of_word(r.v[0]);
 }
 
+/* Speculative sampling's uniform in (0, 1) for (seed, position, purpose): the
+ * counter {purpose, 1, position lo32, position hi32}; the second word 1 keeps
+ * it apart from every token id's Gumbel noise (ids < 2^31). */
+DSP_HD double dsp_philox_uniform(uint64_t seed, int64_t position, uint32_t purpose) {
+  dsp_philox4 c = {{purpose, 1u, (uint32_t)(uint64_t)position, (uint32_t)((uint64_t)position >> 32)}};
+  dsp_philox4 r = dsp_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+  return ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
+}
+
 #endif

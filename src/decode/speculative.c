@@ -10,35 +10,11 @@
 
 #include "core/bf16.h"
 #include "core/clock.h"
-#include "core/philox.h"
 #include "core/status.h"
 #include "decode/gen_common.h"
-#include "kernels/cpu/softmax_row.h"
+#include "kernels/cpu/spec_accept.h"
 #include "model/dspark_impl.h"
 #include "model/qwen3_impl.h"
-
-enum { PURPOSE_ACCEPT = 1, PURPOSE_RESIDUAL = 2 };
-
-/* A uniform in (0, 1) keyed by (seed, position, purpose): Philox with the
- * counter's second word 1, which no token id's Gumbel noise uses. */
-static double uniform(uint64_t seed, int64_t pos, uint32_t purpose) {
-  dsp_philox4 c = {{purpose, 1u, (uint32_t)(uint64_t)pos, (uint32_t)((uint64_t)pos >> 32)}};
-  const dsp_philox4 r = dsp_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
-  return ((double)r.v[0] + 0.5) * (1.0 / 4294967296.0);
-}
-
-/* The first id whose running sum of w passes u * s, s = the sum of w in id order. */
-static int64_t inverse_cdf(const double *w, int64_t V, double s, double u) {
-  double run = 0.0;
-  const double target = u * s;
-  for (int64_t v = 0; v < V; v++) {
-    run += w[v];
-    if (run > target && w[v] > 0.0) return v;
-  }
-  for (int64_t v = V - 1; v >= 0; v--)
-    if (w[v] > 0.0) return v;
-  return 0;
-}
 
 typedef struct {
   int64_t n;        /* positions in the target's cache */
@@ -80,13 +56,16 @@ typedef struct {
   float *temp, *conf;
   uint64_t *seed;
   int64_t *next, *drafts;
-  dsp_bf16 *tlog, *qlog;      /* [rows, V] the target's, [nseq, G, V] the draft's corrected logits */
-  int nthreads;               /* the host threads sampling's acceptance runs on */
-  double *p;                  /* [nthreads][V]: the residual distribution */
-  float *ep, *eq;             /* [nthreads][V]: p's and q's exponentials */
-  double *pd, *qd;            /* [nseq, G]: p and q of each drafted id */
-  int32_t *acc, *bonus;       /* [nseq]: accepted drafts, the bonus (-1: to draw from the residual) */
-  int32_t *task;              /* [2 nseq G]: a wave's softmax rows, 2 (row r's slot i) + (0: p, 1: q) */
+  /* sampling's acceptance: dsp_op_accept on the models' own logits where both are one rank's backend memory
+   * (acc_op; the target's read in place where t_dev, the draft's where q_dev), else the host's on copies */
+  int acc_op, t_dev, q_dev;
+  dsp_bf16 *tlog, *qlog;      /* host copies: [rows, V] the target's, [nseq, G, V] the draft's corrected logits */
+  dsp_op_accept_args aa;      /* over the arrays below, made once */
+  int64_t *toff, *qoff, *apos; /* [nseq G], [nseq G], [nseq] */
+  int32_t *ndraft, *residual;  /* [nseq] */
+  void *ws_host;              /* the host acceptance's scratch (not acc_op) */
+  int nthreads;
+  int32_t *acc, *bonus;       /* [nseq]: accepted drafts, the bonus */
   int32_t *commit;            /* [G + 1] */
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
@@ -197,72 +176,80 @@ static int32_t accept_greedy(const spec *c, int32_t r, int32_t vrow, int32_t k, 
   return a;
 }
 
-/* p = softmax(target / T) (which 0) or q = softmax(draft / T) (1) of row r's drafted slot i, as e / z
- * (kernels/cpu/softmax_row.h) in thread th's scratch; returns z. */
-static double pq_row(const spec *c, int th, int which, int32_t r, int32_t i) {
-  const float T = c->o->gen.temperature;
-  float *e = (which ? c->eq : c->ep) + (size_t)th * (size_t)c->V;
-  const dsp_bf16 *l = which ? c->qlog + ((int64_t)r * c->G + i) * c->V : c->tlog + (int64_t)(c->row0[r] + i) * c->V;
-  return dsp_cpu_softmax_row(l, c->V, T, e);
-}
-
-/* Sampling: draft i of row r is accepted with probability min(1, p(d_i) / q(d_i)); a sequence stops at its
- * first rejection, whose bonus (-1 here) residual() draws. Slot by slot in waves, each wave's softmax rows (p's
- * and q's) spread over the host's threads, a wave taking as many slots ahead per open sequence as leave no
- * thread idle (each row's sums are fixed, so neither the split nor the slots ahead change a result). */
-static void accept_sampled(spec *c, int32_t ns) {
+/* Sampling: each sequence's accepted drafts and its bonus (the residual draw at the first rejection, or the
+ * target's own draw after a full accept), from the logits where this round left them. */
+static dsp_status accept_sampled(spec *c, int32_t ns) {
+  dsp_op_accept_args *a = &c->aa;
   const int32_t G = c->G;
-  int32_t open = 0;
+  const int64_t *tstride = c->t_dev ? &c->t->d[0].logits.stride[0] : &c->V;
+  const void *qd = NULL;
+  int64_t qld = c->V;
+  int32_t qrows = 0;
+  if (c->q_dev) DSP_TRY(dsp_draft_device_logits(c->d, ns, &qd, &qld, &qrows));
   for (int32_t r = 0; r < ns; r++) {
-    c->acc[r] = 0;
-    c->bonus[r] = c->count[r] > 1 ? -2 : (int32_t)c->next[c->row0[r]]; /* -2: undecided */
-    open += c->bonus[r] == -2;
-  }
-  while (open > 0) {
-    const int32_t w = c->nthreads > 2 * open ? c->nthreads / (2 * open) : 1;
-    int32_t nt = 0;
-    for (int32_t r = 0; r < ns; r++)
-      for (int32_t i = c->acc[r]; c->bonus[r] == -2 && i < c->acc[r] + w && i < c->count[r] - 1; i++)
-        c->task[nt++] = 2 * (r * G + i), c->task[nt++] = 2 * (r * G + i) + 1;
-#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (nt > 1 && c->V >= 4096)
-    for (int32_t t = 0; t < nt; t++) {
-      const int32_t j = c->task[t] / 2, which = c->task[t] % 2, r = j / G, i = j % G;
-      const int th = omp_get_thread_num();
-      const double z = pq_row(c, th, which, r, i);
-      const float *e = (which ? c->eq : c->ep) + (size_t)th * (size_t)c->V;
-      (which ? c->qd : c->pd)[j] = (double)e[c->drafts[j]] / z;
-    }
-    open = 0;
-    for (int32_t r = 0; r < ns; r++) {
-      if (c->bonus[r] != -2) continue;
-      const int32_t q = c->which[r], k = c->count[r] - 1, lim = c->acc[r] + w < k ? c->acc[r] + w : k;
-      const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-      int32_t i = c->acc[r];
-      while (i < lim && uniform(seed, c->s[q].n + 1 + i, PURPOSE_ACCEPT) * c->qd[r * G + i] < c->pd[r * G + i]) i++;
-      c->acc[r] = i;
-      if (i < lim) c->bonus[r] = -1;
-      else if (i == k) c->bonus[r] = (int32_t)c->next[c->row0[r] + k]; /* the target's own draw after a full accept */
-      else open++;
+    c->ndraft[r] = c->count[r] - 1;
+    c->apos[r] = c->s[c->which[r]].n + 1;
+    for (int32_t i = 0; i < G; i++) {
+      c->toff[r * G + i] = (int64_t)(c->row0[r] + i) * *tstride;
+      c->qoff[r * G + i] = c->q_dev ? ((int64_t)i * qrows + r) * qld : ((int64_t)r * G + i) * c->V;
     }
   }
+  a->tlog = c->t_dev ? c->t->d[0].logits.data : c->tlog;
+  a->qlog = c->q_dev ? qd : c->qlog;
+  a->nseq = ns, a->accepted = c->acc;
+  if (c->acc_op) DSP_TRY(dsp_op_accept(c->t->be, 0, a));
+  else dsp_cpu_accept(a, c->nthreads);
+  for (int32_t r = 0; r < ns; r++)
+    c->bonus[r] = a->residual[r] >= 0 ? a->residual[r] : (int32_t)c->next[c->row0[r] + a->ndraft[r]];
+  return DSP_OK;
 }
 
-/* The bonus of row r (sequence q) rejected at slot i: a draw from normalize(max(p - q, 0)), or from p where that
- * mass is zero, with the residual's uniform; thread th's scratch. */
-static int32_t residual(const spec *c, int th, int32_t q, int32_t r, int32_t i) {
-  const double zp = pq_row(c, th, 0, r, i), zq = pq_row(c, th, 1, r, i);
-  const float *ep = c->ep + (size_t)th * (size_t)c->V, *eq = c->eq + (size_t)th * (size_t)c->V;
-  double *w = c->p + (size_t)th * (size_t)c->V, mass = 0.0;
-  for (int64_t v = 0; v < c->V; v++) {
-    const double x = (double)ep[v] / zp - (double)eq[v] / zq;
-    mass += w[v] = x > 0.0 ? x : 0.0;
+/* Where sampling's acceptance reads the logits (spec's acc_op, t_dev, q_dev), and its buffers. */
+static dsp_status accept_setup(spec *c, int32_t W) {
+  dsp_backend *be = c->t->be;
+  const size_t SG = (size_t)W * (size_t)c->G;
+  const int one_rank = c->t->nd == 1 && c->t->tp == 1 && dsp_comm_size(be->comm) == 1;
+  const void *qd = NULL;
+  int64_t qld = 0;
+  int32_t qrows = 0;
+  if (be->kind == DSP_BACKEND_CUDA) {
+    c->q_dev = one_rank && c->d->be == be && dsp_draft_device_logits(c->d, 1, &qd, &qld, &qrows) == DSP_OK;
+    dsp_error_clear();
+    c->acc_op = c->t_dev = c->q_dev;
+  } else { /* the CPU's backend memory is the host's: the target's logits in place, the draft's copied */
+    c->t_dev = one_rank;
+    c->acc_op = 1;
   }
-  if (!(mass > 1e-12)) {
-    mass = 0.0;
-    for (int64_t v = 0; v < c->V; v++) mass += w[v] = (double)ep[v] / zp;
+  dsp_op_accept_args *a = &c->aa;
+  c->toff = malloc(SG * 8), c->qoff = malloc(SG * 8), c->apos = malloc((size_t)W * 8);
+  c->ndraft = malloc((size_t)W * 4), c->residual = malloc((size_t)W * 4);
+  *a = (dsp_op_accept_args){.vocab = c->V, .gamma = c->G, .drafts = c->drafts, .seed = c->seed, .temp = c->temp,
+                            .toff = c->toff, .qoff = c->qoff, .pos = c->apos, .ndraft = c->ndraft,
+                            .residual = c->residual};
+  if (!c->t_dev) c->tlog = malloc((size_t)W * (size_t)(c->G + 1) * (size_t)c->V * 2);
+  if (!c->q_dev) c->qlog = malloc(SG * (size_t)c->V * 2);
+  if (!c->toff || !c->qoff || !c->apos || !c->ndraft || !c->residual || (!c->t_dev && !c->tlog) ||
+      (!c->q_dev && !c->qlog))
+    return dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  if (!c->acc_op) {
+    a->ws_bytes = dsp_cpu_accept_bytes(c->V, W, c->G, c->nthreads);
+    c->ws_host = a->ws = malloc(a->ws_bytes);
+    return a->ws ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   }
-  const uint64_t seed = c->o->gen.seeds ? c->o->gen.seeds[q] : c->o->gen.seed;
-  return (int32_t)inverse_cdf(w, c->V, mass, uniform(seed, c->s[q].n + 1 + i, PURPOSE_RESIDUAL));
+  DSP_TRY(dsp_op_accept_workspace(be, c->V, W, c->G, &a->ws_bytes, &a->hs_bytes));
+  DSP_TRY(dsp_op_alloc(be, 0, a->ws_bytes, &a->ws));
+  if (a->hs_bytes) DSP_TRY(dsp_op_host_alloc(be, 0, a->hs_bytes, &a->hs));
+  return DSP_OK;
+}
+
+static void accept_free(spec *c) {
+  dsp_op_accept_args *a = &c->aa;
+  free(c->toff), free(c->qoff), free(c->apos), free(c->ndraft), free(c->residual);
+  if (c->acc_op) {
+    if (a->ws) dsp_op_release(c->t->be, 0, a->ws);
+    if (a->hs) dsp_op_host_release(c->t->be, 0, a->hs);
+  }
+  free(c->ws_host), free(c->tlog), free(c->qlog);
 }
 
 /* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
@@ -353,7 +340,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
                           .append_only = kmax == 0, .ctx_target = 1};
-    dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling ? &qv : NULL,
+    dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling && !c->q_dev ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
     DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
@@ -374,20 +361,17 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_tensor lv = dsp_tensor_2d(c->tlog, DSP_BF16, nt, c->V);
     dsp_target_batch vb = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok,
                            .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
-    dsp_target_outputs vo = {.next = c->next, .logits = c->sampling ? &lv : NULL};
+    dsp_target_outputs vo = {.next = c->next, .logits = c->sampling && !c->t_dev ? &lv : NULL};
     t0 = dsp_now_ms();
     DSP_TRY(dsp_target_forward(t, &vb, &vo));
     const double verify_ms = dsp_now_ms() - t0;
     st->verify_ms += verify_ms;
     st->decode_calls++;
     if (c->ag.on) DSP_TRY(auto_learn(c, nt, kmax, verify_ms, draft_ms));
-    /* accept (sampling: the rows' softmaxes and the residual draws over the host's threads), commit, roll back */
-    if (c->sampling) accept_sampled(c, ns);
+    /* accept, commit, roll back */
+    if (c->sampling) DSP_TRY(accept_sampled(c, ns));
     else
       for (int32_t r = 0; r < ns; r++) c->acc[r] = accept_greedy(c, r, c->row0[r], c->count[r] - 1, &c->bonus[r]);
-#pragma omp parallel for schedule(dynamic) num_threads(c->nthreads) if (c->sampling && ns > 1 && c->V >= 4096)
-    for (int32_t r = 0; r < ns; r++)
-      if (c->bonus[r] < 0) c->bonus[r] = residual(c, omp_get_thread_num(), c->which[r], r, c->acc[r]);
     for (int32_t r = 0; r < ns; r++) {
       const int32_t q = c->which[r], k = c->count[r] - 1;
       seq_state *s = &c->s[q];
@@ -467,7 +451,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
             .sampling = o->gen.temperature >= 1e-5f, .nslots = W, .ag = {.on = o->gamma == DSP_GAMMA_AUTO},
             .nthreads = omp_get_max_threads()};
-  const size_t S = (size_t)W, R = (size_t)ti->max_tokens, V = (size_t)ti->vocab;
+  const size_t S = (size_t)W, R = (size_t)ti->max_tokens;
   c.s = calloc((size_t)nseq, sizeof *c.s);
   c.free_slot = malloc(S * 4);
   c.slot = malloc(S * 4), c.count = malloc(S * 4), c.which = malloc(S * 4), c.anchor = malloc(S * 4);
@@ -475,22 +459,12 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   c.temp = malloc(S * 4), c.conf = malloc(S * (size_t)G * 4), c.seed = malloc(S * 8);
   c.next = malloc(R * 8), c.drafts = malloc(S * (size_t)G * 8), c.commit = malloc((size_t)(G + 1) * 4);
   c.adm = malloc(S * 4), c.done = malloc(S * 4), c.acc = malloc(S * 4), c.bonus = malloc(S * 4);
-  if (c.sampling) {
-    c.tlog = malloc(S * (size_t)(G + 1) * V * 2);
-    c.qlog = malloc(S * (size_t)G * V * 2);
-    const size_t NT = (size_t)c.nthreads;
-    c.p = malloc(NT * V * 8);
-    c.ep = malloc(NT * V * 4);
-    c.eq = malloc(NT * V * 4);
-    c.pd = malloc(S * (size_t)G * 8);
-    c.qd = malloc(S * (size_t)G * 8);
-    c.task = malloc(S * (size_t)G * 8);
-  }
-  dsp_status s = c.s && c.free_slot && c.adm && c.done && c.slot && c.count && c.which && c.anchor && c.row0 && c.ccount && c.tok && c.temp &&
-                         c.conf && c.seed && c.next && c.drafts && c.commit &&
-                         c.acc && c.bonus && (!c.sampling || (c.tlog && c.qlog && c.p && c.ep && c.eq && c.pd && c.qd && c.task))
+  dsp_status s = c.s && c.free_slot && c.adm && c.done && c.slot && c.count && c.which && c.anchor && c.row0 &&
+                         c.ccount && c.tok && c.temp && c.conf && c.seed && c.next && c.drafts && c.commit && c.acc &&
+                         c.bonus
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  if (s == DSP_OK && c.sampling) s = dsp_comm_agree(t->be->comm, accept_setup(&c, W));
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
   c.nfree = W;
   int32_t live = 0;
@@ -506,6 +480,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.tlog), free(c.qlog), free(c.p), free(c.ep), free(c.eq), free(c.pd), free(c.qd), free(c.task), free(c.acc), free(c.bonus);
+  free(c.acc), free(c.bonus);
+  if (c.sampling) accept_free(&c);
   return s;
 }

@@ -311,6 +311,13 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
 
 int32_t dsp_draft_graphs(const dsp_draft *d) { return d ? d->ngraphs : 0; }
 
+dsp_status dsp_draft_device_logits(const dsp_draft *dr, int32_t batch, const void **data, int64_t *ld,
+                                   int32_t *rows) {
+  if (dr->nd != 1 || dr->head->n != 1 || !dr->be->ops->markov_logits)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "draft: the corrected logits are kept on one device only");
+  return dr->be->ops->markov_logits(dr->head->x[0], batch, data, ld, rows);
+}
+
 int64_t dsp_draft_length(const dsp_draft *d, int32_t slot) {
   return d && slot >= 0 && slot < d->opt.max_seqs ? d->len[slot] : -1;
 }

@@ -75,4 +75,9 @@ struct dsp_draft {
 
 size_t dr_meta_layout(void *base, int64_t max_ctx, int64_t max_rows, int64_t max_head, dr_meta *m);
 
+/* Where the last sampled proposal of `batch` sequences left the head's corrected logits in backend memory (one
+ * device, TP 1, BF16): slot k of sequence b at row k x rows + b of ld elements; DSP_ERR_UNSUPPORTED elsewhere. */
+dsp_status dsp_draft_device_logits(const dsp_draft *dr, int32_t batch, const void **data, int64_t *ld,
+                                   int32_t *rows);
+
 #endif

@@ -45,6 +45,8 @@ static const dsp_backend_ops cpu_ops = {
     .host_release = dsp_cpu_op_release,
     .upload_async = dsp_cpu_op_copy,
     .download_async = dsp_cpu_op_copy,
+    .accept_workspace = dsp_cpu_op_accept_workspace,
+    .accept = dsp_cpu_op_accept,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sample.h"
+#include "kernels/cpu/spec_accept.h"
 
 /* Exactly one of p (the fmaf chain's panels) and amx (AMX tiles) at creation;
  * a Markov step on an AMX weight packs the chain's panels once (its contract
@@ -239,5 +240,21 @@ dsp_status dsp_cpu_op_select(dsp_backend *be, int dev, const dsp_op_select_args 
     }
     a->keys[r] = best;
   }
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_accept_workspace(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma,
+                                       size_t *ws_bytes, size_t *hs_bytes) {
+  (void)be;
+  *ws_bytes = dsp_cpu_accept_bytes(vocab, max_seqs, gamma, omp_get_max_threads());
+  *hs_bytes = 0;
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a) {
+  (void)be, (void)dev;
+  int nt = omp_get_max_threads(); /* as many as the workspace holds */
+  while (nt > 1 && dsp_cpu_accept_bytes(a->vocab, a->nseq, a->gamma, nt) > a->ws_bytes) nt--;
+  dsp_cpu_accept(a, nt);
   return DSP_OK;
 }

@@ -948,14 +948,12 @@ extern "C" dsp_status dsp_cuda_markov_fused_enqueue(dsp_backend *be, int dev, ds
   const int64_t G = gamma_of(h);
   const size_t es = logit_size(h), row = (size_t)h->vrp * es;
   if (sampling && !h->h_logits) DSP_TRY(host_alloc(&h->h_logits, (size_t)(G * h->bq_max) * row));
+  (void)row;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->meta, h->h_meta, (size_t)bk->bq * 24, cudaMemcpyHostToDevice, s));
   DSP_TRY(enqueue_on(h, bk, sampling != 0, 0, s));
   DSP_CUDA_TRY(cudaMemcpyAsync(h->h_tokens, h->d_tokens, (size_t)(G * bk->bq) * 4, cudaMemcpyDeviceToHost, s));
-  if (sampling) /* the bucket's rows of each step, not its padding to 16 */
-    DSP_CUDA_TRY(cudaMemcpy2DAsync(h->h_logits, (size_t)bk->bq * row, h->d_logits, (size_t)bk->bq * row,
-                                   (size_t)bk->size * row, (size_t)G, cudaMemcpyDeviceToHost, s));
-  return DSP_OK;
+  return DSP_OK; /* the logits stay on the device until a collect asks for them */
 }
 
 extern "C" dsp_status dsp_cuda_markov_fused_collect(dsp_markov_exec *h, const dsp_markov_inputs *in,
@@ -964,7 +962,27 @@ extern "C" dsp_status dsp_cuda_markov_fused_collect(dsp_markov_exec *h, const ds
   if (!bk) return DSP_ERR_ARG;
   if (out->logits && !h->h_logits)
     return dsp_fail(DSP_ERR_ARG, "cuda markov head: logits asked of a greedy fused proposal");
+  if (out->logits) { /* the bucket's rows of each step, not its padding to 16 */
+    const size_t row = (size_t)h->vrp * logit_size(h);
+    DSP_CUDA_TRY(cudaSetDevice(h->device));
+    DSP_CUDA_TRY(cudaMemcpy2D(h->h_logits, (size_t)bk->bq * row, h->d_logits, (size_t)bk->bq * row,
+                              (size_t)bk->size * row, (size_t)gamma_of(h), cudaMemcpyDeviceToHost));
+  }
   collect(h, bk, in->batch, out);
+  return DSP_OK;
+}
+
+/* Where the last sampled proposal of `batch` sequences left its corrected logits: step k of sequence b at row
+ * k x rows + b of [ld] elements (TP 1, BF16 logits only). */
+extern "C" dsp_status dsp_cuda_markov_logits(const dsp_markov_exec *h, int32_t batch, const void **data,
+                                             int64_t *ld, int32_t *rows) {
+  if (h->multi || logit_size(h) != 2)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda markov head: device logits are for one rank's BF16 logits");
+  const cu_bucket *bk = batch >= 1 ? bucket_for((dsp_cuda_head *)h, batch) : NULL;
+  if (!bk || !h->d_logits) return dsp_fail(DSP_ERR_ARG, "cuda markov head: no logits for a batch of %d", batch);
+  *data = h->d_logits;
+  *ld = h->vrp;
+  *rows = bk->bq;
   return DSP_OK;
 }
 

@@ -84,6 +84,8 @@ dsp_status dsp_cuda_markov_fused_bucket(dsp_markov_exec *x, int32_t batch, dsp_m
 void dsp_cuda_markov_fused_stage(dsp_markov_exec *x, const dsp_markov_inputs *in);
 dsp_status dsp_cuda_markov_fused_enqueue(dsp_backend *be, int dev, dsp_markov_exec *x, int32_t batch, int sampling);
 dsp_status dsp_cuda_markov_fused_collect(dsp_markov_exec *x, const dsp_markov_inputs *in, dsp_markov_outputs *out);
+dsp_status dsp_cuda_markov_logits(const dsp_markov_exec *x, int32_t batch, const void **data, int64_t *ld,
+                                  int32_t *rows);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@ extern "C" {
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layers.h"
+#include "kernels/cuda/spec_accept.h"
 #include "kernels/cuda/markov.h"
 
 #define MAX_CHECKED 64 /* the M values a cuBLASLt weight has been checked for */
@@ -382,6 +383,37 @@ extern "C" dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   DSP_CUDA_TRY(dsp_cu_select((const uint16_t *)a->logits->data, R, a->logits->stride[0], a->n_valid, a->id0,
                              a->t_row, a->seed_row, a->pos, (unsigned long long *)a->keys, s));
+  return DSP_OK;
+}
+
+/* ---- speculative sampling's acceptance --------------------------------------------- */
+extern "C" dsp_status dsp_cuda_op_accept_workspace(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma,
+                                                   size_t *ws_bytes, size_t *hs_bytes) {
+  (void)be;
+  *ws_bytes = *hs_bytes = dsp_cu_accept_ws_bytes(vocab, max_seqs, gamma); /* hs mirrors ws's metadata and out */
+  return DSP_OK;
+}
+
+/* The slots' metadata up, the kernels, each sequence's (accepted, residual) down. */
+extern "C" dsp_status dsp_cuda_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a) {
+  const int32_t S = a->nseq, G = a->gamma;
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  const dsp_cu_accept_layout H = dsp_cu_accept_layout_of(a->hs, a->vocab, S, G);
+  const dsp_cu_accept_layout D = dsp_cu_accept_layout_of(a->ws, a->vocab, S, G);
+  for (int32_t r = 0; r < S; r++) {
+    H.seqs[r] = {a->seed[r], a->pos[r], a->temp[r], a->ndraft[r]};
+    for (int32_t i = 0; i < G; i++) {
+      const int64_t j = (int64_t)r * G + i;
+      H.slots[j] = i < a->ndraft[r] ? dsp_cu_accept_slot{a->toff[j], a->qoff[j], a->drafts[j]}
+                                    : dsp_cu_accept_slot{0, 0, 0};
+    }
+  }
+  DSP_CUDA_TRY(cudaMemcpyAsync(a->ws, a->hs, (size_t)((char *)H.out - (char *)a->hs), cudaMemcpyHostToDevice, s));
+  DSP_CUDA_TRY(dsp_cu_accept((const uint16_t *)a->tlog, (const uint16_t *)a->qlog, a->vocab, S, G, &D, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(H.out, D.out, (size_t)S * 8, cudaMemcpyDeviceToHost, s));
+  DSP_CUDA_TRY(cudaStreamSynchronize(s));
+  for (int32_t r = 0; r < S; r++) a->accepted[r] = H.out[2 * r], a->residual[r] = H.out[2 * r + 1];
   return DSP_OK;
 }
 

@@ -51,6 +51,10 @@ dsp_status dsp_cuda_op_kda(dsp_backend *be, int dev, const dsp_op_kda_args *a);
 dsp_status dsp_cuda_op_kda_copy(dsp_backend *be, int dev, const dsp_kda_dims *d, const dsp_kda_conv_dims *cd,
                                 dsp_kda_state *st, dsp_kda_conv_state *cs, int32_t src, int32_t dst);
 
+dsp_status dsp_cuda_op_accept_workspace(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma,
+                                        size_t *ws_bytes, size_t *hs_bytes);
+dsp_status dsp_cuda_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a);
+
 #ifdef __cplusplus
 }
 #endif
