@@ -12,7 +12,8 @@
  * draft is rejected, so every round is a full one.
  *
  * --temperature T samples (seed 1) in both: the round then also pays the
- * acceptance's softmaxes of the target's and the draft's rows on the host.
+ * acceptance's softmaxes of the target's and the draft's rows (on the device
+ * where both models are one CUDA device's, else on the host).
  *
  * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C]
  *                   [--new N] [--batch 1,32] [--temperature T] */
