@@ -1026,6 +1026,7 @@ static void t_perf(void **st) {
     const double t = time_att(at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
+  perf_accept(bw);
 }
 
 int main(int argc, char **argv) {

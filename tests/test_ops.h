@@ -26,5 +26,6 @@ uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos); /* Philox4x32-10
 
 void t_kda(void **st);
 void t_accept(void **st); /* test_ops_accept.c: speculative sampling's acceptance */
+void perf_accept(double bw); /* its time against its floor (t_perf) */
 void t_fused_layers(void); /* test_ops_fused.c: add_rmsnorm, attn_in against what they fuse */
 #endif

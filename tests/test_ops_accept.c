@@ -183,3 +183,54 @@ void t_accept(void **st) {
     fail_msg("accept: the cases accepted %ld drafts, drew %ld residuals, fully accepted %ld times", accepted, drawn, full);
   printf("accept: %ld drafts accepted, %ld residual draws, %ld full accepts, all the contract's\n", accepted, drawn, full);
 }
+
+typedef struct {
+  dsp_backend *be;
+  dsp_op_accept_args a;
+} accept_call;
+static dsp_status run_accept_call(void *p) {
+  accept_call *c = p;
+  return dsp_op_accept(c->be, 0, &c->a);
+}
+
+/* The op's time at Qwen3's vocabulary and gamma 7 against its floor: every verified slot's p and q rows read
+ * once (the kernels read them twice, and a rejected slot's twice more). */
+void perf_accept(double bw) {
+  printf("%-44s %10s %10s %8s\n", "accept (V 151936, gamma 7)", "ms", "floor ms", "x floor");
+  const int64_t V = 151936, G = 7;
+  const int32_t batches[] = {1, 32};
+  for (size_t bi = 0; bi < 2; bi++) {
+    const int32_t S = batches[bi];
+    const size_t rows = (size_t)(S * G), bytes = rows * (size_t)V * 2;
+    uint16_t *h = malloc(bytes), *hq = malloc(bytes);
+    int64_t *toff = malloc(rows * 8), *qoff = malloc(rows * 8), *drafts = malloc(rows * 8), *pos = malloc((size_t)S * 8);
+    int32_t *nd = malloc((size_t)S * 4), *acc = malloc((size_t)S * 4), *res = malloc((size_t)S * 4);
+    float *temp = malloc((size_t)S * 4);
+    uint64_t *seed = malloc((size_t)S * 8);
+    assert_true(h && hq && toff && qoff && drafts && pos && nd && acc && res && temp && seed);
+    for (size_t i = 0; i < rows * (size_t)V; i++) h[i] = f32_to_bf(8.0f * bf(rand_val())), hq[i] = f32_to_bf(8.0f * bf(rand_val()));
+    for (int32_t r = 0; r < S; r++) {
+      nd[r] = (int32_t)G, pos[r] = 1024, seed[r] = (uint64_t)r + 1, temp[r] = 0.8f;
+      for (int64_t i = 0; i < G; i++) {
+        toff[r * G + i] = (r * G + i) * V, qoff[r * G + i] = (i * S + r) * V;
+        drafts[r * G + i] = (int64_t)(rnd() % (uint64_t)V);
+      }
+    }
+    accept_call c = {.be = g_be};
+    c.a = (dsp_op_accept_args){.vocab = V, .nseq = S, .gamma = (int32_t)G, .toff = toff, .qoff = qoff,
+                               .drafts = drafts, .pos = pos, .ndraft = nd, .temp = temp, .seed = seed,
+                               .accepted = acc, .residual = res};
+    void *dt = dev_put(g_be, h, bytes), *dq = dev_put(g_be, hq, bytes); /* p and q apart: rejections and draws */
+    size_t ws = 0, hs = 0;
+    assert_int_equal(dsp_op_accept_workspace(g_be, V, S, (int32_t)G, &ws, &hs), DSP_OK);
+    void *dw = dev_put(g_be, NULL, ws), *dh = NULL;
+    if (hs) assert_int_equal(dsp_op_host_alloc(g_be, 0, hs, &dh), DSP_OK);
+    c.a.tlog = dt, c.a.qlog = dq, c.a.ws = dw, c.a.ws_bytes = ws, c.a.hs = dh, c.a.hs_bytes = hs;
+    const double t = median_time(run_accept_call, &c, g_cuda ? 20 : 2), floor = 2.0 * (double)bytes / bw;
+    printf("%-44s %10.4f %10.4f %8.2f\n", S == 1 ? "accept, batch 1" : "accept, batch 32", t * 1e3, floor * 1e3,
+           t / floor);
+    dsp_op_release(g_be, 0, dt), dsp_op_release(g_be, 0, dq), dsp_op_release(g_be, 0, dw);
+    if (dh) dsp_op_host_release(g_be, 0, dh);
+    free(h), free(hq), free(toff), free(qoff), free(drafts), free(pos), free(nd), free(acc), free(res), free(temp), free(seed);
+  }
+}
