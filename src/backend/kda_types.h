@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 #define DSP_KDA_CHUNK 64       /* tokens per chunk of the chunked form (fla's chunk_kda) */
-#define DSP_KDA_VALUE_TILE 64  /* default value columns per tile of the chunked form */
+#define DSP_KDA_VALUE_TILE 64  /* the CPU chunked form's default value columns per tile (CUDA's is 32) */
 #define DSP_KDA_MAX_WIDTH 8    /* largest short-conv kernel (Kimi-Linear: 4) */
 #define DSP_KDA_L2_EPS 1e-6f   /* q/k L2 norm: x / sqrt(sum x^2 + eps) */
 
@@ -92,7 +92,8 @@ typedef struct {
 typedef struct {
   float scale;        /* q scale; 0 means K^-0.5 */
   int32_t qk_raw;     /* 0 (Kimi): L2-normalise q and k; 1: use them as given */
-  int32_t value_tile; /* chunked form: value columns per tile; 0 means DSP_KDA_VALUE_TILE */
+  int32_t value_tile; /* value columns per tile, never changing a result; 0 means the backend's default:
+                         64 on the CPU (DSP_KDA_VALUE_TILE), 32 for CUDA's chunked form */
 } dsp_kda_opts;       /* NULL means all defaults */
 
 typedef struct {

@@ -81,12 +81,38 @@ static dsp_status weight(dsp_backend *be, const dsp_bf16 *h, int64_t rows, int64
   return dsp_op_weight_create(be, 0, &v, -1, w);
 }
 
+/* The tensors a Kimi-Linear KDA layer holds under model.layers.N.self_attn.;
+   anything else there (a bias, say) would be ignored, so it is refused. */
+static const char *const kda_tensors[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "b_proj.weight",
+                                          "f_a_proj.weight", "f_b_proj.weight", "g_a_proj.weight",
+                                          "g_b_proj.weight", "o_proj.weight", "q_conv1d.weight",
+                                          "k_conv1d.weight", "v_conv1d.weight", "A_log", "dt_bias",
+                                          "o_norm.weight"};
+
+static dsp_status check_names(const dsp_hf_dir *dir, int32_t layer) {
+  for (int i = 0; i < dsp_hf_dir_count(dir); i++) {
+    const char *n = dsp_hf_dir_name(dir, i);
+    int l, at = 0;
+    if (sscanf(n, "model.layers.%d.self_attn.%n", &l, &at) != 1 || at == 0 || l != layer) continue;
+    char canon[64];
+    snprintf(canon, sizeof canon, "model.layers.%d.self_attn.", (int)layer);
+    int ok = 0; /* a spelling such as "model.layers.02." names this layer too but is never read */
+    for (size_t j = 0; !strncmp(n, canon, strlen(canon)) && j < sizeof kda_tensors / sizeof kda_tensors[0]; j++)
+      ok |= !strcmp(n + at, kda_tensors[j]);
+    if (!ok)
+      return dsp_fail(DSP_ERR_FORMAT, "%s: unexpected tensor '%.200s' for Kimi-Linear KDA layer %d: the layer runs no "
+                      "bias or other extra tensor", dsp_hf_dir_path(dir), n, (int)layer);
+  }
+  return DSP_OK;
+}
+
 static dsp_status load_weights(dsp_kda_layer *L, const dsp_hf_dir *dir, dsp_bf16 *host, float *hf) {
   const int64_t Hd = L->info.hidden, H = L->info.heads, K = L->info.head_dim, W = L->info.conv_width;
   const int64_t hl = L->hl, r0 = (int64_t)L->rank * hl, HK = H * K;
   char pre[96], name[160];
   snprintf(pre, sizeof pre, "model.layers.%d.self_attn.", (int)L->opt.layer);
 #define NAME(s) (snprintf(name, sizeof name, "%s%s", pre, s), name)
+  DSP_TRY(check_names(dir, L->opt.layer));
   dsp_tensor q, k, v, b, fa, ga, fb, gb, o, c[3], al, dtb, nw;
   const int64_t sq[2] = {HK, Hd}, sb[2] = {H, Hd}, sa[2] = {K, Hd}, sbk[2] = {HK, K}, so[2] = {Hd, HK};
   DSP_TRY(find_tensor(dir, NAME("q_proj.weight"), 2, sq, 0, NULL, 0, &q));

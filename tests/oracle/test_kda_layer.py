@@ -23,7 +23,7 @@ Checked:
   a kept verify call, an accepted prefix and more tokens equal a fresh run
   over the accepted tokens;
 - bad checkpoints and calls: a non-zero exit naming the field or tensor, on
-  every rank."""
+  every rank (an unexpected tensor under the layer's self_attn. included)."""
 import argparse
 import json
 import os
@@ -253,6 +253,12 @@ def case_bad(c):
             edit_tensors=lambda t, p: t.update({p + "o_norm.weight": np.ones(cfg.K + 1, np.float32)}))
     refused("an F16 projection", ["q_proj.weight", "F16"],
             edit_tensors=lambda t, p: t.update({p + "q_proj.weight": t[p + "q_proj.weight"].astype(np.float16)}))
+    # Kimi-Linear ships no bias in this layer: an extra one would be ignored
+    # silently, so the loader refuses it by name.
+    refused("an extra bias on g_b_proj", ["unexpected tensor", "self_attn.g_b_proj.bias"],
+            edit_tensors=lambda t, p: t.update({p + "g_b_proj.bias": np.ones(cfg.H * cfg.K, np.float32)}))
+    refused("an extra bias on q_conv1d", ["unexpected tensor", "self_attn.q_conv1d.bias"],
+            edit_tensors=lambda t, p: t.update({p + "q_conv1d.bias": np.ones(cfg.H * cfg.K, np.float32)}))
     if c.backend != "cuda":  # one GPU: no multi-rank refusals
         refused("TP 3 for 4 heads", ["num_heads"], np_=3)
 
