@@ -1,6 +1,6 @@
 /* spec_accept.h: four kernels on the stream. (1) Every verified slot's p and q rows: the max of fp32(l) / T,
- * then tiles of e = expf(x - m) in shared memory summed by eight lanes (partial l over ids = l mod 8, in order)
- * into z, and e[d] / z. (2) Per sequence the accept decisions. (3) The rejected slot's residual w in chunks
+ * then tiles of e = expf(x - m) in shared memory (two buffers: the next one made while this one is summed)
+ * summed by eight lanes (partial l over ids = l mod 8, in order) into z, and e[d] / z. (2) Per sequence the accept decisions. (3) The rejected slot's residual w in chunks
  * of DSP_ACCEPT_CHUNK ids, each chunk's sum by one thread in id order. (4) The mass, the fallback to p, the
  * crossing chunk and the id in it. Every sum is the host's, in the host's order (kernels/cpu/spec_accept.h). */
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "kernels/cuda/common/expf.cuh"
 #include "kernels/cuda/spec_accept.h"
 
-enum { THREADS = 256, TILE = 8192, CPB = 4 /* chunks per block in (3) */ };
+enum { THREADS = 256, TILE = 4096, CPB = 4 /* chunks per block in (3) */ };
 
 typedef struct {
   double z, pr; /* the row's sum and e[d] / z */
@@ -50,6 +50,31 @@ __device__ __forceinline__ float e_of(const uint16_t *l, int64_t v, float T, flo
   return dsp_dev_expf(__fsub_rn(__fdiv_rn(bf(l[v]), T), m));
 }
 
+/* 8 bf16 of a 16-byte load as floats */
+__device__ __forceinline__ void unpack8(uint4 u, float *f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) f[2 * i] = bf((uint16_t)(w[i] & 0xffffu)), f[2 * i + 1] = bf((uint16_t)(w[i] >> 16));
+}
+
+/* dst[k] = e of id t0 + k, k < n, by threads tid, tid + nth, ...: 16-byte loads where the row allows
+ * (t0 is a multiple of 8), so that enough bytes are in flight per SM */
+__device__ __forceinline__ void fill_tile(const uint16_t *l, int64_t t0, int n, float T, float m, float *dst, int tid,
+                                          int nth, bool vec) {
+  int k0 = 0;
+  if (vec) {
+    const uint4 *l4 = (const uint4 *)(l + t0);
+    for (int q = tid; q < n / 8; q += nth) {
+      float f[8];
+      unpack8(l4[q], f);
+#pragma unroll
+      for (int i = 0; i < 8; i++) dst[8 * q + i] = dsp_dev_expf(__fsub_rn(__fdiv_rn(f[i], T), m));
+    }
+    k0 = n / 8 * 8;
+  }
+  for (int k = k0 + tid; k < n; k += nth) dst[k] = e_of(l, t0 + k, T, m);
+}
+
 __global__ void __launch_bounds__(THREADS) rows_kernel(const uint16_t *tl, const uint16_t *ql, int64_t V, int G,
                                                        const dsp_cu_accept_slot *slots,
                                                        const dsp_cu_accept_seq *seqs, acc_row *rows) {
@@ -59,12 +84,28 @@ __global__ void __launch_bounds__(THREADS) rows_kernel(const uint16_t *tl, const
   const dsp_cu_accept_slot sl = slots[j];
   const uint16_t *l = which ? ql + sl.qoff : tl + sl.toff;
   const float T = sq.temp;
-  __shared__ float e[TILE];
+  __shared__ float e[2 * TILE];
   __shared__ float red[THREADS / 32];
-  float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += THREADS) {
+  float m = -INFINITY; /* a NaN is never larger */
+  const bool vec = ((uintptr_t)l & 15) == 0;
+  int64_t v0 = 0;
+  if (vec) {
+    const uint4 *l4 = (const uint4 *)l;
+#pragma unroll 4
+    for (int64_t q = threadIdx.x; q < V / 8; q += THREADS) {
+      float f[8];
+      unpack8(l4[q], f);
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float x = __fdiv_rn(f[i], T);
+        m = x > m ? x : m;
+      }
+    }
+    v0 = V / 8 * 8;
+  }
+  for (int64_t v = v0 + threadIdx.x; v < V; v += THREADS) {
     const float x = __fdiv_rn(bf(l[v]), T);
-    m = x > m ? x : m; /* a NaN is never larger */
+    m = x > m ? x : m;
   }
   for (int o = 16; o; o >>= 1) {
     const float y = __shfl_xor_sync(0xffffffffu, m, o);
@@ -74,15 +115,32 @@ __global__ void __launch_bounds__(THREADS) rows_kernel(const uint16_t *tl, const
   __syncthreads();
   m = red[0];
   for (int w = 1; w < THREADS / 32; w++) m = red[w] > m ? red[w] : m;
+  /* tiles in two buffers: warps 1.. compute tile t + 1 while warp 0's lanes 0 .. 7 sum tile t (the sums'
+     chains, a dependent double add per id, are the kernel's critical path) */
   double s = 0.0; /* lanes 0 .. 7: partial threadIdx.x */
-  for (int64_t t0 = 0; t0 < V; t0 += TILE) {
-    const int n = V - t0 < TILE ? (int)(V - t0) : TILE;
-    __syncthreads(); /* the last tile is summed */
-    for (int k = threadIdx.x; k < n; k += THREADS) e[k] = e_of(l, t0 + k, T, m);
+  const int64_t ntiles = (V + TILE - 1) / TILE;
+  fill_tile(l, 0, V < TILE ? (int)V : TILE, T, m, e, threadIdx.x, THREADS, vec);
+  __syncthreads();
+  for (int64_t t = 0; t < ntiles; t++) {
+    const float *cur = e + (t & 1) * TILE;
+    if (threadIdx.x < 8) {
+      const int n = V - t * TILE < TILE ? (int)(V - t * TILE) : TILE; /* TILE is a multiple of 8: k = v mod 8 */
+      int k = threadIdx.x;
+      for (; k + 8 * 15 < n; k += 8 * 16) { /* 16 loads in flight ahead of their adds */
+        float x[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++) x[u] = cur[k + 8 * u];
+#pragma unroll
+        for (int u = 0; u < 16; u++) s = __dadd_rn(s, (double)x[u]);
+      }
+      for (; k < n; k += 8) s = __dadd_rn(s, (double)cur[k]);
+    } else if (threadIdx.x >= 32 && t + 1 < ntiles) {
+      float *nxt = e + ((t + 1) & 1) * TILE;
+      const int64_t t0 = (t + 1) * TILE;
+      const int n = V - t0 < TILE ? (int)(V - t0) : TILE;
+      fill_tile(l, t0, n, T, m, nxt, threadIdx.x - 32, THREADS - 32, vec);
+    }
     __syncthreads();
-    if (threadIdx.x < 8) /* TILE is a multiple of 8: k = v mod 8 */
-#pragma unroll 8
-      for (int k = threadIdx.x; k < n; k += 8) s = __dadd_rn(s, (double)e[k]);
   }
   if (threadIdx.x < 32) {
     double z = 0.0;
@@ -158,6 +216,7 @@ __global__ void __launch_bounds__(THREADS) chunks_kernel(const uint16_t *tl, con
   if (threadIdx.x < CPB && c < nch) {
     const int64_t e = V < (c + 1) * DSP_ACCEPT_CHUNK ? V : (c + 1) * DSP_ACCEPT_CHUNK;
     double s = 0.0;
+#pragma unroll 16
     for (int64_t v = c * DSP_ACCEPT_CHUNK; v < e; v++) s = __dadd_rn(s, w[v - v0]);
     cs[(int64_t)r * nch + c] = s;
   }
@@ -178,6 +237,7 @@ __global__ void __launch_bounds__(THREADS) finish_kernel(const uint16_t *tl, con
   __shared__ int s_p;
   if (threadIdx.x == 0) {
     double mass = 0.0;
+#pragma unroll 8
     for (int64_t c = 0; c < nch; c++) mass = __dadd_rn(mass, cs[c]);
     s_mass = mass;
     s_p = !(mass > 1e-12); /* p and q agree: the draw is p's */
