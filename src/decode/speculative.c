@@ -67,10 +67,56 @@ typedef struct {
   int nthreads;
   int32_t *acc, *bonus;       /* [nseq]: accepted drafts, the bonus */
   int32_t *commit;            /* [G + 1] */
+  /* gamma auto's decode steps leave the draft alone (lazy): a running sequence's context rows wait in host memory,
+   * pend [ntaps][nslots x pend_cap][H] (slot's rows from slot x pend_cap), until a proposal needs them */
+  int lazy;
+  dsp_bf16 *pend;
+  int32_t *pend_n, pend_cap;
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
   int32_t next_q;             /* the first prompt not yet admitted */
 } spec;
+
+/* The waiting context rows of every running sequence into the draft, in calls of at most its context rows. */
+static dsp_status flush(spec *c, dsp_generate_stats *st) {
+  const dsp_target_info *ti = dsp_target_info_of(c->t);
+  int64_t sh[3] = {c->t->opt.ntaps, (int64_t)c->nslots * c->pend_cap, ti->hidden};
+  dsp_tensor pv = dsp_tensor_view(c->pend, DSP_BF16, 3, sh);
+  const double t0 = dsp_now_ms();
+  for (int32_t q = 0; q < c->next_q;) {
+    int32_t ns = 0, rows = 0;
+    for (; q < c->next_q; q++) {
+      const int32_t sl = c->s[q].slot, n = c->pend_n[sl];
+      if (c->s[q].stop || n == 0) continue;
+      if (rows + n > c->d->opt.max_ctx) break;
+      c->slot[ns] = sl, c->row0[ns] = sl * c->pend_cap, c->ccount[ns] = n;
+      c->pend_n[sl] = 0;
+      rows += n, ns++;
+    }
+    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx = &pv, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+                          .append_only = 1};
+    dsp_draft_outputs dout = {0};
+    if (ns > 0) DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
+  }
+  st->draft_ms += dsp_now_ms() - t0;
+  return DSP_OK;
+}
+
+/* Sequence s's context rows of the target's last call (its taps, read before the next call replaces them) into
+ * its waiting rows. */
+static dsp_status stash(spec *c, seq_state *s, dsp_generate_stats *st) {
+  if (s->ctx_count == 0) return DSP_OK;
+  if (c->pend_n[s->slot] + s->ctx_count > c->pend_cap) DSP_TRY(flush(c, st));
+  const dsp_target *t = c->t;
+  const int64_t H = dsp_target_info_of(t)->hidden, R = t->opt.max_tokens, P = (int64_t)c->nslots * c->pend_cap;
+  for (int64_t j = 0; j < t->opt.ntaps; j++)
+    DSP_TRY(dsp_op_download(t->be, 0, c->pend + (j * P + (int64_t)s->slot * c->pend_cap + c->pend_n[s->slot]) * H,
+                            (const dsp_bf16 *)t->d[0].taps.data + (j * R + s->ctx_row0) * H,
+                            (size_t)(s->ctx_count * H) * 2));
+  c->pend_n[s->slot] += s->ctx_count;
+  s->ctx_count = 0;
+  return DSP_OK;
+}
 
 /* Prefills the sequences adm[0 .. na-1] (each holding its slot) in calls of
  * at most the target's call size; done[] counts each one's prompt tokens run. */
@@ -84,6 +130,7 @@ static dsp_status prefill(spec *c, const int32_t *adm, int32_t na, int32_t *done
     done[i] = 0;
     s = dsp_target_truncate(t, c->s[q].slot, 0);
     if (s == DSP_OK) s = dsp_draft_truncate(c->d, c->s[q].slot, 0);
+    if (c->lazy) c->pend_n[c->s[q].slot] = 0;
     st->prompt_tokens += lens[q];
   }
   for (int32_t cur = 0; s == DSP_OK && cur < na;) {
@@ -129,8 +176,10 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
   const dsp_generate_options *g = &c->o->gen;
   if (c->nfree > 0 && c->next_q < nseq) {
     /* the prefill replaces the target's taps: first the running sequences'
-     * pending context rows (from the last verification) go into the draft */
+     * pending context rows (from the last verification) go into the draft, or wait */
     int32_t ns = 0;
+    for (int32_t q = 0; c->lazy && q < c->next_q; q++)
+      if (!c->s[q].stop) DSP_TRY(stash(c, &c->s[q], st));
     for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop && c->s[q].ctx_count > 0) {
         c->slot[ns] = c->s[q].slot, c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
@@ -323,8 +372,16 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
   const dsp_generate_options *g = &c->o->gen;
   const int64_t K = c->G;
   while (live > 0) {
-    /* propose */
+    /* gamma auto's k drafts (0: this round is a decode step; the draft appends its context, or with lazy it waits) */
     int32_t ns = 0;
+    for (int32_t q = 0; q < c->next_q; q++) ns += !c->s[q].stop;
+    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
+    const double st_ms = st->draft_ms;
+    for (int32_t q = 0; c->lazy && q < c->next_q; q++)
+      if (!c->s[q].stop && kmax == 0) DSP_TRY(stash(c, &c->s[q], st));
+    if (c->lazy && kmax > 0) DSP_TRY(flush(c, st));
+    /* propose */
+    ns = 0;
     for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop) {
         c->slot[ns] = c->s[q].slot, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
@@ -335,17 +392,15 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
       }
     int64_t qsh[3] = {ns, K, c->V};
     dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
-    /* gamma auto's k drafts (0: this round is a decode step; the draft only appends its context) */
-    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
     dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
                           .append_only = kmax == 0, .ctx_target = 1};
     dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling && !c->q_dev ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
-    DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
-    const double draft_ms = dsp_now_ms() - t0;
-    st->draft_ms += draft_ms;
+    if (!(c->lazy && kmax == 0)) DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
+    st->draft_ms += dsp_now_ms() - t0;
+    const double draft_ms = st->draft_ms - st_ms; /* with the waiting rows' stash or flush */
     /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
     int32_t nt = 0;
     for (int32_t r = 0; r < ns; r++) {
@@ -465,6 +520,13 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   if (s == DSP_OK && c.sampling) s = dsp_comm_agree(t->be->comm, accept_setup(&c, W));
+  if (s == DSP_OK && c.ag.on) { /* room for one verification's rows and 32 decode steps' */
+    c.lazy = 1;
+    c.pend_cap = G + 33 < d->opt.max_ctx ? G + 33 : d->opt.max_ctx;
+    c.pend_n = calloc(S, 4);
+    c.pend = malloc((size_t)t->opt.ntaps * S * (size_t)c.pend_cap * (size_t)ti->hidden * 2);
+    if (!c.pend_n || !c.pend) s = dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+  }
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
   c.nfree = W;
   int32_t live = 0;
@@ -480,7 +542,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.acc), free(c.bonus);
+  free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n);
   if (c.sampling) accept_free(&c);
   return s;
 }
