@@ -145,6 +145,9 @@ void t_accept(void **st) {
         drafts[r * G + i] = rnd() % 3 ? best : (int64_t)(rnd() % (uint64_t)V); /* q's likeliest, or any id */
       }
     }
+    /* a NaN logit in the first case's first p row: that slot rejects, its residual is all NaN or zero, the
+       fallback to p is NaN too, and the draw's last resort (the last id of w > 0; none: id 0) decides */
+    if (ci == 0) tl[toff[0] + 7] = 0x7fc0;
     dsp_op_accept_args a = {.vocab = V, .nseq = (int32_t)S, .gamma = (int32_t)G, .toff = toff, .qoff = qoff,
                             .drafts = drafts, .pos = pos, .ndraft = nd, .temp = temp, .seed = seed,
                             .accepted = acc, .residual = res};
@@ -169,6 +172,8 @@ void t_accept(void **st) {
       if (acc[r] != i || res[r] != want)
         fail_msg("accept V %lld case %zu sequence %lld: accepted %d, residual %d; the contract's %d, %d", (long long)V,
                  ci, (long long)r, acc[r], res[r], i, want);
+      if (ci == 0 && r == 0 && (acc[r] != 0 || res[r] != 0))
+        fail_msg("accept: a NaN logit in the first p row gave accepted %d, residual %d; expected 0, 0", acc[r], res[r]);
       if (g_cpu && (acc_c[r] != acc[r] || res_c[r] != res[r]))
         fail_msg("accept V %lld sequence %lld: CUDA %d, %d; the CPU %d, %d", (long long)V, (long long)r, acc[r], res[r],
                  acc_c[r], res_c[r]);
