@@ -90,6 +90,7 @@ typedef struct {
   int64_t V;
   int32_t nseq, G;
   float T, scale, noise; /* logits scale * U(-1, 1); q = p + noise * U(-1, 1) */
+  int forced;            /* every branch by construction, whatever the random stream gives (below) */
 } acc_case;
 
 /* Runs the op on backend be over host rows tl [rows][tld], ql [rows][qld]. */
@@ -109,8 +110,8 @@ static void run_accept(dsp_backend *be, const acc_case *c, const uint16_t *tl, s
 void t_accept(void **st) {
   (void)st;
   static const acc_case cases[] = {
-      {3001, 3, 4, 0.8f, 4.0f, 0.3f}, {20000, 2, 3, 1.0f, 6.0f, 0.2f}, {1024, 5, 2, 0.5f, 3.0f, 1.0f},
-      {8199, 2, 6, 1.7f, 8.0f, 0.1f}, {151936, 2, 3, 0.8f, 10.0f, 0.5f},
+      {3001, 3, 4, 0.8f, 4.0f, 0.3f, 0}, {20000, 2, 3, 1.0f, 6.0f, 0.2f, 0}, {1024, 5, 2, 0.5f, 3.0f, 1.0f, 0},
+      {8199, 2, 6, 1.7f, 8.0f, 0.1f, 0}, {151936, 2, 3, 0.8f, 10.0f, 0.5f, 0}, {4096, 3, 3, 1.0f, 4.0f, 0.3f, 1},
   };
   long accepted = 0, drawn = 0, full = 0;
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -143,6 +144,13 @@ void t_accept(void **st) {
           if (bf(q[v]) > bf(q[best])) best = v;
         }
         drafts[r * G + i] = rnd() % 3 ? best : (int64_t)(rnd() % (uint64_t)V); /* q's likeliest, or any id */
+        /* forced: sequence 0 has q = p (every draft accepted); sequence 2's slot 0 too, then at slot 1 the
+           draft is q's likeliest by far and p's least likely (rejected but for a uniform below 1e-6) */
+        if (c->forced && (r == 0 || (r == 2 && i == 0))) memcpy(q, p, (size_t)V * 2);
+        if (c->forced && r == 2 && i == 1) {
+          drafts[r * G + i] = best;
+          p[best] = f32_to_bf(-4.0f * c->scale), q[best] = f32_to_bf(4.0f * c->scale);
+        }
       }
     }
     /* a NaN logit in the first case's first p row: that slot rejects, its residual is all NaN or zero, the
@@ -172,6 +180,8 @@ void t_accept(void **st) {
       if (acc[r] != i || res[r] != want)
         fail_msg("accept V %lld case %zu sequence %lld: accepted %d, residual %d; the contract's %d, %d", (long long)V,
                  ci, (long long)r, acc[r], res[r], i, want);
+      if (c->forced && ((r == 0 && (acc[r] != nd[r] || res[r] != -1)) || (r == 2 && (acc[r] != 1 || res[r] < 0))))
+        fail_msg("accept, forced case, sequence %lld: accepted %d, residual %d", (long long)r, acc[r], res[r]);
       if (ci == 0 && r == 0 && (acc[r] != 0 || res[r] != 0))
         fail_msg("accept: a NaN logit in the first p row gave accepted %d, residual %d; expected 0, 0", acc[r], res[r]);
       if (g_cpu && (acc_c[r] != acc[r] || res_c[r] != res[r]))
