@@ -1090,7 +1090,10 @@ static void oracle_case(const char *pre) {
   double wg = 0, wb = 0;
   for (int64_t i = 0; i < (int64_t)T * HV * K; i++) wg = fmax(wg, fabs(g[i] - g64[i]) / fmax(fabs(g64[i]), 1.0));
   for (int64_t i = 0; i < (int64_t)T * HV; i++) wb = fmax(wb, fabs(beta[i] - beta64[i]) / beta64[i]);
-  print_message("    %-34s g max rel %.2e, beta max rel %.2e\n", "oracle gate, beta", wg, wb);
+  double gmin = 0, gmed = 0;
+  for (int64_t i = 0; i < (int64_t)T * HV * K; i++) gmin = fmin(gmin, g64[i]), gmed += g64[i];
+  print_message("    %-34s g max rel %.2e, beta max rel %.2e (g64 min %.3g, mean %.3g)\n", "oracle gate, beta", wg, wb, gmin,
+                gmed / ((double)T * HV * K));
   assert_true(wg <= TOL_GATE_REL && wb <= TOL_GATE_REL);
   /* 3. both forms from the oracle's own conv output, g and beta */
   for (int form = 0; form < 2; form++) {
@@ -1176,8 +1179,11 @@ static void test_oracle_layer(void **st) {
   int ok = fx_load(path);
   unlink(path);
   assert_int_equal(ok, 0);
-  oracle_case("A.");
-  oracle_case("B.");
+  oracle_case("A."); /* softplus gate, K 64 */
+  oracle_case("B."); /* lower-bound gate, K 128, GVA */
+  oracle_case("C."); /* mild softplus gate (g median -3.1e-3), K 128, 150 tokens */
+  oracle_case("D."); /* strong lower-bound gate (most g at -5), K 64, GVA, 133 tokens */
+  oracle_case("E."); /* strong softplus gate (g median -16, down to -72), K 64, 200 tokens */
   for (int i = 0; i < fx_n; i++) free((void *)fx[i].data);
   free(fx_buf);
   fx_buf = NULL;

@@ -387,12 +387,21 @@ def _rec(name, arr, code):
     return head + a.tobytes()
 
 
-def emit_case(prefix, cfg, seqlens, has_state, seed):
+def emit_case(prefix, cfg, seqlens, has_state, seed, decay=None):
     """One layer case: the merged projection output (bf16) the C side reads
     through strided views, the layer's parameters and caches, and the expected
-    values of every stage computed here in float64."""
+    values of every stage computed here in float64.
+    decay (None: random_weights' A_log and dt_bias) sets the gate's strength
+    through its parameters, drawn from their own stream seeded seed + 1000:
+    (a_lo, a_hi, dt_mean, dt_sd) gives exp(A_log) uniform in [a_lo, a_hi) per
+    value head and dt_bias normal(dt_mean, dt_sd) per (head, key dim)."""
     rng = np.random.default_rng(seed)
     Wt = random_weights(cfg, rng)
+    if decay is not None:
+        a_lo, a_hi, dt_mean, dt_sd = decay
+        rg = np.random.default_rng(seed + 1000)
+        Wt["A_log"] = np.log(rg.uniform(a_lo, a_hi, cfg.HV)).astype(np.float32).astype(F64)
+        Wt["dt_bias"] = (dt_mean + dt_sd * rg.standard_normal(cfg.HV * cfg.K)).astype(np.float32).astype(F64)
     H, HV, K, V, W = cfg.H, cfg.HV, cfg.K, cfg.V, cfg.W
     cu = np.concatenate([[0], np.cumsum(seqlens)]).astype(np.int64)
     T = int(cu[-1])
@@ -466,6 +475,21 @@ def emit(path):
     # Kimi-K3's lower-bound gate; head dim 128, a one-token sequence, GVA (HV = 2 H)
     recs += emit_case("B.", Config(hidden=96, H=1, HV=2, K=128, lower_bound=-5.0, norm_eps=1e-6),
                       [1, 66, 5], [1, 1, 0], 12)
+    # gates from mild to strongly decaying (f from the projections is about N(0, 1);
+    # A's random_weights gate is already strong: median g -6.1, 61% at -4.9 or below)
+    # C: mild softplus gate, exp(A_log) in [0.05, 0.2), dt_bias ~ N(-3.5, 0.3): g median
+    #    -3.1e-3, 99% above -0.05 (the f tail reaches -0.28), so the initial state and the
+    #    carry across chunks still show in the outputs; head dim 128, 2 heads, 3 chunks
+    recs += emit_case("C.", Config(hidden=64, H=2, K=128, norm_eps=1e-5), [150, 45], [1, 1], 13,
+                      decay=(0.05, 0.2, -3.5, 0.3))
+    # D: strong lower-bound gate (-5), exp(A_log) in [8, 16), dt_bias ~ N(1.5, 0.5): 85% of
+    #    g at -4.9 or below, 5% above -0.05; head dim 64, 2 q/k heads, 4 value heads, 3 chunks
+    recs += emit_case("D.", Config(hidden=64, H=2, HV=4, K=64, lower_bound=-5.0, norm_eps=1e-6),
+                      [133, 20, 71], [1, 0, 1], 14, decay=(8.0, 16.0, 1.5, 0.5))
+    # E: strong softplus gate, exp(A_log) in [8, 16), dt_bias ~ N(1, 0.5): g median -16,
+    #    down to -72; head dim 64, 3 heads, 4 chunks
+    recs += emit_case("E.", Config(hidden=64, H=3, K=64, norm_eps=1e-5), [200, 3], [1, 1], 15,
+                      decay=(8.0, 16.0, 1.0, 0.5))
     with open(path, "wb") as fh:
         fh.write(b"KDAF" + struct.pack("<I", len(recs)))
         for r in recs:
