@@ -11,6 +11,7 @@
 #include "core/bf16.h"
 #include "core/clock.h"
 #include "core/status.h"
+#include "decode/gamma_auto.h"
 #include "decode/gen_common.h"
 #include "kernels/cpu/spec_accept.h"
 #include "model/dspark_impl.h"
@@ -24,31 +25,13 @@ typedef struct {
   int32_t slot;                /* the models' cache slot while admitted */
 } seq_state;
 
-/* gamma "auto" (greedy only): the verify's cost as alpha + beta x tokens per call, a least-squares fit over
- * every round so far from the slowest rank's time sums (a max is exact: every rank gets the same model, so all
- * choose alike), made after the first two rounds (which verify 1 and 0 drafts: two cheap sizes), after the
- * AUTO_CALIB calibration rounds and again every AUTO_FULL rounds, frozen between fits. Rounds 2 and 3 verify
- * G / 2 and G drafts only where that could pay even if every slot after the first were accepted (where the
- * target is bound by its arithmetic, as a CPU at a batch of 16, it cannot, and those rounds would cost most).
- * Each other round verifies the k that maximizes the tokens it is expected to commit over its time, from the
- * acceptance counted so far; every AUTO_FULL rounds a probe verifies all G (the deep slots' acceptance keeps
- * being measured) or, while no drafts pay, every 4 AUTO_FULL rounds one draft, or G where the optimistic bound
- * says drafting might pay again. k = 0 is a decode step: the draft only appends the last round's context. It is
- * chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no acceptance, so
- * a few unlucky first rounds must not settle it. */
-enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32 };
-typedef struct {
-  int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
-  double sn, snn, st, snt, draft, append; /* least-squares sums over (tokens, verify ms); draft ms summed */
-  double alpha, beta, tdraft, tappend;     /* the frozen model */
-} auto_gamma;
 
 typedef struct {
   dsp_target *t;
   dsp_draft *d;
   const dsp_spec_options *o;
   int32_t G;
-  auto_gamma ag;
+  dsp_gamma_auto ag;
   int64_t V;
   int sampling;
   seq_state *s;
@@ -301,71 +284,6 @@ static void accept_free(spec *c) {
   free(c->ws_host), free(c->tlog), free(c->qlog);
 }
 
-/* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
- * first were accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
-static int deep_may_pay(const spec *c, int32_t ns, const dsp_generate_stats *st, double ms0) {
-  const auto_gamma *a = &c->ag;
-  const double a0 = ((double)st->kept[0] + 1.0) / ((double)st->tried[0] + 2.0);
-  for (int32_t k = 2; k <= c->G; k++) {
-    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
-    if ((1.0 + a0 * (double)k) * ms0 > ms) return 1;
-  }
-  return 0;
-}
-
-/* The drafts to verify this round (all sequences alike), given ns sequences; 0: no proposal. */
-static int32_t auto_k(spec *c, int32_t ns, const dsp_generate_stats *st) {
-  auto_gamma *a = &c->ag;
-  const int32_t G = c->G;
-  if (a->rounds < 2) return a->rounds == 0 ? 1 : 0;
-  const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
-  if (a->rounds < AUTO_CALIB) return deep_may_pay(c, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
-  /* the probe; while decode steps pay best a full one costs more than it can find, so it runs a quarter as
-     often and verifies one draft (the first slot's acceptance refreshed) unless drafting might pay again */
-  if (a->rounds % AUTO_FULL == 0 && a->last > 0) return G;
-  if (a->rounds % (4 * AUTO_FULL) == 0) return deep_may_pay(c, ns, st, ms0) ? G : 1;
-  /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
-  double kept = 0.0, tried = 0.0;
-  for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
-  const double p0 = (kept + 1.0) / (tried + 2.0);
-  int32_t best = 0;
-  double best_rate = st->tried[0] >= AUTO_TRIED ? 1.0 / (ms0 > 1e-6 ? ms0 : 1e-6) : -1.0;
-  double reach = 1.0, expect = 1.0; /* the bonus always commits */
-  for (int32_t k = 1; k <= G; k++) {
-    /* slot k - 1's acceptance given its prefix */
-    const double ak = k - 1 < 64 ? ((double)st->kept[k - 1] + 2.0 * p0) / ((double)st->tried[k - 1] + 2.0) : p0;
-    reach *= ak;
-    expect += reach;
-    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
-    const double rate = expect / (ms > 1e-6 ? ms : 1e-6);
-    if (rate > best_rate) best_rate = rate, best = k;
-  }
-  return a->last = best;
-}
-
-/* One round's times into the fit (k: the drafts it verified, 0 when it proposed none); at the fitting rounds,
- * the model from the slowest rank's sums. */
-static dsp_status auto_learn(spec *c, int32_t nt, int32_t k, double verify_ms, double draft_ms) {
-  auto_gamma *a = &c->ag;
-  a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
-  if (k > 0) a->draft += draft_ms, a->nprop++;
-  else a->append += draft_ms, a->nappend++;
-  ++a->rounds;
-  if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
-    return DSP_OK;
-  dsp_comm *comm = c->t->be->comm;
-  float v[4] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append}, sum[4];
-  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 4, DSP_F32, DSP_REDUCE_MAX));
-  const double n = a->rounds, st = sum[0], snt = sum[1];
-  const double den = n * a->snn - a->sn * a->sn;
-  a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
-  if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
-  a->alpha = (st - a->beta * a->sn) / n;
-  a->tdraft = a->nprop ? sum[2] / a->nprop : 0.0;
-  a->tappend = a->nappend ? sum[3] / a->nappend : 0.0;
-  return DSP_OK;
-}
-
 static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens, dsp_token_fn fn,
                          dsp_round_fn rf, void *ctx, int32_t live, dsp_generate_stats *st) {
   dsp_target *t = c->t;
@@ -375,7 +293,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     /* gamma auto's k drafts (0: this round is a decode step; the draft appends its context, or with lazy it waits) */
     int32_t ns = 0;
     for (int32_t q = 0; q < c->next_q; q++) ns += !c->s[q].stop;
-    const int32_t kmax = c->ag.on ? auto_k(c, ns, st) : (int32_t)K;
+    const int32_t kmax = c->ag.on ? dsp_gamma_auto_k(&c->ag, c->G, ns, st) : (int32_t)K;
     const double st_ms = st->draft_ms;
     for (int32_t q = 0; c->lazy && q < c->next_q; q++)
       if (!c->s[q].stop && kmax == 0) DSP_TRY(stash(c, &c->s[q], st));
@@ -422,7 +340,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     const double verify_ms = dsp_now_ms() - t0;
     st->verify_ms += verify_ms;
     st->decode_calls++;
-    if (c->ag.on) DSP_TRY(auto_learn(c, nt, kmax, verify_ms, draft_ms));
+    if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, verify_ms, draft_ms));
     /* accept, commit, roll back */
     if (c->sampling) DSP_TRY(accept_sampled(c, ns));
     else

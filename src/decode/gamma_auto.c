@@ -1,0 +1,64 @@
+/* gamma auto's model and choice (gamma_auto.h). */
+#include "decode/gamma_auto.h"
+
+#include "core/status.h"
+
+enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32 };
+
+/* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
+ * first were accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
+static int deep_may_pay(const dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st, double ms0) {
+  const double a0 = ((double)st->kept[0] + 1.0) / ((double)st->tried[0] + 2.0);
+  for (int32_t k = 2; k <= G; k++) {
+    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    if ((1.0 + a0 * (double)k) * ms0 > ms) return 1;
+  }
+  return 0;
+}
+
+int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st) {
+  if (a->rounds < 2) return a->rounds == 0 ? 1 : 0;
+  const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
+  if (a->rounds < AUTO_CALIB) return deep_may_pay(a, G, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
+  /* the probe; while decode steps pay best a full one costs more than it can find, so it runs a quarter as
+     often and verifies one draft (the first slot's acceptance refreshed) unless drafting might pay again */
+  if (a->rounds % AUTO_FULL == 0 && a->last > 0) return G;
+  if (a->rounds % (4 * AUTO_FULL) == 0) return deep_may_pay(a, G, ns, st, ms0) ? G : 1;
+  /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
+  double kept = 0.0, tried = 0.0;
+  for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
+  const double p0 = (kept + 1.0) / (tried + 2.0);
+  int32_t best = 0;
+  double best_rate = st->tried[0] >= AUTO_TRIED ? 1.0 / (ms0 > 1e-6 ? ms0 : 1e-6) : -1.0;
+  double reach = 1.0, expect = 1.0; /* the bonus always commits */
+  for (int32_t k = 1; k <= G; k++) {
+    /* slot k - 1's acceptance given its prefix */
+    const double ak = k - 1 < 64 ? ((double)st->kept[k - 1] + 2.0 * p0) / ((double)st->tried[k - 1] + 2.0) : p0;
+    reach *= ak;
+    expect += reach;
+    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    const double rate = expect / (ms > 1e-6 ? ms : 1e-6);
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return a->last = best;
+}
+
+dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, double verify_ms,
+                                double draft_ms) {
+  a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
+  if (k > 0) a->draft += draft_ms, a->nprop++;
+  else a->append += draft_ms, a->nappend++;
+  ++a->rounds;
+  if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
+    return DSP_OK;
+  float v[4] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append}, sum[4];
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 4, DSP_F32, DSP_REDUCE_MAX));
+  const double n = a->rounds, st = sum[0], snt = sum[1];
+  const double den = n * a->snn - a->sn * a->sn;
+  a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
+  if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
+  a->alpha = (st - a->beta * a->sn) / n;
+  a->tdraft = a->nprop ? sum[2] / a->nprop : 0.0;
+  a->tappend = a->nappend ? sum[3] / a->nappend : 0.0;
+  return DSP_OK;
+}
