@@ -118,8 +118,34 @@ def case_greedy(t, P):
     check_same(t, "bigram pair, gamma 3", t.gen_json("gamma3", ["--model", bt, "--draft", bd, "--gamma", "3"] + base),
                min_accept=1.5)
     # gamma auto: a different count of drafts verified per round, the same greedy tokens; on the TP 2 ranks too
-    ra = t.gen_json("gamma-auto", ["--model", bt, "--draft", bd, "--gamma", "auto"] + base)
+    ra = t.gen_json("gamma-auto", ["--model", bt, "--draft", bd, "--gamma", "auto", "--trace"] + base)
     check_same(t, "bigram pair, gamma auto", ra, min_accept=1.3)
+    # its decode-step rounds leave the draft's context rows waiting; the proposals after them must be those of a
+    # run that appends every round: gamma 1 anchors a round at most positions, and a proposal's first draft
+    # depends on the whole context (the block runs its trained rows whatever the gamma)
+    r1 = t.gen_json("gamma-1", ["--model", bt, "--draft", bd, "--gamma", "1", "--trace"] + base)
+    check_same(t, "bigram pair, gamma 1", r1)
+    if ra is not None and r1 is not None:
+        def by_anchor(r, q):
+            out, toks, prev0 = {}, [r["results"][q]["tokens"][0]], False
+            for rd in (x for x in r["rounds"] if x["sequence"] == q):
+                out[len(toks) - 1] = (rd["draft"], prev0)
+                prev0 = not rd["draft"]
+                toks += rd["draft"][:rd["accepted"]] + [rd["bonus"]]
+            return out
+        same = after0 = 0
+        for q in range(len(ra["results"])):
+            a_, b_ = by_anchor(ra, q), by_anchor(r1, q)
+            for i, (d, prev0) in a_.items():
+                if d and i in b_ and b_[i][0]:
+                    if d[0] != b_[i][0][0]:
+                        t.tally.fail("gamma auto: sequence %d, the proposal anchored at token %d drafts %d; a run "
+                                     "appending every round drafts %d" % (q, i, d[0], b_[i][0][0]))
+                    same += 1
+                    after0 += prev0
+        print("gamma auto vs gamma 1: %d proposals compared, %d of them right after a decode-step round" % (same, after0))
+        if same < 10 or after0 < 1:
+            t.tally.fail("gamma auto vs gamma 1: only %d proposals compared (%d after a decode step)" % (same, after0))
     # its fourth round (calibration) is a decode step for every running sequence: the draft only appends
     if ra is not None and ra.get("rounds_without_drafts", 0) < len(ra["results"]):
         t.tally.fail("gamma auto: %s sequence-rounds without drafts, expected at least one per sequence"
