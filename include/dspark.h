@@ -604,6 +604,16 @@ dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const
  * first n (1 .. its count) tokens of that call, as if only they had run
  * (speculative verification's accepted prefix), without running them again. */
 dsp_status dsp_kda_layer_accept(dsp_kda_layer *L, int32_t slot, int32_t n);
+/* A batch's metadata staged once and read by every KDA layer of a model (each
+ * loaded with the options the plan was made with, on its backend): stage a
+ * batch, then run each layer on it. A plan holds one batch at a time; staging
+ * the next one replaces it. Collective. */
+typedef struct dsp_kda_plan dsp_kda_plan;
+dsp_status dsp_kda_plan_create(dsp_backend *be, const dsp_kda_layer_options *o, dsp_kda_plan **out);
+dsp_status dsp_kda_plan_stage(dsp_kda_plan *p, const dsp_kda_batch *b);
+/* dsp_kda_layer_forward over the plan's staged batch (the same results). */
+dsp_status dsp_kda_layer_forward_plan(dsp_kda_layer *L, const dsp_kda_plan *p, const dsp_tensor *x, dsp_tensor *y);
+void dsp_kda_plan_free(dsp_kda_plan *p);
 const dsp_kda_layer_info *dsp_kda_layer_info_of(const dsp_kda_layer *L);
 const char *dsp_kda_layer_report(const dsp_kda_layer *L);
 void dsp_kda_layer_free(dsp_kda_layer *L);

@@ -2,7 +2,7 @@
  * states run through one Kimi-Linear KDA layer in calls given by a schedule,
  * writing every token's output (rank 0).
  *
- * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]
+ * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan]
  *   IN: x [T, hidden] BF16 (sequence 0's tokens, then sequence 1's, ...),
  *       lengths [B] I64, layer [1] I64 (0-based), chunks [C] I64 (call c brings
  *       min(chunks[c], left) tokens of every unfinished sequence; the last chunk
@@ -12,7 +12,9 @@
  *       vlens [B] I64 (each sequence's tokens, one kept recurrent call), accept
  *       [B] I64 (the prefix each keeps), cx [C, hidden] BF16 with clens [B] I64
  *       (one recurrent call from there)
- *   OUT: y [T, hidden] BF16; with verification also vy [V, hidden], cy [C, hidden] */
+ *   OUT: y [T, hidden] BF16; with verification also vy [V, hidden], cy [C, hidden]
+ * --plan: every call's batch staged once (dsp_kda_plan) and run by two handles of the layer, whose outputs
+ * must be the same bits (as two layers of one model sharing the plan) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +52,34 @@ static void *read_t(dsp_st_file *f, const char *name, dsp_dtype dt, int64_t *n, 
   return p;
 }
 
+typedef struct {
+  dsp_kda_layer *L, *L2; /* L2 and plan: --plan */
+  dsp_kda_plan *plan;
+  dsp_bf16 *y2;          /* L2's outputs */
+} runner;
+
+/* One call: directly, or staged once and run by both handles (their outputs compared). */
+static void run(const runner *r, const dsp_kda_batch *kb, const dsp_tensor *xv, dsp_tensor *yv) {
+  if (!r->plan) {
+    TRY(dsp_kda_layer_forward(r->L, kb, xv, yv));
+    return;
+  }
+  TRY(dsp_kda_plan_stage(r->plan, kb));
+  TRY(dsp_kda_layer_forward_plan(r->L, r->plan, xv, yv));
+  dsp_tensor y2 = dsp_tensor_2d(r->y2, DSP_BF16, yv->shape[0], yv->shape[1]);
+  TRY(dsp_kda_layer_forward_plan(r->L2, r->plan, xv, &y2));
+  if (memcmp(y2.data, yv->data, (size_t)(yv->shape[0] * yv->shape[1]) * 2)) {
+    fprintf(stderr, "kda_layer_driver: two layers on one plan gave different outputs\n");
+    exit(1);
+  }
+}
+
 int main(int argc, char **argv) {
+  const int plan = argc > 4 && !strcmp(argv[argc - 1], "--plan");
+  if (plan) argc--;
   const int backend_arg = argc == 6 && !strcmp(argv[4], "--backend");
   if (argc != 4 && !(backend_arg && (!strcmp(argv[5], "cpu") || !strcmp(argv[5], "cuda")))) {
-    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]\n");
+    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan]\n");
     return 2;
   }
   const dsp_backend_kind kind = backend_arg && !strcmp(argv[5], "cuda") ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU;
@@ -94,6 +120,12 @@ int main(int argc, char **argv) {
   dsp_kda_layer *L;
   TRY(dsp_kda_layer_load(be, argv[1], &o, &L));
   if (dsp_comm_rank(comm) == 0) fprintf(stderr, "%s\n", dsp_kda_layer_report(L));
+  runner rn = {.L = L};
+  if (plan) {
+    TRY(dsp_kda_layer_load(be, argv[1], &o, &rn.L2));
+    TRY(dsp_kda_plan_create(be, &o, &rn.plan));
+    rn.y2 = malloc((size_t)(cap * Hd) * 2);
+  }
   dsp_bf16 *y = calloc((size_t)(T * Hd), 2), *cx = malloc((size_t)(cap * Hd) * 2), *cy = malloc((size_t)(cap * Hd) * 2);
   int64_t *done = calloc((size_t)B, 8), *start = malloc((size_t)B * 8);
   int32_t *slot = malloc((size_t)B * 4), *count = malloc((size_t)B * 4), *which = malloc((size_t)B * 4);
@@ -115,7 +147,7 @@ int main(int argc, char **argv) {
     dsp_kda_batch kb = {.nseq = n, .slot = slot, .count = count, .fresh = fresh,
                         .form = nf ? (int)forms[c < nf ? c : nf - 1] : DSP_KDA_CHUNKED};
     dsp_tensor xv = dsp_tensor_2d(cx, DSP_BF16, t, Hd), yv = dsp_tensor_2d(cy, DSP_BF16, t, Hd);
-    TRY(dsp_kda_layer_forward(L, &kb, &xv, &yv));
+    run(&rn, &kb, &xv, &yv);
     for (int32_t i = 0, r = 0; i < n; r += count[i], i++) {
       const int64_t b = which[i];
       memcpy(y + (start[b] + done[b]) * Hd, cy + (int64_t)r * Hd, (size_t)(count[i] * Hd) * 2);
@@ -128,12 +160,13 @@ int main(int argc, char **argv) {
     for (int64_t b = 0; b < B; b++) slot[n] = ns ? (int32_t)slots[b] : (int32_t)b, count[n] = (int32_t)vlens[b], n++;
     dsp_kda_batch kb = {.nseq = n, .slot = slot, .count = count, .form = DSP_KDA_RECURRENT, .keep = 1};
     dsp_tensor xv = dsp_tensor_2d(vx, DSP_BF16, nv, Hd), yv = dsp_tensor_2d(vy, DSP_BF16, nv, Hd);
-    TRY(dsp_kda_layer_forward(L, &kb, &xv, &yv));
+    run(&rn, &kb, &xv, &yv);
     for (int64_t b = 0; b < B; b++) TRY(dsp_kda_layer_accept(L, slot[b], (int32_t)acc[b]));
+    for (int64_t b = 0; rn.L2 && b < B; b++) TRY(dsp_kda_layer_accept(rn.L2, slot[b], (int32_t)acc[b]));
     for (int64_t b = 0; b < B; b++) count[b] = (int32_t)clens[b];
     kb.keep = 0;
     xv = dsp_tensor_2d(cxx, DSP_BF16, nc, Hd), yv = dsp_tensor_2d(cyy, DSP_BF16, nc, Hd);
-    TRY(dsp_kda_layer_forward(L, &kb, &xv, &yv));
+    run(&rn, &kb, &xv, &yv);
   }
   if (dsp_comm_rank(comm) == 0) {
     dsp_st_writer *w;
@@ -150,6 +183,9 @@ int main(int argc, char **argv) {
   free(x), free(lens), free(layer), free(chunks), free(forms), free(slots), free(y), free(cx), free(cy);
   free(done), free(start), free(slot), free(count), free(which), free(fresh);
   free(vx), free(cxx), free(vlens), free(clens), free(acc), free(vy), free(cyy);
+  dsp_kda_plan_free(rn.plan);
+  dsp_kda_layer_free(rn.L2);
+  free(rn.y2);
   dsp_kda_layer_free(L);
   dsp_backend_free(be);
   dsp_st_close(in);

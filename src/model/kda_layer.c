@@ -253,28 +253,47 @@ dsp_status dsp_kda_layer_load(dsp_backend *be, const char *dir, const dsp_kda_la
   return DSP_OK;
 }
 
-static dsp_status check_batch(const dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, const dsp_tensor *y,
-                              int64_t *T) {
-  if (!b || !x || !y || b->nseq < 1 || b->nseq > L->opt.max_seqs || !b->slot || !b->count)
-    return dsp_fail(DSP_ERR_ARG, "kda layer: a batch needs 1 .. %d sequences with slots and counts", L->opt.max_seqs);
+/* The op's view of batch b: cu, has and tok_slot ([max_seqs + 1], [max_seqs], [max_tokens]) filled here; a kept
+ * call's per-token states go to the pool's slots past the sequences' (alloc_state). */
+static dsp_kda_seqs seqs_of(const dsp_kda_layer_options *o, const dsp_kda_batch *b, int32_t *cu, uint8_t *has,
+                            int32_t *tok_slot) {
+  cu[0] = 0;
+  for (int32_t s = 0; s < b->nseq; s++) {
+    cu[s + 1] = cu[s] + b->count[s];
+    has[s] = !(b->fresh && b->fresh[s]);
+    for (int32_t i = 0; b->keep && i < b->count[s]; i++) tok_slot[cu[s] + i] = o->max_seqs + b->slot[s] * o->verify + i;
+  }
+  return (dsp_kda_seqs){.num_seqs = b->nseq, .cu_seqlens = cu, .slot = b->slot, .has_state = has, .write_final = 1,
+                        .token_slot = b->keep ? tok_slot : NULL};
+}
+
+/* The batch against layer options o; *T: its tokens. */
+static dsp_status check_seqs(const dsp_kda_layer_options *o, const dsp_kda_batch *b, int64_t *T) {
+  if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || !b->count)
+    return dsp_fail(DSP_ERR_ARG, "kda layer: a batch needs 1 .. %d sequences with slots and counts", o->max_seqs);
   if (b->form != DSP_KDA_CHUNKED && b->form != DSP_KDA_RECURRENT)
     return dsp_fail(DSP_ERR_ARG, "kda layer: form %d is neither DSP_KDA_CHUNKED nor DSP_KDA_RECURRENT", b->form);
   if (b->keep && b->form != DSP_KDA_RECURRENT)
     return dsp_fail(DSP_ERR_ARG, "kda layer: a kept (verify) call runs the recurrent form");
   *T = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
-    if (b->slot[s] < 0 || b->slot[s] >= L->opt.max_seqs)
-      return dsp_fail(DSP_ERR_RANGE, "kda layer: slot %d outside [0, %d)", b->slot[s], L->opt.max_seqs);
+    if (b->slot[s] < 0 || b->slot[s] >= o->max_seqs)
+      return dsp_fail(DSP_ERR_RANGE, "kda layer: slot %d outside [0, %d)", b->slot[s], o->max_seqs);
     for (int32_t r = 0; r < s; r++)
       if (b->slot[r] == b->slot[s]) return dsp_fail(DSP_ERR_ARG, "kda layer: slot %d appears twice", b->slot[s]);
     if (b->count[s] < 1) return dsp_fail(DSP_ERR_ARG, "kda layer: sequence %d brings %d tokens", s, b->count[s]);
-    if (b->keep && b->count[s] > L->opt.verify)
+    if (b->keep && b->count[s] > o->verify)
       return dsp_fail(DSP_ERR_RANGE, "kda layer: a kept call of %d tokens for sequence %d; the layer was loaded to "
-                      "keep %d (options.verify)", b->count[s], s, L->opt.verify);
+                      "keep %d (options.verify)", b->count[s], s, o->verify);
     *T += b->count[s];
   }
-  if (*T > L->opt.max_tokens)
-    return dsp_fail(DSP_ERR_RANGE, "kda layer: %lld tokens in one call; at most %d", (long long)*T, L->opt.max_tokens);
+  if (*T > o->max_tokens)
+    return dsp_fail(DSP_ERR_RANGE, "kda layer: %lld tokens in one call; at most %d", (long long)*T, o->max_tokens);
+  return DSP_OK;
+}
+
+static dsp_status check_views(const dsp_kda_layer *L, const dsp_tensor *x, const dsp_tensor *y, const int64_t *T) {
+  if (!x || !y) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL x or y");
   const dsp_tensor *v[2] = {x, y};
   for (int i = 0; i < 2; i++)
     if (!v[i]->data || v[i]->dtype != DSP_BF16 || v[i]->ndim != 2 || v[i]->shape[0] != *T ||
@@ -284,7 +303,9 @@ static dsp_status check_batch(const dsp_kda_layer *L, const dsp_kda_batch *b, co
   return DSP_OK;
 }
 
-static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y, int64_t T) {
+/* The batch's metadata: made here from b (per call), or staged once for every layer (a plan). */
+static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_kda_staged *staged, const dsp_tensor *x,
+                          dsp_tensor *y, int64_t T) {
   dsp_backend *be = L->be;
   const int64_t Hd = L->info.hidden, K = L->info.head_dim, hl = L->hl, HK = hl * K;
   for (int64_t t = 0; t < T; t++)
@@ -299,18 +320,10 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
   dsp_tensor fv = dsp_tensor_2d(L->f, DSP_BF16, T, HK), zv = dsp_tensor_2d(L->z, DSP_BF16, T, HK);
   DSP_TRY(dsp_op_gemm(be, 0, &fa, L->wf, &fv));
   DSP_TRY(dsp_op_gemm(be, 0, &ga, L->wg, &zv));
-  L->cu[0] = 0;
-  for (int32_t s = 0; s < b->nseq; s++) {
-    L->cu[s + 1] = L->cu[s] + b->count[s];
-    L->has[s] = !(b->fresh && b->fresh[s]);
-    for (int32_t i = 0; b->keep && i < b->count[s]; i++)
-      L->tok_slot[L->cu[s] + i] = L->opt.max_seqs + b->slot[s] * L->opt.verify + i;
-  }
-  const dsp_kda_seqs seqs = {.num_seqs = b->nseq, .cu_seqlens = L->cu, .slot = b->slot, .has_state = L->has,
-                             .write_final = 1, .token_slot = b->keep ? L->tok_slot : NULL};
+  const dsp_kda_seqs seqs = seqs_of(&L->opt, b, L->cu, L->has, L->tok_slot);
   dsp_op_kda_args a = {
       .dims = dims_of(L),
-      .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = &seqs,
+      .conv_width = (int32_t)L->info.conv_width, .form = b->form, .seqs = staged ? NULL : &seqs, .staged = staged,
       .qkv = (dsp_bf16 *)L->p + 2 * K, .qkv_tok = L->ld1, .conv_w = L->conv_w, .f = L->f, .f_tok = HK, .A_log = L->a_log,
       .dt_bias = L->dt_bias,
       .gate = {.form = L->info.lower_bound_gate ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS,
@@ -338,10 +351,92 @@ static dsp_status forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_te
 dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const dsp_tensor *x, dsp_tensor *y) {
   if (!L) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL layer");
   int64_t T = 0;
-  dsp_status s = check_batch(L, b, x, y, &T);
-  if (s == DSP_OK) s = forward(L, b, x, y, T);
+  dsp_status s = check_seqs(&L->opt, b, &T);
+  if (s == DSP_OK) s = check_views(L, x, y, &T);
+  if (s == DSP_OK) s = forward(L, b, NULL, x, y, T);
   s = dsp_comm_agree(L->be->comm, s);
   for (int32_t q = 0; s == DSP_OK && q < b->nseq; q++) L->kept[b->slot[q]] = b->keep ? b->count[q] : 0;
+  return s;
+}
+
+/* ---- a batch staged once for every layer (dspark.h, dsp_kda_plan) ---------------------------------------- */
+struct dsp_kda_plan {
+  dsp_backend *be;
+  dsp_kda_layer_options opt;
+  dsp_kda_batch b;               /* the staged batch, over the copies below */
+  int32_t *slot, *count, *cu, *tok_slot;
+  uint8_t *fresh, *has;
+  void *buf;                     /* backend memory: the staged arrays */
+  size_t bytes;
+  dsp_kda_staged staged;
+  int64_t T;                     /* 0: nothing staged */
+};
+
+void dsp_kda_plan_free(dsp_kda_plan *p) {
+  if (!p) return;
+  if (p->buf) dsp_op_release(p->be, 0, p->buf);
+  free(p->slot), free(p->count), free(p->cu), free(p->tok_slot), free(p->fresh), free(p->has);
+  free(p);
+}
+
+dsp_status dsp_kda_plan_create(dsp_backend *be, const dsp_kda_layer_options *o, dsp_kda_plan **out) {
+  if (!out) return dsp_fail(DSP_ERR_ARG, "kda plan: NULL output");
+  *out = NULL;
+  if (!be || !o || o->max_seqs < 1 || o->max_tokens < 1 || o->verify < 0 ||
+      (int64_t)o->max_seqs * (1 + o->verify) > (1 << 30))
+    return dsp_fail(DSP_ERR_ARG, "kda plan: a backend and the layers' options (max_seqs, max_tokens >= 1)");
+  dsp_kda_plan *p = calloc(1, sizeof *p);
+  if (!p) return dsp_fail(DSP_ERR_NOMEM, "kda plan: out of memory");
+  p->be = be, p->opt = *o;
+  const size_t S = (size_t)o->max_seqs, T = (size_t)o->max_tokens;
+  p->slot = malloc(S * 4), p->count = malloc(S * 4), p->cu = malloc((S + 1) * 4), p->tok_slot = malloc(T * 4);
+  p->fresh = malloc(S), p->has = malloc(S);
+  dsp_status s = p->slot && p->count && p->cu && p->tok_slot && p->fresh && p->has
+                     ? dsp_op_kda_stage_bytes(o->max_seqs, o->max_tokens, &p->bytes)
+                     : dsp_fail(DSP_ERR_NOMEM, "kda plan: out of memory");
+  if (s == DSP_OK) s = dsp_op_alloc(be, 0, p->bytes, &p->buf);
+  s = dsp_comm_agree(be->comm, s);
+  if (s != DSP_OK) {
+    dsp_kda_plan_free(p);
+    return s;
+  }
+  *out = p;
+  return DSP_OK;
+}
+
+dsp_status dsp_kda_plan_stage(dsp_kda_plan *p, const dsp_kda_batch *b) {
+  if (!p) return dsp_fail(DSP_ERR_ARG, "kda plan: NULL plan");
+  int64_t T = 0;
+  p->T = 0;
+  dsp_status s = check_seqs(&p->opt, b, &T);
+  if (s == DSP_OK) {
+    const size_t n = (size_t)b->nseq;
+    memcpy(p->slot, b->slot, n * 4), memcpy(p->count, b->count, n * 4);
+    if (b->fresh) memcpy(p->fresh, b->fresh, n);
+    p->b = (dsp_kda_batch){.nseq = b->nseq, .slot = p->slot, .count = p->count, .fresh = b->fresh ? p->fresh : NULL,
+                           .form = b->form, .keep = b->keep};
+    const dsp_kda_seqs seqs = seqs_of(&p->opt, &p->b, p->cu, p->has, p->tok_slot);
+    s = dsp_op_kda_stage(p->be, 0, &seqs, p->opt.max_seqs * (1 + p->opt.verify), p->buf, p->bytes, &p->staged);
+  }
+  s = dsp_comm_agree(p->be->comm, s);
+  if (s == DSP_OK) p->T = T;
+  return s;
+}
+
+dsp_status dsp_kda_layer_forward_plan(dsp_kda_layer *L, const dsp_kda_plan *p, const dsp_tensor *x, dsp_tensor *y) {
+  if (!L || !p) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL layer or plan");
+  dsp_status s = DSP_OK;
+  if (p->be != L->be || p->opt.max_seqs != L->opt.max_seqs || p->opt.max_tokens != L->opt.max_tokens ||
+      p->opt.verify != L->opt.verify)
+    s = dsp_fail(DSP_ERR_ARG, "kda layer: a plan made for other options (max_seqs %d, max_tokens %d, verify %d; the "
+                 "layer's %d, %d, %d) or another backend", p->opt.max_seqs, p->opt.max_tokens, p->opt.verify,
+                 L->opt.max_seqs, L->opt.max_tokens, L->opt.verify);
+  else if (p->T == 0)
+    s = dsp_fail(DSP_ERR_ARG, "kda layer: the plan holds no staged batch");
+  if (s == DSP_OK) s = check_views(L, x, y, &p->T);
+  if (s == DSP_OK) s = forward(L, &p->b, &p->staged, x, y, p->T);
+  s = dsp_comm_agree(L->be->comm, s);
+  for (int32_t q = 0; s == DSP_OK && q < p->b.nseq; q++) L->kept[p->b.slot[q]] = p->b.keep ? p->b.count[q] : 0;
   return s;
 }
 

@@ -85,7 +85,7 @@ class Ctx:
         self.tally = harness.Tally()
         self.n = 0
 
-    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER, extra=None):
+    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER, extra=None, plan=False):
         self.n += 1
         inp, out = self.wd.file("in%d.safetensors" % self.n), self.wd.file("out%d.safetensors" % self.n)
         d = {"x": bf(x), "lengths": np.asarray(lens, np.int64), "layer": np.asarray([layer], np.int64),
@@ -96,7 +96,8 @@ class Ctx:
             d["slots"] = np.asarray(slots, np.int64)
         d.update(extra or {})
         st.save(inp, d)
-        args = [self.driver, mdir, inp, out] + (["--backend", self.backend] if self.backend else [])
+        args = [self.driver, mdir, inp, out] + (["--backend", self.backend] if self.backend else []) + \
+            (["--plan"] if plan else [])
         rc, _, se, _ = harness.run(args, np_=np_, timeout=180)
         self.tally.runs += 1
         if rc != 0:
@@ -191,6 +192,12 @@ def case_rollback(c):
     extra = {"vx": bf(vx), "vlens": np.full(3, NV, np.int64), "accept": np.asarray(acc, np.int64),
              "cx": bf(cx), "clens": np.full(3, NC, np.int64)}
     o = c.ok("verify, accept, continue", d, x, [L0] * 3, [L0], forms=[0], extra=extra)
+    # the same calls, each batch staged once (dsp_kda_plan) and run by two handles of the layer (the driver
+    # checks they agree), as a hybrid model's layers would share it
+    op = c.ok("the same on a plan", d, x, [L0] * 3, [L0], forms=[0], extra=extra, plan=True)
+    if o is not None and op is not None:
+        for k in ("y", "vy", "cy"):
+            same(c, "planned vs per-call metadata, %s" % k, op[k], o[k])
     rows = [np.concatenate([x[b * L0:(b + 1) * L0], vx[b * NV:b * NV + acc[b]], cx[b * NC:(b + 1) * NC]])
             for b in range(3)]
     lens = [len(r) for r in rows]
