@@ -53,7 +53,7 @@ typedef struct {
   /* gamma auto's decode steps leave the draft alone (lazy): a running sequence's context rows wait in host memory,
    * pend [ntaps][nslots x pend_cap][H] (slot's rows from slot x pend_cap), until a proposal needs them */
   int lazy;
-  dsp_bf16 *pend;
+  dsp_bf16 *pend, *taps_host; /* taps_host [ntaps][nslots x (G + 1)][H]: a verification's taps */
   int32_t *pend_n, pend_cap;
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
@@ -85,19 +85,35 @@ static dsp_status flush(spec *c, dsp_generate_stats *st) {
   return DSP_OK;
 }
 
-/* Sequence s's context rows of the target's last call (its taps, read before the next call replaces them) into
- * its waiting rows. */
-static dsp_status stash(spec *c, seq_state *s, dsp_generate_stats *st) {
-  if (s->ctx_count == 0) return DSP_OK;
-  if (c->pend_n[s->slot] + s->ctx_count > c->pend_cap) DSP_TRY(flush(c, st));
+/* Every running sequence's context rows of the target's last call (its taps, read before the next call replaces
+ * them) into its waiting rows: one copy per tap of the call's rows (a verification's: at most nslots x (G + 1)),
+ * then each sequence's from there. */
+static dsp_status stash(spec *c, dsp_generate_stats *st) {
+  int32_t rows = 0, over = 0;
+  for (int32_t q = 0; q < c->next_q; q++) {
+    const seq_state *s = &c->s[q];
+    if (s->stop || s->ctx_count == 0) continue;
+    rows = s->ctx_row0 + s->ctx_count > rows ? s->ctx_row0 + s->ctx_count : rows;
+    over |= c->pend_n[s->slot] + s->ctx_count > c->pend_cap;
+  }
+  if (rows == 0) return DSP_OK;
+  if (over) DSP_TRY(flush(c, st));
   const dsp_target *t = c->t;
-  const int64_t H = dsp_target_info_of(t)->hidden, R = t->opt.max_tokens, P = (int64_t)c->nslots * c->pend_cap;
+  const int64_t H = dsp_target_info_of(t)->hidden, R = t->opt.max_tokens, Rh = (int64_t)c->nslots * (c->G + 1);
+  const int64_t P = (int64_t)c->nslots * c->pend_cap;
+  DSP_ASSERT(rows <= Rh);
   for (int64_t j = 0; j < t->opt.ntaps; j++)
-    DSP_TRY(dsp_op_download(t->be, 0, c->pend + (j * P + (int64_t)s->slot * c->pend_cap + c->pend_n[s->slot]) * H,
-                            (const dsp_bf16 *)t->d[0].taps.data + (j * R + s->ctx_row0) * H,
-                            (size_t)(s->ctx_count * H) * 2));
-  c->pend_n[s->slot] += s->ctx_count;
-  s->ctx_count = 0;
+    DSP_TRY(dsp_op_download(t->be, 0, c->taps_host + j * Rh * H, (const dsp_bf16 *)t->d[0].taps.data + j * R * H,
+                            (size_t)((int64_t)rows * H) * 2));
+  for (int32_t q = 0; q < c->next_q; q++) {
+    seq_state *s = &c->s[q];
+    if (s->stop || s->ctx_count == 0) continue;
+    for (int64_t j = 0; j < t->opt.ntaps; j++)
+      memcpy(c->pend + (j * P + (int64_t)s->slot * c->pend_cap + c->pend_n[s->slot]) * H,
+             c->taps_host + (j * Rh + s->ctx_row0) * H, (size_t)(s->ctx_count * H) * 2);
+    c->pend_n[s->slot] += s->ctx_count;
+    s->ctx_count = 0;
+  }
   return DSP_OK;
 }
 
@@ -161,8 +177,7 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
     /* the prefill replaces the target's taps: first the running sequences'
      * pending context rows (from the last verification) go into the draft, or wait */
     int32_t ns = 0;
-    for (int32_t q = 0; c->lazy && q < c->next_q; q++)
-      if (!c->s[q].stop) DSP_TRY(stash(c, &c->s[q], st));
+    if (c->lazy) DSP_TRY(stash(c, st));
     for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop && c->s[q].ctx_count > 0) {
         c->slot[ns] = c->s[q].slot, c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
@@ -295,9 +310,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     for (int32_t q = 0; q < c->next_q; q++) ns += !c->s[q].stop;
     const int32_t kmax = c->ag.on ? dsp_gamma_auto_k(&c->ag, c->G, ns, st) : (int32_t)K;
     const double st_ms = st->draft_ms;
-    for (int32_t q = 0; c->lazy && q < c->next_q; q++)
-      if (!c->s[q].stop && kmax == 0) DSP_TRY(stash(c, &c->s[q], st));
-    if (c->lazy && kmax > 0) DSP_TRY(flush(c, st));
+    if (c->lazy) DSP_TRY(kmax == 0 ? stash(c, st) : flush(c, st));
     /* propose */
     ns = 0;
     for (int32_t q = 0; q < c->next_q; q++)
@@ -443,7 +456,8 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
     c.pend_cap = G + 33 < d->opt.max_ctx ? G + 33 : d->opt.max_ctx;
     c.pend_n = calloc(S, 4);
     c.pend = malloc((size_t)t->opt.ntaps * S * (size_t)c.pend_cap * (size_t)ti->hidden * 2);
-    if (!c.pend_n || !c.pend) s = dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+    c.taps_host = malloc((size_t)t->opt.ntaps * S * (size_t)(G + 1) * (size_t)ti->hidden * 2);
+    if (!c.pend_n || !c.pend || !c.taps_host) s = dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   }
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
   c.nfree = W;
@@ -460,7 +474,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n);
+  free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n), free(c.taps_host);
   if (c.sampling) accept_free(&c);
   return s;
 }
