@@ -292,14 +292,14 @@ static dsp_status check_seqs(const dsp_kda_layer_options *o, const dsp_kda_batch
   return DSP_OK;
 }
 
-static dsp_status check_views(const dsp_kda_layer *L, const dsp_tensor *x, const dsp_tensor *y, const int64_t *T) {
+static dsp_status check_views(const dsp_kda_layer *L, const dsp_tensor *x, const dsp_tensor *y, int64_t T) {
   if (!x || !y) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL x or y");
   const dsp_tensor *v[2] = {x, y};
   for (int i = 0; i < 2; i++)
-    if (!v[i]->data || v[i]->dtype != DSP_BF16 || v[i]->ndim != 2 || v[i]->shape[0] != *T ||
+    if (!v[i]->data || v[i]->dtype != DSP_BF16 || v[i]->ndim != 2 || v[i]->shape[0] != T ||
         v[i]->shape[1] != L->info.hidden || v[i]->stride[1] != 1)
       return dsp_fail(DSP_ERR_SHAPE, "kda layer: %s must be a [%lld, %lld] BF16 view with unit column stride",
-                      i ? "y" : "x", (long long)*T, (long long)L->info.hidden);
+                      i ? "y" : "x", (long long)T, (long long)L->info.hidden);
   return DSP_OK;
 }
 
@@ -352,7 +352,7 @@ dsp_status dsp_kda_layer_forward(dsp_kda_layer *L, const dsp_kda_batch *b, const
   if (!L) return dsp_fail(DSP_ERR_ARG, "kda layer: NULL layer");
   int64_t T = 0;
   dsp_status s = check_seqs(&L->opt, b, &T);
-  if (s == DSP_OK) s = check_views(L, x, y, &T);
+  if (s == DSP_OK) s = check_views(L, x, y, T);
   if (s == DSP_OK) s = forward(L, b, NULL, x, y, T);
   s = dsp_comm_agree(L->be->comm, s);
   for (int32_t q = 0; s == DSP_OK && q < b->nseq; q++) L->kept[b->slot[q]] = b->keep ? b->count[q] : 0;
@@ -433,7 +433,7 @@ dsp_status dsp_kda_layer_forward_plan(dsp_kda_layer *L, const dsp_kda_plan *p, c
                  L->opt.max_seqs, L->opt.max_tokens, L->opt.verify);
   else if (p->T == 0)
     s = dsp_fail(DSP_ERR_ARG, "kda layer: the plan holds no staged batch");
-  if (s == DSP_OK) s = check_views(L, x, y, &p->T);
+  if (s == DSP_OK) s = check_views(L, x, y, p->T);
   if (s == DSP_OK) s = forward(L, &p->b, &p->staged, x, y, p->T);
   s = dsp_comm_agree(L->be->comm, s);
   for (int32_t q = 0; s == DSP_OK && q < p->b.nseq; q++) L->kept[p->b.slot[q]] = p->b.keep ? p->b.count[q] : 0;

@@ -948,7 +948,6 @@ extern "C" dsp_status dsp_cuda_markov_fused_enqueue(dsp_backend *be, int dev, ds
   const int64_t G = gamma_of(h);
   const size_t es = logit_size(h), row = (size_t)h->vrp * es;
   if (sampling && !h->h_logits) DSP_TRY(host_alloc(&h->h_logits, (size_t)(G * h->bq_max) * row));
-  (void)row;
   DSP_CUDA_TRY(cudaSetDevice(h->device));
   DSP_CUDA_TRY(cudaMemcpyAsync(bk->meta, h->h_meta, (size_t)bk->bq * 24, cudaMemcpyHostToDevice, s));
   DSP_TRY(enqueue_on(h, bk, sampling != 0, 0, s));
