@@ -212,7 +212,7 @@ struct gs_shape {
   int c, sb, stages, grid;
   int64_t groups;
 };
-gs_shape gs_pick(const lw_dev &dv, int64_t n, int nt8, int force_c) {
+gs_shape gs_pick(const lw_dev &dv, int64_t n, int nt8, int force_c, int force_sb, int force_stages) {
   const int64_t strips = (n + 15) / 16;
   gs_shape sh{1, 1, 0, 0, strips};
   double best = -1.0;
@@ -222,9 +222,10 @@ gs_shape gs_pick(const lw_dev &dv, int64_t n, int nt8, int force_c) {
     const double eff = (double)strips / ((double)rounds * dv.sms * c);
     if (eff >= best - 1e-9) best = eff, sh.c = c, sh.groups = groups;
   }
-  sh.sb = sh.c > 4 ? 2 : 4;
+  sh.sb = force_sb ? force_sb : sh.c > 4 ? 2 : 4;
   const int64_t st = ((int64_t)dv.optin - 1024 - 1024) / (gs_stage(sh.c, nt8, sh.sb) + 16);
-  sh.stages = (int)(st > GS_MAXS ? GS_MAXS : st);
+  const int cap = force_stages ? force_stages : GS_MAXS;
+  sh.stages = (int)(st > cap ? cap : st);
   sh.grid = (int)(sh.groups < dv.sms ? sh.groups : dv.sms);
   return sh;
 }
@@ -248,17 +249,17 @@ dsp_status gs_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int64
 
 template <int NT8>
 dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                     int pdl, int force_c, cudaStream_t s) {
+                     int pdl, int force_c, int force_sb, int force_stages, cudaStream_t s) {
   const lw_dev &dv = lw_dev_once();
   if (!dv.ok) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): not an sm_90 device with TMA");
-  const gs_shape sh = gs_pick(dv, n, NT8, force_c);
+  const gs_shape sh = gs_pick(dv, n, NT8, force_c, force_sb, force_stages);
   if (sh.stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): shared memory too small");
   if (sh.groups > INT32_MAX) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): N %lld too large", (long long)n);
   CUtensorMap tw, ta;
   DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
   DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
   void (*kern)(const CUtensorMap, const CUtensorMap, uint16_t *, int, int, int, long long, int, int) =
-      sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
+      sh.sb == 2 ? gs_kernel<NT8, 2> : sh.sb == 8 ? gs_kernel<NT8, 8> : gs_kernel<NT8, 4>;
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
   cudaLaunchConfig_t cfg = {};
@@ -273,21 +274,28 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
 }
 
 dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                  int pdl, int force_c, cudaStream_t s) {
+                  int pdl, int force_c, int force_sb, int force_stages, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < n ||
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): M %lld, K %lld, lda %lld not supported", (long long)m,
                     (long long)k, (long long)lda);
-  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, s)
-                : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, s);
+  if (force_sb && force_sb != 2 && force_sb != 4 && force_sb != 8)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2, 4 or 8)", force_sb);
+  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s)
+                : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s);
 }
 
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                               int64_t k, int64_t ldo, int pdl, cudaStream_t s) {
-  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, 0, s);
+  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, 0, 0, 0, s);
+}
+extern "C" dsp_status dsp_cuda_gemm_small_run_shape(const void *a, int64_t lda, const void *w, void *out, int64_t m,
+                                                    int64_t n, int64_t k, int64_t ldo, int pdl, int c, int sb, int stages,
+                                                    cudaStream_t s) {
+  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, c, sb, stages, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
   /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520), of three (four
@@ -310,7 +318,7 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
   }
   for (int v = 0; v < 6 && st == DSP_OK; v++) {
     st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v & 1], N, k, N, 0, 0, 0, s);
-    if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], s);
+    if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], 0, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaMemcpyAsync(h + no, o2, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaStreamSynchronize(s) != cudaSuccess))

@@ -1,0 +1,153 @@
+/* The few-row GEMM (kernels/cuda/gemm_small.h) at Qwen3-8B's decode shapes, by launch shape.
+ *
+ * Per product shape, `layers` distinct weights (so that nothing stays in the 50 MB L2 between products, as in a
+ * decode step) are multiplied one after another inside one captured CUDA graph, launched programmatically (PDL)
+ * as the model's graphs launch them; the graph is replayed and the time per product printed against its byte
+ * floor (the weight, activation and output bytes over the device copy rate measured in the same run). Each
+ * launch shape (consumer warps a block, boxes of [64 k] a stage, stages) is checked bit for bit against the
+ * kernel's own pick. Question it answers: what bounds a product whose strips give each SM only two or three
+ * warps (the 4096-row products), and which shape of the ring streams it fastest.
+ * usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST,...] (0 = the kernel's pick) */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_cuda_util.h"
+#include "kernels/cuda/gemm_small.h"
+#include "support/rates.h"
+
+typedef struct {
+  const char *name;
+  int64_t n, k;
+} shape;
+
+static double copy_gbps(void) {
+  const size_t n = (size_t)1 << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&b, n));
+  CK(cudaMemset(a, 1, n));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int i = 0; i < 6; i++) {
+    CK(cudaEventRecord(e0, 0));
+    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0));
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i && ms < best) best = ms;
+  }
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * (double)n / (best * 1e-3) * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  const char *mlist = "1,8", *slist = "0:0:0,0:4:6,0:8:4,0:8:5,0:2:8,4:0:0,8:0:0";
+  long layers = 8, reps = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--m")) mlist = argv[i + 1];
+    else if (!strcmp(argv[i], "--shapes")) slist = argv[i + 1];
+    else if (!strcmp(argv[i], "--layers")) layers = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps")) reps = atol(argv[i + 1]);
+    else {
+      fprintf(stderr, "bench_gemm_small: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (argc % 2 == 0 || layers < 1 || layers > 64 || reps < 1) {
+    fprintf(stderr, "usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST,...]\n");
+    return 2;
+  }
+  int32_t ms[8];
+  int nm = 0;
+  int32_t mmax = 0;
+  if (dsp_bench_batches(mlist, ms, 8, &nm, &mmax) || mmax > DSP_GEMM_SMALL_MAX_M) {
+    fprintf(stderr, "bench_gemm_small: --m takes up to 8 row counts of 1..%d\n", DSP_GEMM_SMALL_MAX_M);
+    return 2;
+  }
+  int cfg[16][3], ncfg = 0;
+  for (const char *p = slist; *p && ncfg < 16;) {
+    if (sscanf(p, "%d:%d:%d", &cfg[ncfg][0], &cfg[ncfg][1], &cfg[ncfg][2]) != 3) {
+      fprintf(stderr, "bench_gemm_small: --shapes takes C:SB:ST triples\n");
+      return 2;
+    }
+    ncfg++;
+    p = strchr(p, ',');
+    if (!p) break;
+    p++;
+  }
+  const shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate/up", 24576, 4096}, {"down", 4096, 12288}};
+  const double gbps = copy_gbps();
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device %s, %d SMs; copy %.0f GB/s (measured now); %ld distinct weights a product, graph replay, PDL\n",
+         prop.name, prop.multiProcessorCount, gbps, layers);
+  printf("| product | M | C:SB:ST | us | floor us | x floor | bits |\n|---|---|---|---|---|---|---|\n");
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int64_t N = shapes[si].n, K = shapes[si].k;
+    const size_t wn = (size_t)(N * K);
+    uint16_t *h = malloc(wn * 2 > (size_t)(16 * K) * 2 ? wn * 2 : (size_t)(16 * K) * 2);
+    uint16_t *ref = malloc((size_t)(16 * N) * 2), *got = malloc((size_t)(16 * N) * 2);
+    if (!h || !ref || !got) return 1;
+    void *w[64], *a, *o;
+    fill(h, wn, 11 + si, 0.05f);
+    for (long l = 0; l < layers; l++) {
+      CK(cudaMalloc(&w[l], wn * 2));
+      CK(cudaMemcpy(w[l], h, wn * 2, cudaMemcpyHostToDevice));
+    }
+    fill(h, (size_t)(16 * K), 5, 1.0f);
+    CK(cudaMalloc(&a, (size_t)(16 * K) * 2));
+    CK(cudaMemcpy(a, h, (size_t)(16 * K) * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&o, (size_t)(16 * N) * 2));
+    for (int mi = 0; mi < nm; mi++) {
+      const int64_t M = ms[mi];
+      const double floor_us = (double)(wn + M * K + M * N) * 2 / (gbps * 1e9) * 1e6;
+      for (int c = 0; c < ncfg; c++) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (long l = 0; l < layers; l++)
+          CKD(dsp_cuda_gemm_small_run_shape(a, K, w[l], o, M, N, K, N, 1, cfg[c][0], cfg[c][1], cfg[c][2], s));
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(c ? got : ref, o, (size_t)(M * N) * 2, cudaMemcpyDeviceToHost));
+        double t[5];
+        for (int r = 0; r < 5; r++) {
+          CK(cudaEventRecord(e0, s));
+          for (long i = 0; i < reps; i++) CK(cudaGraphLaunch(ge, s));
+          CK(cudaEventRecord(e1, s));
+          CK(cudaEventSynchronize(e1));
+          float ms_;
+          CK(cudaEventElapsedTime(&ms_, e0, e1));
+          t[r] = (double)ms_ * 1e3 / (double)(reps * layers);
+        }
+        const double us = dsp_bench_median(t, 5);
+        const int same = c == 0 || !memcmp(ref, got, (size_t)(M * N) * 2);
+        printf("| %s %lld x %lld | %lld | %d:%d:%d | %.2f | %.2f | %.2f | %s |\n", shapes[si].name, (long long)N,
+               (long long)K, (long long)M, cfg[c][0], cfg[c][1], cfg[c][2], us, floor_us, us / floor_us,
+               c == 0 ? "ref" : same ? "same" : "DIFFER");
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+      }
+    }
+    for (long l = 0; l < layers; l++) CK(cudaFree(w[l]));
+    CK(cudaFree(a));
+    CK(cudaFree(o));
+    free(h), free(ref), free(got);
+  }
+  return 0;
+}
