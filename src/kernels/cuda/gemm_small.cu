@@ -94,10 +94,11 @@ __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f
 }
 
 template <int NT8, int SB>
-__global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_constant__ CUtensorMap tw,
+__global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
                                                                uint16_t *__restrict__ out, int m, int n, int nkb,
                                                                long long ldo, int ngroups, int stages) {
+  static_assert(SB % 2 == 0, "a full stage runs its boxes in pairs");
   extern __shared__ unsigned char gs_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)gs_raw + 1023) & ~(uintptr_t)1023);
   const int C = (int)blockDim.x / 32 - 1, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
@@ -144,9 +145,10 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
     }
     return;
   }
-  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15. A stage's SB boxes are unrolled, so that per
-     box only the loads of the next one and the products of this one are issued (a box's bookkeeping in a loop
-     cost more instructions than its products: about 100 a box at 5 cycles each) */
+  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15. A full stage's SB boxes run unrolled in pairs
+     on two fragment sets, so a box costs its loads, its products and a few address adds: the form with one set
+     copied into the other after each box, and a branch per box, spent about 75 instructions a box on moves and
+     bookkeeping at 5 cycles each, which (not the bytes) bounded the products of 2-3 strips per SM */
   asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous kernel may still read out */
   const int g = lane >> 2, q4 = lane & 3;
   const gs_offs<NT8> off = gs_offsets<NT8>(lane);
@@ -155,32 +157,46 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1)) gs_kernel(const __grid_con
 #pragma unroll
   for (int t = 0; t < NT8; t++) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
   const int units = my_groups * nst;
-  gs_frag<NT8> cur, nxt;
+  gs_frag<NT8> f0, f1;
   int s = 0, q = 0, grp = (int)blockIdx.x;
   uint32_t ph = 0;
   if (units > 0) {
     dsp_bar_wait(full0, 0);
-    gs_load<NT8>(cur, sbase + wrow, sbase + wbytes, off);
+    gs_load<NT8>(f0, sbase + wrow, sbase + wbytes, off);
   }
   for (int u = 0; u < units; u++) {
+    /* f0 holds this stage's first box */
     const uint32_t st = sbase + (uint32_t)s * stage;
     const int nb = nkb - q * SB < SB ? nkb - q * SB : SB; /* boxes in this stage */
     const bool last = q == nst - 1;                       /* the group's last stage */
     int s1 = s + 1;
     uint32_t ph1 = ph;
     if (s1 == stages) s1 = 0, ph1 ^= 1;
+    const uint32_t st1 = sbase + (uint32_t)s1 * stage;
+    const bool more = u + 1 < units;
+    if (nb == SB) {
 #pragma unroll
-    for (int j = 0; j < SB; j++) {
-      if (j < nb) {
-        if (j + 1 < nb) {
-          gs_load<NT8>(nxt, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
-        } else if (u + 1 < units) { /* the next stage's first box */
+      for (int j = 0; j < SB; j += 2) {
+        gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
+        gs_mma<NT8>(d, f0);
+        if (j + 2 < SB) {
+          gs_load<NT8>(f0, st + (uint32_t)(j + 2) * wbox + wrow, st + wbytes + (uint32_t)(j + 2) * tbox, off);
+        } else if (more) { /* the next stage's first box */
           dsp_bar_wait(full0 + 8 * s1, ph1);
-          const uint32_t st1 = sbase + (uint32_t)s1 * stage;
-          gs_load<NT8>(nxt, st1 + wrow, st1 + wbytes, off);
+          gs_load<NT8>(f0, st1 + wrow, st1 + wbytes, off);
         }
-        gs_mma<NT8>(d, cur);
-        cur = nxt;
+        gs_mma<NT8>(d, f1);
+      }
+    } else { /* a group's short last stage (K not a multiple of SB boxes): box by box, nothing past K */
+      for (int j = 0; j < nb; j++) {
+        if (j + 1 < nb) {
+          gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
+        } else if (more) {
+          dsp_bar_wait(full0 + 8 * s1, ph1);
+          gs_load<NT8>(f1, st1 + wrow, st1 + wbytes, off);
+        }
+        gs_mma<NT8>(d, f0);
+        f0 = f1;
       }
     }
     /* the stage's fragments are in registers (the products above read them): the producer may land it again */
