@@ -99,6 +99,8 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_
                                                                uint16_t *__restrict__ out, int m, int n, int nkb,
                                                                long long ldo, int ngroups, int stages) {
   static_assert(SB % 2 == 0, "a full stage runs its boxes in pairs");
+  /* no griddepcontrol.launch_dependents here: with it the layer kernels after a product, which trigger at once,
+     let the next product's blocks land early on SMs already taken, and a batch-1 decode step lost 0.4 ms */
   extern __shared__ unsigned char gs_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)gs_raw + 1023) & ~(uintptr_t)1023);
   const int C = (int)blockDim.x / 32 - 1, warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
@@ -275,7 +277,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
   DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
   void (*kern)(const CUtensorMap, const CUtensorMap, uint16_t *, int, int, int, long long, int, int) =
-      sh.sb == 2 ? gs_kernel<NT8, 2> : sh.sb == 8 ? gs_kernel<NT8, 8> : gs_kernel<NT8, 4>;
+      sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
   cudaLaunchConfig_t cfg = {};
@@ -296,8 +298,8 @@ dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t 
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): M %lld, K %lld, lda %lld not supported", (long long)m,
                     (long long)k, (long long)lda);
-  if (force_sb && force_sb != 2 && force_sb != 4 && force_sb != 8)
-    return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2, 4 or 8)", force_sb);
+  if (force_sb && force_sb != 2 && force_sb != 4)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2 or 4)", force_sb);
   return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s)
                 : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s);
 }

@@ -36,7 +36,7 @@ extern "C" {
 dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                    int64_t k, int64_t ldo, int pdl, cudaStream_t s);
 /* The same with the launch shape forced where an argument is not 0: c consumer warps (strips) a block, sb boxes
- * of [64 k] a stage (2, 4, 8), at most `stages` stages; the bits do not change. For measurement (bench/). */
+ * of [64 k] a stage (2 or 4), at most `stages` stages; the bits do not change. For measurement (bench/). */
 dsp_status dsp_cuda_gemm_small_run_shape(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                          int64_t k, int64_t ldo, int pdl, int c, int sb, int stages, cudaStream_t s);
 /* Random products with inexact sums (M = 16 and 5, 520 rows of w, this K)
