@@ -254,17 +254,21 @@ dsp_status dsp_kda_layer_load(dsp_backend *be, const char *dir, const dsp_kda_la
 }
 
 /* The op's view of batch b: cu, has and tok_slot ([max_seqs + 1], [max_seqs], [max_tokens]) filled here; a kept
- * call's per-token states go to the pool's slots past the sequences' (alloc_state). */
+ * call's per-token states go to the pool's slots past the sequences' (alloc_state). A recurrent call of one token
+ * per sequence (decode) goes without cu_seqlens, the op's decode form: on CUDA its one fused kernel (the same bits
+ * as the separate kernels, which a cu_seqlens array always chose). */
 static dsp_kda_seqs seqs_of(const dsp_kda_layer_options *o, const dsp_kda_batch *b, int32_t *cu, uint8_t *has,
                             int32_t *tok_slot) {
+  int one = b->form == DSP_KDA_RECURRENT;
   cu[0] = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
     cu[s + 1] = cu[s] + b->count[s];
+    one &= b->count[s] == 1;
     has[s] = !(b->fresh && b->fresh[s]);
     for (int32_t i = 0; b->keep && i < b->count[s]; i++) tok_slot[cu[s] + i] = o->max_seqs + b->slot[s] * o->verify + i;
   }
-  return (dsp_kda_seqs){.num_seqs = b->nseq, .cu_seqlens = cu, .slot = b->slot, .has_state = has, .write_final = 1,
-                        .token_slot = b->keep ? tok_slot : NULL};
+  return (dsp_kda_seqs){.num_seqs = b->nseq, .cu_seqlens = one ? NULL : cu, .slot = b->slot, .has_state = has,
+                        .write_final = 1, .token_slot = b->keep ? tok_slot : NULL};
 }
 
 /* The batch against layer options o; *T: its tokens. */
