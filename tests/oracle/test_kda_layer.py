@@ -177,6 +177,22 @@ def case_invariance(c):
         same(c, "recurrent form, 1 vs 7 tokens per call", r7, r1)
 
 
+def case_decode_form(c):
+    """Calls of one token per sequence go to the op's decode form (on CUDA one fused kernel where the head dim is
+    64 or 128); calls of 7 tokens take the separate kernels. The recurrent form's bits do not depend on the
+    tokens per call, so the two agree bit for bit, and both follow the reference."""
+    cfg = kda_ref.Config(hidden=96, H=2, K=64, W=4, lower_bound=None, norm_eps=1e-5)
+    d = c.wd.file("dec64")
+    wt = make(d, cfg, 17)
+    x = inputs(18)
+    r1 = c.ok("K 64, decode calls", d, x, LENS, [1], forms=[1])
+    r7 = c.ok("K 64, 7 tokens a call", d, x, LENS, [7], forms=[1])
+    if r1 is not None:
+        against(c, "K 64, decode calls", r1, x, wt, cfg, LENS)
+    if r1 is not None and r7 is not None:
+        same(c, "K 64, decode calls vs 7 tokens a call", r1, r7)
+
+
 def case_rollback(c):
     """A kept verify call, an accepted prefix per sequence, then more tokens:
     bit for bit a fresh run over the accepted tokens and the same continuation
@@ -270,7 +286,8 @@ def case_bad(c):
         refused("TP 3 for 4 heads", ["num_heads"], np_=3)
 
 
-CASES = {"reference": case_reference, "invariance": case_invariance, "rollback": case_rollback, "tp": case_tp,
+CASES = {"reference": case_reference, "invariance": case_invariance, "decode": case_decode_form,
+         "rollback": case_rollback, "tp": case_tp,
          "bad": case_bad}
 
 
