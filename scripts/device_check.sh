@@ -24,6 +24,11 @@
 #                                   harness's perf table with DSPARK_GEMM_SPLIT 0 and 1,
 #                                   then bench_spec on a random Qwen3-8B pair (SPLIT_SPEC,
 #                                   default "0 1")
+#   scripts/device_check.sh gsmall  one call for a change to the few-row GEMM (gemm_small.cu): build this tree
+#                                   and, when .old/ holds an earlier one, its bench_gemm_small and bench_spec; the
+#                                   few-row kernel forced through t_gemm_rows (and under memcheck), bench_gemm_small
+#                                   old / new (SHAPES: C:SB:ST triples), the CUDA model tests, bench_spec old / new
+#                                   on a random Qwen3-8B pair
 #   scripts/device_check.sh decode  one call for the target's decode step: build, the product and
 #                                   fused-op tests, the CUDA model tests, bench_target on a random
 #                                   Qwen3-8B (VARIABLE=values, default DSPARK_GEMM_SMALL="auto 0",
@@ -90,6 +95,42 @@ if [ "$MODE" = gemm ]; then
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   stamp "random Qwen3-8B target and draft"
   spec_pair DSPARK_GEMM_SPLIT ${SPLIT_SPEC-0 1} || exit 1
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = gsmall ]; then
+  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j16; } \
+    > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  B="gpu"
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target bench_gemm_small bench_spec; } > "$OUT/build_old.log" 2>&1) &&
+      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  stamp "the few-row kernel forced: t_gemm_rows, then under memcheck"
+  DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
+  echo "t_gemm_rows: rc $?"
+  DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc $?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
+  for b in $B; do
+    stamp "bench_gemm_small ($b)"
+    timeout 80 build-$b/bench/bench_gemm_small --m 1,8 ${SHAPES:+--shapes $SHAPES} 2>&1 | grep -v "^|---"
+  done
+  (cd build-gpu && timeout 200 ctest -R "test_ops_cuda$|test_ops_cuda_gemm_rows|oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda" \
+    --output-on-failure) > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  while [ ! -f /tmp/made ]; do sleep 2; done
+  for b in $B; do
+    stamp "bench_spec ($b)"
+    timeout 100 build-$b/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 --batch 1,32 2>&1 |
+      grep -E "^\|" | grep -v "^|---" | head -14
+  done
+  rm -rf /tmp/t8 /tmp/d8
   stamp "done"; exit 0
 fi
 if [ "$MODE" = decode ]; then
