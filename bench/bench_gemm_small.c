@@ -119,7 +119,8 @@ int main(int argc, char **argv) {
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (long l = 0; l < layers; l++)
-          CKD(dsp_cuda_gemm_small_run_shape(a, K, w[l], o, M, N, K, N, 1, cfg[c][0], cfg[c][1], cfg[c][2], s));
+          CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1,
+                                      &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, s));
         CK(cudaStreamEndCapture(s, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         CK(cudaGraphLaunch(ge, s));

@@ -386,7 +386,7 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
    * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session) */
   const int small = dsp_env_get()->gemm_small;
   if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile && small != 0)
-    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, s);
+    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, NULL, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, s);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);

@@ -307,13 +307,10 @@ dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t 
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                              int64_t k, int64_t ldo, int pdl, cudaStream_t s) {
-  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, 0, 0, 0, s);
-}
-extern "C" dsp_status dsp_cuda_gemm_small_run_shape(const void *a, int64_t lda, const void *w, void *out, int64_t m,
-                                                    int64_t n, int64_t k, int64_t ldo, int pdl, int c, int sb, int stages,
-                                                    cudaStream_t s) {
-  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, c, sb, stages, s);
+                                              int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape,
+                                              cudaStream_t s) {
+  const dsp_gemm_small_shape pick = {0, 0, 0}, *sh = shape ? shape : &pick;
+  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, sh->c, sh->sb, sh->stages, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
   /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520), of three (four
