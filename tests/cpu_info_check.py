@@ -23,7 +23,7 @@ def main():
     assert "backends cpu, mpi" in o["build"], o["build"]
     assert o["mpi_size"] == 1 and o["comm"] == "self", o
     assert o["cpu"].startswith("cpu: ") and "threads per process" in o["cpu"], o["cpu"]
-    assert any(k in o["cpu"] for k in ("avx512f", "avx2", "scalar")), o["cpu"]
+    assert any(k in o["cpu"] for k in ("avx512bf16", "avx512f", "avx2", "scalar")), o["cpu"]
     assert "cuda" in o
 
     r = run([])
@@ -36,6 +36,13 @@ def main():
         r = run(["--json"], {"DSPARK_CPU_KERNEL": "avx2"})
         assert r.returncode == 0, r.stderr
         assert "cpu: avx2 kernels" in json.loads(r.stdout)["cpu"], r.stdout
+    if " avx512f " in cpu and " avx512bw " in cpu and " avx512dq " in cpu and " avx512vl " in cpu:
+        r = run(["--json"], {"DSPARK_CPU_KERNEL": "avx512"})  # the fmaf kernels alone, never vdpbf16ps
+        assert r.returncode == 0 and "cpu: avx512f kernels" in json.loads(r.stdout)["cpu"], (r.stdout, r.stderr)
+    if " avx512_bf16 " not in cpu:
+        r = run(["--json"], {"DSPARK_CPU_KERNEL": "avx512bf16"})  # refused by the CPU: a warning, then auto
+        assert r.returncode == 0 and "avx512bf16" in r.stderr and "avx512bf16 kernels" not in r.stdout, (r.stdout,
+                                                                                                        r.stderr)
     r = run(["--json"], {"DSPARK_THREADS": "3"})
     assert r.returncode == 0 and "3 threads per process" in json.loads(r.stdout)["cpu"], (r.stdout, r.stderr)
 

@@ -2,7 +2,7 @@
  * Expected values come from the contracts, computed here: exact sums in double
  * on grid inputs, the normative chain acc = fmaf(a, w, acc) over k in order
  * with a rounding written here, and an argmax written from torch.argmax's
- * semantics. Every case runs on each path this CPU has (AVX-512F, AVX2, scalar). */
+ * semantics. Every case runs on each path this CPU has (AVX-512 BF16, AVX-512F, AVX2, scalar). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,12 +17,13 @@
 #include "core/select.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cpu/kernel.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 
 /* ---- helpers written from the contracts ------------------------------------ */
-static const char *const PATHS[] = {"avx512", "avx2", "scalar"};
-#define NPATHS 3
+static const char *const PATHS[] = {"avx512bf16", "avx512", "avx2", "scalar"};
+#define NPATHS 4
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 static uint64_t rnd(void) {
@@ -219,6 +220,51 @@ static void test_order_k7168_specials(void **st) {
   assert_true(u_of(fused) != u_of(split));
   free(a);
   free(w);
+}
+
+/* ---- the AVX-512 BF16 path's guard -------------------------------------------------
+ * Pairs of products that cancel to one 2^-127 (a subnormal partial sum): a[2j] w[2j] = 2^-113 and
+ * a[2j+1] w[2j+1] = -(1 - 2^-7)(1 + 2^-7) 2^-113, so the chain holds 2^-127, 2^-126, ... and ends normal.
+ * At scale 0 the rows' guards sum to 140: vdpbf16ps alone would flush every pair to 0 (asserted where the
+ * CPU has it), so the product must take the chain there; at scale 1 they sum to 142 and every partial sum is a
+ * multiple of 2^-126, and at 2 to 144. Every path must give the chain's bits at each scale. */
+static uint16_t bf16_scaled(float x, int s) { return bf16_bits(ldexpf(x, s)); }
+
+static void test_dot_guard(void **st) {
+  (void)st;
+  enum { M = 3, K = 128, N = 40 };
+  static uint16_t a[M * K], w[N * K];
+  for (int scale = 0; scale <= 2; scale++) {
+    for (int m = 0; m < M; m++)
+      for (int k = 0; k < K; k += 2) {
+        a[m * K + k] = bf16_scaled(0x1p-57f, scale);
+        a[m * K + k + 1] = bf16_scaled(-(1.0f - 0x1p-7f) * 0x1p-57f, scale);
+      }
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < K; k += 2) {
+        w[n * K + k] = bf16_scaled(0x1p-56f, scale);
+        w[n * K + k + 1] = bf16_scaled((1.0f + 0x1p-7f) * 0x1p-56f, scale);
+      }
+    const float chain = ref_chain(a, 1, w, 1, K);
+    assert_true(chain == ldexpf((float)(K / 2), -127 + 2 * scale)); /* the chain keeps every subnormal step */
+    check_against_chain(M, K, N, a, w);
+    if (scale == 0 && dsp_cpu_kernel_force("avx512bf16") == DSP_OK) {
+      /* the kernel alone, on the pair words of this tile: its flushes lose the sum */
+      dsp_cpu_packed *p = pack(dsp_tensor_2d(w, DSP_BF16, N, K));
+      dsp_tensor at = dsp_tensor_2d(a, DSP_BF16, M, K);
+      static uint32_t words[DSP_CPU_MR * K];
+      static float tile[DSP_CPU_MR * DSP_CPU_NR] __attribute__((aligned(64)));
+      int16_t g = 0;
+      dsp_cpu_pair_tile(&at, 0, words, &g);
+      assert_true(g + p->guard[0] < DSP_CPU_GUARD_MIN);
+      dsp_cpu_tile_dot((const float *)(const void *)words, M, dsp_cpu_panel(p, 0), K, tile, 0, NULL);
+      assert_true(u_of(tile[0]) != u_of(chain));
+      print_message("  guards summing to %d: vdpbf16ps alone gives %a, the chain %a\n", g + p->guard[0],
+                    (double)tile[0], (double)chain);
+      dsp_cpu_packed_free(p);
+      dsp_cpu_kernel_force(NULL);
+    }
+  }
 }
 
 /* ---- (3) shard invariance + (8) threads -------------------------------------- */
@@ -585,7 +631,13 @@ static void test_errors(void **st) {
   assert_int_equal(dsp_cpu_kernel_force("sse9"), DSP_ERR_ARG);
   assert_int_equal(dsp_cpu_kernel_force("auto"), DSP_OK);
   const char *name = dsp_cpu_kernel_name();
-  assert_true(!strcmp(name, "avx512f") || !strcmp(name, "avx2") || !strcmp(name, "scalar"));
+  assert_true(!strcmp(name, "avx512bf16") || !strcmp(name, "avx512f") || !strcmp(name, "avx2") ||
+              !strcmp(name, "scalar"));
+  /* the AVX-512 BF16 path is offered exactly where the CPU has it and its check passes */
+  assert_int_equal(dsp_cpu_kernel_force("avx512bf16") == DSP_OK, dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512) &&
+                                                                 __builtin_cpu_supports("avx512bf16") &&
+                                                                 dsp_cpu_dot_check());
+  assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
   dsp_cpu_packed_free(p);
   dsp_cpu_packed_free(NULL);
 }
@@ -614,6 +666,7 @@ int main(void) {
       cmocka_unit_test(test_paths_agree_random),
       cmocka_unit_test(test_k_block_edges),
       cmocka_unit_test(test_order_k7168_specials),
+      cmocka_unit_test(test_dot_guard),
       cmocka_unit_test(test_shard_invariance),
       cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_strided_views),

@@ -112,7 +112,7 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
   const int64_t M = jb->a->shape[0];
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = n0; n < n1; n++) {
-      if (jb->ga[m] + jb->w->guard[n] >= DSP_CPU_AMX_GUARD) continue;
+      if (jb->ga[m] + jb->w->guard[n] >= DSP_CPU_GUARD_MIN) continue;
       const float v = chain_at(jb, m, n);
       const size_t off = (size_t)(m * c->stride[0] + n * c->stride[1]);
       if (c->dtype == DSP_BF16) ((uint16_t *)c->data)[off] = dsp_cpu_out_bf16(v);
@@ -147,7 +147,7 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
   int16_t gmin = 255;
   for (int64_t m = 0; m < M; m++) {
     const uint16_t *row = (const uint16_t *)a->data + m * a->stride[0];
-    ga[m] = dsp_cpu_amx_row_guard(row, K, a->stride[1]);
+    ga[m] = dsp_cpu_row_guard(row, K, a->stride[1]);
     if (ga[m] < gmin) gmin = ga[m];
     if (!direct) {
       for (int64_t k = 0; k < K; k++) as[m * lda + k] = row[k * a->stride[1]];
@@ -157,7 +157,7 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
   const dsp_cpu_isa isa = dsp_cpu_isa_current();
   job jb = {.a = a, .w = w, .c = c, .store = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_store_avx512 : dsp_cpu_store_scalar,
             .as = direct ? (const uint16_t *)a->data : as, .lda = lda, .ga = ga,
-            .fixups = gmin + w->guard_min < DSP_CPU_AMX_GUARD};
+            .fixups = gmin + w->guard_min < DSP_CPU_GUARD_MIN};
   const int threads = dsp_cpu_threads_resolve(nthreads);
 #pragma omp parallel num_threads(threads)
   {

@@ -15,7 +15,8 @@
  * output whose A row or weight row holds a subnormal, an inf or a NaN, or
  * whose products could be subnormal (every partial sum is a multiple of
  * 2^(ea + ew - 268) for the smallest biased exponents ea, ew of the two rows'
- * nonzero values: below 2^-126 when ea + ew < 142), is computed with the fmaf
+ * nonzero values: below 2^-126 when ea + ew < 142; kernel.h's row guards,
+ * DSP_CPU_GUARD_MIN), is computed with the fmaf
  * chain instead; the choice depends only on the two rows, so the invariances
  * hold for those outputs too. */
 #ifndef DSP_KERNELS_CPU_AMX_H
@@ -32,22 +33,17 @@
 typedef struct {
   int64_t n, k, nb, kb;
   uint16_t *data;
-  int16_t *guard;   /* [N]: the row's smallest nonzero biased exponent (255: all zero), -1024 if special */
+  int16_t *guard;   /* [N]: each row's guard (kernel.h's dsp_cpu_row_guard) */
   int16_t guard_min;
   size_t bytes;
 } dsp_cpu_amx;
 
-/* Products whose guards sum below this take the chain (see above). */
-#define DSP_CPU_AMX_GUARD 142
 
 /* 1 where AMX products can run here (CPU features, the OS's permission for
  * tile data, granted once per process). */
 int dsp_cpu_amx_usable(void);
 /* 1 where AMX is usable and DSPARK_CPU_KERNEL=amx asks for it. */
 int dsp_cpu_amx_chosen(void);
-
-/* The guard of n bf16 values at stride s (the comment above). */
-int16_t dsp_cpu_amx_row_guard(const uint16_t *x, int64_t n, int64_t s);
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out);
 void dsp_cpu_amx_free(dsp_cpu_amx *p);

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/kernel.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -40,16 +41,6 @@ int dsp_cpu_amx_usable(void) {
  * rows up but streams a weight slower than the chain at 1 row, and decode runs
  * 1 row; the path cannot change with M (batch invariance). */
 int dsp_cpu_amx_chosen(void) { return !strcmp(dsp_env_get()->cpu_kernel, "amx") && dsp_cpu_amx_usable(); }
-
-int16_t dsp_cpu_amx_row_guard(const uint16_t *x, int64_t n, int64_t s) {
-  int g = 255;
-  for (int64_t i = 0; i < n; i++) {
-    const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
-    if (e == 0xFFu || (e == 0 && (v & 0x7Fu))) return -1024; /* inf, NaN, subnormal */
-    if ((v & 0x7FFFu) && (int)e < g) g = (int)e;
-  }
-  return (int16_t)g;
-}
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
   if (!w || !out) return dsp_fail(DSP_ERR_ARG, "cpu amx pack: NULL argument");
@@ -89,7 +80,7 @@ dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
     }
   p->guard_min = 255;
   for (int64_t r = 0; r < n; r++) {
-    p->guard[r] = dsp_cpu_amx_row_guard(src + r * rs, k, cs);
+    p->guard[r] = dsp_cpu_row_guard(src + r * rs, k, cs);
     if (p->guard[r] < p->guard_min) p->guard_min = p->guard[r];
   }
   *out = p;

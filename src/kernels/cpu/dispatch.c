@@ -16,8 +16,8 @@
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static dsp_cpu_isa g_chosen;
-static atomic_int g_forced = -1;
-static int g_have[3];
+static atomic_int g_forced = -1, g_forced_dot = -1;
+static int g_have[3], g_have_dot, g_dot;
 
 static void isa_detect(void) {
   __builtin_cpu_init();
@@ -29,9 +29,19 @@ static void isa_detect(void) {
   dsp_cpu_isa best = g_have[DSP_CPU_ISA_AVX512] ? DSP_CPU_ISA_AVX512
                      : g_have[DSP_CPU_ISA_AVX2] ? DSP_CPU_ISA_AVX2
                                                 : DSP_CPU_ISA_SCALAR;
+  /* vdpbf16ps: offered only where it gave the chain's bits on every check input (kernel_bf16dot.c) */
+  g_have_dot = g_have[DSP_CPU_ISA_AVX512] && __builtin_cpu_supports("avx512bf16") && dsp_cpu_dot_check();
   const char *want = dsp_env_get()->cpu_kernel;
   int isa = -1;
-  if (!strcmp(want, "avx512")) isa = DSP_CPU_ISA_AVX512;
+  g_dot = g_have_dot && (!strcmp(want, "auto") || !strcmp(want, "avx512bf16") || !strcmp(want, "amx"));
+  if (!strcmp(want, "avx512bf16")) {
+    isa = DSP_CPU_ISA_AVX512;
+    if (!g_have_dot) {
+      fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=avx512bf16: this CPU lacks AVX-512 BF16 or its vdpbf16ps does not "
+                      "give the fmaf chain's bits; using auto\n");
+      isa = -1;
+    }
+  } else if (!strcmp(want, "avx512")) isa = DSP_CPU_ISA_AVX512;
   else if (!strcmp(want, "avx2")) isa = DSP_CPU_ISA_AVX2;
   else if (!strcmp(want, "scalar")) isa = DSP_CPU_ISA_SCALAR;
   else if (!strcmp(want, "amx") && !dsp_cpu_amx_usable())
@@ -41,6 +51,12 @@ static void isa_detect(void) {
     isa = -1;
   }
   g_chosen = isa >= 0 ? (dsp_cpu_isa)isa : best;
+}
+
+int dsp_cpu_dot_current(void) {
+  pthread_once(&g_once, isa_detect);
+  const int f = atomic_load(&g_forced_dot);
+  return f >= 0 ? f : g_dot;
 }
 
 int dsp_cpu_isa_supported(dsp_cpu_isa isa) {
@@ -56,7 +72,7 @@ dsp_cpu_isa dsp_cpu_isa_current(void) {
 
 const char *dsp_cpu_kernel_name(void) {
   switch (dsp_cpu_isa_current()) {
-    case DSP_CPU_ISA_AVX512: return "avx512f";
+    case DSP_CPU_ISA_AVX512: return dsp_cpu_dot_current() ? "avx512bf16" : "avx512f";
     case DSP_CPU_ISA_AVX2: return "avx2";
     default: return "scalar";
   }
@@ -64,14 +80,17 @@ const char *dsp_cpu_kernel_name(void) {
 
 dsp_status dsp_cpu_kernel_force(const char *name) {
   pthread_once(&g_once, isa_detect);
-  int isa;
-  if (!name || !strcmp(name, "auto")) isa = -1;
+  int isa, dot = 0;
+  if (!name || !strcmp(name, "auto")) isa = -1, dot = -1;
+  else if (!strcmp(name, "avx512bf16")) isa = DSP_CPU_ISA_AVX512, dot = 1;
   else if (!strcmp(name, "avx512")) isa = DSP_CPU_ISA_AVX512;
   else if (!strcmp(name, "avx2")) isa = DSP_CPU_ISA_AVX2;
   else if (!strcmp(name, "scalar")) isa = DSP_CPU_ISA_SCALAR;
-  else return dsp_fail(DSP_ERR_ARG, "cpu kernel '%s': expected auto, avx512, avx2 or scalar", name);
-  if (isa >= 0 && !g_have[isa]) return dsp_fail(DSP_ERR_UNSUPPORTED, "cpu kernel '%s': this CPU lacks it", name);
+  else return dsp_fail(DSP_ERR_ARG, "cpu kernel '%s': expected auto, avx512bf16, avx512, avx2 or scalar", name);
+  if ((isa >= 0 && !g_have[isa]) || (dot > 0 && !g_have_dot))
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cpu kernel '%s': this CPU lacks it", name);
   atomic_store(&g_forced, isa);
+  atomic_store(&g_forced_dot, dot);
   return DSP_OK;
 }
 

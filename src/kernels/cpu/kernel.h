@@ -16,10 +16,14 @@
  * propagates depends on how the compiler ordered the operands, so only the
  * canonical form can be the same on every path.
  *
- * No path here uses AVX512-BF16 (vdpbf16ps) or AMX (tdpbf16ps): both add
- * products in their own order and flush subnormal inputs and results, so
- * neither can reproduce the chain. AMX runs as a separate, opt-in product
- * with its own order and a guard for those values (amx.h). */
+ * The AVX-512 BF16 path (kernel_bf16dot.c) runs the same chain two k steps
+ * per vdpbf16ps: that instruction's two roundings are two fmaf, high bf16
+ * halves first, so k step 2p goes in the high halves (checked bit for bit at
+ * start-up, dsp_cpu_dot_check; without a pass the path is not offered). It
+ * reads subnormal inputs as zero and flushes subnormal results, so it runs
+ * only where the rows' guards (below) rule both out; the rest take the fmaf
+ * kernels on the same panels. AMX (tdpbf16ps) adds 32 products in its own
+ * order: a separate, opt-in product with its own contract (amx.h). */
 #ifndef DSP_CPU_KERNEL_H
 #define DSP_CPU_KERNEL_H
 #include <stddef.h>
@@ -39,8 +43,20 @@ struct dsp_cpu_packed {
   int64_t n, k;     /* the weight's [N, K] */
   int64_t npanels;  /* ceil(N / 32); rows >= N are zero */
   uint16_t *data;   /* [npanels][K][32] bf16, 64-byte aligned */
+  int16_t *guard;   /* [npanels]: the smallest row guard of each panel (dsp_cpu_row_guard) */
+  int16_t guard_min;
   size_t bytes;
 };
+
+/* The guard of n bf16 values at stride s: the smallest biased exponent of the
+ * nonzero ones (255 when all are zero), or -1024 when one is an inf, a NaN or a
+ * subnormal. Where an A row's and a weight row's guards sum to at least
+ * DSP_CPU_GUARD_MIN, every product of the two rows is a multiple of 2^-126
+ * (2^(ea + ew - 268)) and so is every partial sum of their chain: none is
+ * subnormal, so instructions that flush subnormal inputs and results
+ * (vdpbf16ps, tdpbf16ps) see none. */
+#define DSP_CPU_GUARD_MIN 142
+int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s);
 
 static inline const uint16_t *dsp_cpu_panel(const struct dsp_cpu_packed *p, int64_t j) {
   return p->data + (size_t)j * (size_t)p->k * DSP_CPU_NR;
@@ -95,6 +111,21 @@ void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp0, const ui
                           float *tile1, int load, const void *pf0, const void *pf1);
 dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa);
 
+/* The AVX-512 BF16 kernels (kernel_bf16dot.c): the tile kernels' contract with ap holding, instead of widened
+ * A, the pair words of dsp_cpu_pair_tile (as uint32_t). Used only where dsp_cpu_dot_current() and the guards
+ * allow. */
+void dsp_cpu_tile_dot(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load, const void *pf);
+void dsp_cpu_tile2_dot(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc, float *tile0,
+                       float *tile1, int load, const void *pf0, const void *pf1);
+/* Tile t of a as pair words (k 2p in the high half, 2p + 1 in the low, 0 past K) at out[2 p mr + i], the
+ * offsets of dsp_cpu_widen_tile's floats, and the smallest guard of its rows in *guard. */
+void dsp_cpu_pair_tile(const dsp_tensor *a, int64_t t, uint32_t *out, int16_t *guard);
+/* 1 where vdpbf16ps gave two fmaf's bits on every check input (run once, by dispatch). */
+int dsp_cpu_dot_check(void);
+/* 1 where products run the AVX-512 BF16 kernels: the CPU has them, the check passed, and DSPARK_CPU_KERNEL is
+ * auto, avx512bf16 or amx (or dsp_cpu_kernel_force chose them). */
+int dsp_cpu_dot_current(void);
+
 /* Cache blocking of one thread's panels [j0, j1): per panel, k blocks of
  * DSP_CPU_KC steps, then all A tiles, so a tile's A block (12 x 256 fp32) and
  * the panel's block (256 x 32 bf16) sit in L1 together; partial sums are
@@ -112,8 +143,17 @@ typedef void (*dsp_cpu_epi_fn)(void *ctx, const float *tile, int64_t m0, int mr,
 static inline size_t dsp_cpu_sweep_floats(int64_t m) {
   return (size_t)((m + DSP_CPU_MR - 1) / DSP_CPU_MR) * DSP_CPU_MR * DSP_CPU_NR;
 }
-void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
-                   dsp_cpu_tile_fn fn, dsp_cpu_tile2_fn fn2, float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
+/* The kernels a sweep runs: fn / fn2 on widened A (ap); where dot is set, dot / dot2 on the pair words (aq) for
+ * every (tile, panel) whose guards sum to DSP_CPU_GUARD_MIN or more (tguard[t] + the panel's), fn / fn2 for the
+ * rest (ap may be NULL when no pair falls short). fn2 / dot2 NULL: no panel pairs. */
+typedef struct {
+  const float *ap, *aq;
+  dsp_cpu_tile_fn fn, dot;
+  dsp_cpu_tile2_fn fn2, dot2;
+  const int16_t *tguard;
+} dsp_cpu_kernels;
+void dsp_cpu_sweep(const dsp_cpu_kernels *kn, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
+                   float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
 
 /* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
  * address of element (m0, n0)) with strides rs, cs in elements; dt BF16

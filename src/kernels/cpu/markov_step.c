@@ -100,8 +100,8 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
       ctx.best_v[i] = -INFINITY;
       ctx.best_i[i] = -1;
     }
-    dsp_cpu_sweep(ap, m, w, npv * id / nt, npv * (id + 1) / nt, tile_fn, dsp_cpu_tile2_for(isa), cbuf + (size_t)id * c_floats, step_epi,
-                  &ctx);
+    const dsp_cpu_kernels kn = {.ap = ap, .fn = tile_fn, .fn2 = dsp_cpu_tile2_for(isa)};
+    dsp_cpu_sweep(&kn, m, w, npv * id / nt, npv * (id + 1) / nt, cbuf + (size_t)id * c_floats, step_epi, &ctx);
   }
 
   /* Lane winners -> row winner; the order is total, so any merge order is exact. */

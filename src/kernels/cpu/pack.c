@@ -45,9 +45,10 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
   p->npanels = (p->n + DSP_CPU_NR - 1) / DSP_CPU_NR;
   p->bytes = (size_t)p->npanels * (size_t)p->k * DSP_CPU_NR * sizeof(uint16_t);
   p->data = panels_alloc(p->bytes);
-  if (!p->data) {
+  p->guard = malloc((size_t)(p->npanels ? p->npanels : 1) * sizeof *p->guard);
+  if (!p->data || !p->guard) {
     size_t bytes = p->bytes;
-    free(p);
+    dsp_cpu_packed_free(p);
     return dsp_fail(DSP_ERR_NOMEM, "cpu pack: cannot allocate %zu bytes of panels", bytes);
   }
   const int64_t n = p->n, k = p->k, rs = w->stride[0], cs = w->stride[1];
@@ -55,6 +56,7 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < p->npanels; j++) {
     uint16_t *dst = p->data + (size_t)j * (size_t)k * DSP_CPU_NR;
+    int16_t g = 255;
     for (int c = 0; c < DSP_CPU_NR; c++) {
       int64_t row = j * DSP_CPU_NR + c;
       int s = dsp_cpu_slot(c);
@@ -63,9 +65,14 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
       } else {
         const uint16_t *r = src + row * rs;
         for (int64_t kk = 0; kk < k; kk++) dst[kk * DSP_CPU_NR + s] = r[kk * cs];
+        const int16_t rg = dsp_cpu_row_guard(r, k, cs);
+        g = rg < g ? rg : g;
       }
     }
+    p->guard[j] = g;
   }
+  p->guard_min = 255;
+  for (int64_t j = 0; j < p->npanels; j++) p->guard_min = p->guard[j] < p->guard_min ? p->guard[j] : p->guard_min;
   *out = p;
   return DSP_OK;
 }
@@ -73,7 +80,18 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
 void dsp_cpu_packed_free(dsp_cpu_packed *p) {
   if (!p) return;
   free(p->data);
+  free(p->guard);
   free(p);
+}
+
+int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s) {
+  int g = 255;
+  for (int64_t i = 0; i < n; i++) {
+    const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
+    if (e == 0xFFu || (e == 0 && (v & 0x7Fu))) return -1024; /* inf, NaN, subnormal */
+    if ((v & 0x7FFFu) && (int)e < g) g = (int)e;
+  }
+  return (int16_t)g;
 }
 
 int64_t dsp_cpu_packed_n(const dsp_cpu_packed *p) { return p->n; }

@@ -1,14 +1,22 @@
 /* One thread's walk over its weight panels with cache blocking (cpu/kernel.h). */
 #include "kernels/cpu/kernel.h"
 
-void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
-                   dsp_cpu_tile_fn fn, dsp_cpu_tile2_fn fn2, float *cbuf, dsp_cpu_epi_fn epi, void *ctx) {
+/* Whether A tile t and panel j run the AVX-512 BF16 kernels. */
+static inline int dot_ok(const dsp_cpu_kernels *kn, const struct dsp_cpu_packed *w, int64_t t, int64_t j) {
+  return kn->dot && kn->tguard[t] + w->guard[j] >= DSP_CPU_GUARD_MIN;
+}
+
+void dsp_cpu_sweep(const dsp_cpu_kernels *kn, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
+                   float *cbuf, dsp_cpu_epi_fn epi, void *ctx) {
   const int64_t k = w->k, tiles = dsp_cpu_mtiles(m);
-  if (fn2 && m <= DSP_CPU_MR2) { /* one tile of few rows: panels in pairs (the second tile past the first's rows) */
+  if (kn->fn2 && m <= DSP_CPU_MR2) { /* one tile of few rows: panels in pairs (the second tile past the first's rows) */
     const int mr = (int)m;
     float *t0 = cbuf, *t1 = cbuf + DSP_CPU_MR2 * DSP_CPU_NR;
     for (; j0 + 1 < j1; j0 += 2) {
       const uint16_t *b0 = dsp_cpu_panel(w, j0), *b1 = dsp_cpu_panel(w, j0 + 1);
+      const int dot = kn->dot2 && dot_ok(kn, w, 0, j0) && dot_ok(kn, w, 0, j0 + 1);
+      const dsp_cpu_tile2_fn f2 = dot ? kn->dot2 : kn->fn2;
+      const float *a = dot ? kn->aq : kn->ap;
       for (int64_t kb = 0; kb == 0 || kb < k; kb += DSP_CPU_KC) {
         const int64_t kc = k - kb < DSP_CPU_KC ? k - kb : DSP_CPU_KC;
         /* the blocks read next: both panels' next k blocks, else the next pair's first */
@@ -16,7 +24,7 @@ void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, i
                          : j0 + 2 < w->npanels ? (const void *)dsp_cpu_panel(w, j0 + 2) : NULL;
         const void *p1 = kb + kc < k ? (const void *)(b1 + (kb + kc) * DSP_CPU_NR)
                          : j0 + 3 < w->npanels ? (const void *)dsp_cpu_panel(w, j0 + 3) : NULL;
-        fn2(ap + kb * mr, mr, b0 + kb * DSP_CPU_NR, b1 + kb * DSP_CPU_NR, kc, t0, t1, kb > 0, p0, p1);
+        f2(a + kb * mr, mr, b0 + kb * DSP_CPU_NR, b1 + kb * DSP_CPU_NR, kc, t0, t1, kb > 0, p0, p1);
         if (kb + kc >= k) epi(ctx, t0, 0, mr, j0), epi(ctx, t1, 0, mr, j0 + 1);
       }
     }
@@ -30,11 +38,13 @@ void dsp_cpu_sweep(const float *ap, int64_t m, const struct dsp_cpu_packed *w, i
         const int64_t m0 = t * DSP_CPU_MR;
         const int mr = (int)(m - m0 < DSP_CPU_MR ? m - m0 : DSP_CPU_MR);
         float *tile = cbuf + t * DSP_CPU_MR * DSP_CPU_NR;
+        const int dot = dot_ok(kn, w, t, j);
         /* The next block read from memory: this panel's next k block, else
          * the next panel's first (both follow this block in the packing). */
         const void *pf = t ? NULL : kb + kc < k ? (const void *)(bp + (kb + kc) * DSP_CPU_NR)
                                 : j + 1 < w->npanels ? (const void *)dsp_cpu_panel(w, j + 1) : NULL;
-        fn(ap + t * DSP_CPU_MR * k + kb * mr, mr, bp + kb * DSP_CPU_NR, kc, tile, kb > 0, pf);
+        (dot ? kn->dot : kn->fn)((dot ? kn->aq : kn->ap) + t * DSP_CPU_MR * k + kb * mr, mr, bp + kb * DSP_CPU_NR, kc,
+                                 tile, kb > 0, pf);
         if (kb + kc >= k) epi(ctx, tile, m0, mr, j);
       }
     }
