@@ -267,6 +267,25 @@ static void test_dot_guard(void **st) {
   }
 }
 
+/* An A row holding one subnormal (read as zero by vdpbf16ps) times a weight that makes its product normal: the
+ * product must see the subnormal (the guard sends the row to the chain), in the 32-wide part of the row's guard
+ * scan and in its tail. */
+static void test_dot_guard_subnormal_a(void **st) {
+  (void)st;
+  const int ks[] = {128, 100}, at[] = {40, 98};
+  for (int c = 0; c < 2; c++) {
+    const int M = 2, K = ks[c], N = 33;
+    uint16_t *a = calloc((size_t)(M * K), 2), *w = malloc(sizeof *w * (size_t)(N * K));
+    fill_normal(w, (size_t)(N * K), 20, 22); /* biased exponents 147-149: with the subnormal's 0, past 142 */
+    a[at[c]] = 0x0041;                        /* a subnormal bf16 */
+    a[K + 3] = bf16_bits(1.0f); /* row 1: normal */
+    check_against_chain(M, K, N, a, w);
+    assert_true(ref_chain(a, 1, w, 1, K) != 0.0f);
+    free(a);
+    free(w);
+  }
+}
+
 /* ---- (3) shard invariance + (8) threads -------------------------------------- */
 static void test_shard_invariance(void **st) {
   (void)st;
@@ -667,6 +686,7 @@ int main(void) {
       cmocka_unit_test(test_k_block_edges),
       cmocka_unit_test(test_order_k7168_specials),
       cmocka_unit_test(test_dot_guard),
+      cmocka_unit_test(test_dot_guard_subnormal_a),
       cmocka_unit_test(test_shard_invariance),
       cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_strided_views),
