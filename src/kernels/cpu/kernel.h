@@ -111,6 +111,31 @@ void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp0, const ui
                           float *tile1, int load, const void *pf0, const void *pf1);
 dsp_cpu_tile2_fn dsp_cpu_tile2_for(dsp_cpu_isa isa);
 
+/* prefix##mr(...) for a tile of mr rows (1 .. DSP_CPU_MR; more runs prefix##12), and prefix##mr for a panel
+ * pair's mr (1 .. DSP_CPU_MR2): a path's kernels are compiled per row count, so their loops unroll. */
+#define DSP_CPU_MR_CALL(prefix, mr, ...)                                                                  \
+  switch (mr) {                                                                                           \
+    case 1: prefix##1(__VA_ARGS__); break;                                                                \
+    case 2: prefix##2(__VA_ARGS__); break;                                                                \
+    case 3: prefix##3(__VA_ARGS__); break;                                                                \
+    case 4: prefix##4(__VA_ARGS__); break;                                                                \
+    case 5: prefix##5(__VA_ARGS__); break;                                                                \
+    case 6: prefix##6(__VA_ARGS__); break;                                                                \
+    case 7: prefix##7(__VA_ARGS__); break;                                                                \
+    case 8: prefix##8(__VA_ARGS__); break;                                                                \
+    case 9: prefix##9(__VA_ARGS__); break;                                                                \
+    case 10: prefix##10(__VA_ARGS__); break;                                                              \
+    case 11: prefix##11(__VA_ARGS__); break;                                                              \
+    default: prefix##12(__VA_ARGS__); break;                                                              \
+  }
+#define DSP_CPU_MR2_CALL(prefix, mr, ...)                                                                 \
+  switch (mr) {                                                                                           \
+    case 1: prefix##1(__VA_ARGS__); break;                                                                \
+    case 2: prefix##2(__VA_ARGS__); break;                                                                \
+    case 3: prefix##3(__VA_ARGS__); break;                                                                \
+    default: prefix##4(__VA_ARGS__); break;                                                               \
+  }
+
 /* The AVX-512 BF16 kernels (kernel_bf16dot.c): the tile kernels' contract with ap holding, instead of widened
  * A, the pair words of dsp_cpu_pair_tile (as uint32_t). Used only where dsp_cpu_dot_current() and the guards
  * allow. */

@@ -69,20 +69,7 @@ DSP_AVX512 void dsp_cpu_tile_avx512(const float *ap, int mr, const uint16_t *bp,
                                     const void *pfv) {
   /* No prefetch wanted: touch the block being read (already in L1). */
   const char *pf = pfv ? (const char *)pfv : (const char *)bp;
-  switch (mr) {
-    case 1: tile_1(ap, bp, kc, tile, load, pf); break;
-    case 2: tile_2(ap, bp, kc, tile, load, pf); break;
-    case 3: tile_3(ap, bp, kc, tile, load, pf); break;
-    case 4: tile_4(ap, bp, kc, tile, load, pf); break;
-    case 5: tile_5(ap, bp, kc, tile, load, pf); break;
-    case 6: tile_6(ap, bp, kc, tile, load, pf); break;
-    case 7: tile_7(ap, bp, kc, tile, load, pf); break;
-    case 8: tile_8(ap, bp, kc, tile, load, pf); break;
-    case 9: tile_9(ap, bp, kc, tile, load, pf); break;
-    case 10: tile_10(ap, bp, kc, tile, load, pf); break;
-    case 11: tile_11(ap, bp, kc, tile, load, pf); break;
-    default: tile_12(ap, bp, kc, tile, load, pf); break;
-  }
+  DSP_CPU_MR_CALL(tile_, mr, ap, bp, kc, tile, load, pf)
 }
 
 #define TILE2_FN(n)                                                                                            \
@@ -96,12 +83,7 @@ DSP_AVX512 void dsp_cpu_tile2_avx512(const float *ap, int mr, const uint16_t *bp
                                      float *tile0, float *tile1, int load, const void *pf0, const void *pf1) {
   /* No prefetch wanted: touch the blocks being read (already in L1). */
   const char *p0 = pf0 ? (const char *)pf0 : (const char *)bp0, *p1 = pf1 ? (const char *)pf1 : (const char *)bp1;
-  switch (mr) {
-    case 1: tile2_1(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    case 2: tile2_2(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    case 3: tile2_3(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    default: tile2_4(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-  }
+  DSP_CPU_MR2_CALL(tile2_, mr, ap, bp0, bp1, kc, tile0, tile1, load, p0, p1)
 }
 
 DSP_AVX512_INLINE __m512 canon_f32(__m512 v) {

@@ -87,20 +87,7 @@ DOT_FN(7) DOT_FN(8) DOT_FN(9) DOT_FN(10) DOT_FN(11) DOT_FN(12)
 DSP_DOT void dsp_cpu_tile_dot(const float *ap, int mr, const uint16_t *bp, int64_t kc, float *tile, int load,
                               const void *pfv) {
   const char *pf = pfv ? (const char *)pfv : (const char *)bp; /* no prefetch wanted: the block being read */
-  switch (mr) {
-    case 1: dot_1(ap, bp, kc, tile, load, pf); break;
-    case 2: dot_2(ap, bp, kc, tile, load, pf); break;
-    case 3: dot_3(ap, bp, kc, tile, load, pf); break;
-    case 4: dot_4(ap, bp, kc, tile, load, pf); break;
-    case 5: dot_5(ap, bp, kc, tile, load, pf); break;
-    case 6: dot_6(ap, bp, kc, tile, load, pf); break;
-    case 7: dot_7(ap, bp, kc, tile, load, pf); break;
-    case 8: dot_8(ap, bp, kc, tile, load, pf); break;
-    case 9: dot_9(ap, bp, kc, tile, load, pf); break;
-    case 10: dot_10(ap, bp, kc, tile, load, pf); break;
-    case 11: dot_11(ap, bp, kc, tile, load, pf); break;
-    default: dot_12(ap, bp, kc, tile, load, pf); break;
-  }
+  DSP_CPU_MR_CALL(dot_, mr, ap, bp, kc, tile, load, pf)
 }
 
 #define DOT2_FN(n)                                                                                              \
@@ -113,12 +100,7 @@ DOT2_FN(1) DOT2_FN(2) DOT2_FN(3) DOT2_FN(4)
 DSP_DOT void dsp_cpu_tile2_dot(const float *ap, int mr, const uint16_t *bp0, const uint16_t *bp1, int64_t kc,
                                float *tile0, float *tile1, int load, const void *pf0, const void *pf1) {
   const char *p0 = pf0 ? (const char *)pf0 : (const char *)bp0, *p1 = pf1 ? (const char *)pf1 : (const char *)bp1;
-  switch (mr) {
-    case 1: dot2_1(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    case 2: dot2_2(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    case 3: dot2_3(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-    default: dot2_4(ap, bp0, bp1, kc, tile0, tile1, load, p0, p1); break;
-  }
+  DSP_CPU_MR2_CALL(dot2_, mr, ap, bp0, bp1, kc, tile0, tile1, load, p0, p1)
 }
 
 /* ---- the start-up check ------------------------------------------------------------------------------- */
