@@ -57,6 +57,8 @@ struct dsp_cpu_packed {
  * (vdpbf16ps, tdpbf16ps) see none. */
 #define DSP_CPU_GUARD_MIN 142
 int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s);
+int16_t dsp_cpu_row_guard_scalar(const uint16_t *x, int64_t n, int64_t s);
+int16_t dsp_cpu_row_guard_avx512(const uint16_t *x, int64_t n); /* s == 1, AVX-512BW */
 
 static inline const uint16_t *dsp_cpu_panel(const struct dsp_cpu_packed *p, int64_t j) {
   return p->data + (size_t)j * (size_t)p->k * DSP_CPU_NR;

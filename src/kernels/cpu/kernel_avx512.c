@@ -184,3 +184,23 @@ DSP_AVX512 void dsp_cpu_markov_avx512(const float *tile, int mr, int nvalid, con
                   bi + 16, t->n0 + 16);
   }
 }
+
+/* dsp_cpu_row_guard of a contiguous row, 32 values a step (A rows are guarded on every call, weights once). */
+DSP_AVX512 int16_t dsp_cpu_row_guard_avx512(const uint16_t *x, int64_t n) {
+  const __m512i ef = _mm512_set1_epi16(0xFF), mf = _mm512_set1_epi16(0x7F), vf = _mm512_set1_epi16(0x7FFF);
+  __m512i g = _mm512_set1_epi16(255);
+  __mmask32 special = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i v = _mm512_loadu_si512((const void *)(x + i)), e = _mm512_and_si512(_mm512_srli_epi16(v, 7), ef);
+    special |= _mm512_cmpeq_epi16_mask(e, ef) |
+               (_mm512_cmpeq_epi16_mask(e, _mm512_setzero_si512()) & _mm512_test_epi16_mask(v, mf));
+    g = _mm512_mask_min_epu16(g, _mm512_test_epi16_mask(v, vf), g, e);
+  }
+  if (special) return -1024;
+  uint16_t lanes[32];
+  _mm512_storeu_si512((void *)lanes, g);
+  int16_t r = i < n ? dsp_cpu_row_guard_scalar(x + i, n - i, 1) : 255;
+  for (int l = 0; l < 32; l++) r = lanes[l] < r ? (int16_t)lanes[l] : r;
+  return r;
+}

@@ -85,6 +85,11 @@ void dsp_cpu_packed_free(dsp_cpu_packed *p) {
 }
 
 int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s) {
+  return s == 1 && dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512) ? dsp_cpu_row_guard_avx512(x, n)
+                                                              : dsp_cpu_row_guard_scalar(x, n, s);
+}
+
+int16_t dsp_cpu_row_guard_scalar(const uint16_t *x, int64_t n, int64_t s) {
   int g = 255;
   for (int64_t i = 0; i < n; i++) {
     const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
