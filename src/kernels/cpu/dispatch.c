@@ -148,6 +148,39 @@ void *dsp_cpu_scratch(size_t bytes) {
   return s->p;
 }
 
+static size_t a_part(int64_t m, int64_t k) { return ((size_t)dsp_cpu_mtiles(m) * DSP_CPU_MR * (size_t)k + 15) & ~(size_t)15; }
+
+size_t dsp_cpu_a_floats(int64_t m, int64_t k) {
+  const size_t g = ((size_t)dsp_cpu_mtiles(m) * sizeof(int16_t) + 63) / 64 * 16;
+  return dsp_cpu_dot_current() ? 2 * a_part(m, k) + g : a_part(m, k);
+}
+
+dsp_cpu_kernels dsp_cpu_kernels_for(float *abuf, int64_t m, int64_t k) {
+  const dsp_cpu_isa isa = dsp_cpu_isa_current();
+  dsp_cpu_kernels kn = {.ap = abuf, .fn = dsp_cpu_tile_for(isa), .fn2 = dsp_cpu_tile2_for(isa)};
+  if (dsp_cpu_dot_current()) {
+    kn.aq = abuf + a_part(m, k), kn.dot = dsp_cpu_tile_dot, kn.dot2 = dsp_cpu_tile2_dot;
+    kn.tguard = (const int16_t *)(const void *)(abuf + 2 * a_part(m, k));
+  }
+  return kn;
+}
+
+void dsp_cpu_prepare_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn) {
+  const int64_t tiles = dsp_cpu_mtiles(a->shape[0]), k = a->shape[1];
+  int chain = !kn->dot;
+  if (kn->dot) {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; t++)
+      dsp_cpu_pair_tile(a, t, (uint32_t *)(void *)(kn->aq + t * DSP_CPU_MR * k), (int16_t *)kn->tguard + t);
+    /* after the loop's barrier every thread reads the same guards, so all or none run the next loop */
+    for (int64_t t = 0; t < tiles; t++) chain |= kn->tguard[t] + w->guard_min < DSP_CPU_GUARD_MIN;
+  }
+  if (chain) {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) dsp_cpu_widen_tile(a, t, (float *)kn->ap + t * DSP_CPU_MR * k);
+  }
+}
+
 void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out) {
   int64_t m0 = t * DSP_CPU_MR, k = a->shape[1];
   int mr = (int)(a->shape[0] - m0 < DSP_CPU_MR ? a->shape[0] - m0 : DSP_CPU_MR);

@@ -181,6 +181,14 @@ typedef struct {
 } dsp_cpu_kernels;
 void dsp_cpu_sweep(const dsp_cpu_kernels *kn, int64_t m, const struct dsp_cpu_packed *w, int64_t j0, int64_t j1,
                    float *cbuf, dsp_cpu_epi_fn epi, void *ctx);
+/* A's scratch for a sweep of m x k: widened A, and on the AVX-512 BF16 path its pair words and the tiles' guards
+ * after it; floats, a multiple of 16. */
+size_t dsp_cpu_a_floats(int64_t m, int64_t k);
+/* The current path's kernels over abuf (dsp_cpu_a_floats(m, k) floats, 64-byte aligned). */
+dsp_cpu_kernels dsp_cpu_kernels_for(float *abuf, int64_t m, int64_t k);
+/* Called by every thread of a team (it holds work-sharing loops): fills kn's A for a times w, the pair words
+ * and guards where kn runs vdpbf16ps, widened A where some (tile, panel) needs the fmaf kernels. */
+void dsp_cpu_prepare_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn);
 
 /* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
  * address of element (m0, n0)) with strides rs, cs in elements; dt BF16

@@ -71,7 +71,7 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
 
   const int threads = dsp_cpu_threads_resolve(nthreads);
   const int64_t tiles = dsp_cpu_mtiles(m), rows = tiles * DSP_CPU_MR;
-  const size_t a_floats = ((size_t)rows * (size_t)k + 15) & ~(size_t)15;
+  const size_t a_floats = dsp_cpu_a_floats(m, k);
   const size_t c_floats = dsp_cpu_sweep_floats(m);
   const size_t best_n = (size_t)rows * DSP_CPU_NR; /* per thread, per array */
   float *ap = dsp_cpu_scratch((a_floats + (size_t)threads * c_floats) * sizeof(float) +
@@ -82,14 +82,13 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
   int32_t *best_i = (int32_t *)(best_v + (size_t)threads * best_n);
 
   const dsp_cpu_isa isa = dsp_cpu_isa_current();
-  const dsp_cpu_tile_fn tile_fn = dsp_cpu_tile_for(isa);
+  const dsp_cpu_kernels kn = dsp_cpu_kernels_for(ap, m, k);
   const int64_t npv = (a->n_valid + DSP_CPU_NR - 1) / DSP_CPU_NR;
   int team = 1;
 
 #pragma omp parallel num_threads(threads)
   {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; t++) dsp_cpu_widen_tile(a->e, t, ap + t * DSP_CPU_MR * k);
+    dsp_cpu_prepare_a(a->e, w, &kn);
 #pragma omp single nowait
     team = omp_get_num_threads();
 
@@ -100,7 +99,6 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
       ctx.best_v[i] = -INFINITY;
       ctx.best_i[i] = -1;
     }
-    const dsp_cpu_kernels kn = {.ap = ap, .fn = tile_fn, .fn2 = dsp_cpu_tile2_for(isa)};
     dsp_cpu_sweep(&kn, m, w, npv * id / nt, npv * (id + 1) / nt, cbuf + (size_t)id * c_floats, step_epi, &ctx);
   }
 

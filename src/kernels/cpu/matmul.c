@@ -48,45 +48,23 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
   if (m == 0 || w->n == 0) return DSP_OK;
 
   const int threads = dsp_cpu_threads_resolve(nthreads);
-  const int64_t tiles = dsp_cpu_mtiles(m);
-  const size_t a_floats = ((size_t)tiles * DSP_CPU_MR * (size_t)k + 15) & ~(size_t)15;
-  const size_t c_floats = dsp_cpu_sweep_floats(m);
-  const int dot = dsp_cpu_dot_current();
-  /* widened A, then (AVX-512 BF16) A's pair words and the tiles' guards */
-  const size_t g_floats = ((size_t)tiles * sizeof(int16_t) + 63) / 64 * 16;
-  float *ap = dsp_cpu_scratch(((dot ? 2 : 1) * a_floats + (dot ? g_floats : 0) + (size_t)threads * c_floats) *
-                              sizeof(float));
+  const size_t a_floats = dsp_cpu_a_floats(m, k), c_floats = dsp_cpu_sweep_floats(m);
+  float *ap = dsp_cpu_scratch((a_floats + (size_t)threads * c_floats) * sizeof(float));
   if (!ap) return dsp_fail(DSP_ERR_NOMEM, "cpu matmul: cannot allocate scratch for %lld x %lld", (long long)m,
                            (long long)k);
-  float *cbuf = ap + (dot ? 2 : 1) * a_floats + (dot ? g_floats : 0);
   const dsp_cpu_isa isa = dsp_cpu_isa_current();
-  dsp_cpu_kernels kn = {.ap = ap, .fn = dsp_cpu_tile_for(isa), .fn2 = dsp_cpu_tile2_for(isa)};
-  if (dot) {
-    kn.aq = ap + a_floats, kn.dot = dsp_cpu_tile_dot, kn.dot2 = dsp_cpu_tile2_dot;
-    kn.tguard = (const int16_t *)(ap + 2 * a_floats);
-  }
+  const dsp_cpu_kernels kn = dsp_cpu_kernels_for(ap, m, k);
   store_ctx sc_ = {.store = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_store_avx512
                             : isa == DSP_CPU_ISA_AVX2 ? dsp_cpu_store_avx2 : dsp_cpu_store_scalar,
                    .c = c->data, .dt = c->dtype, .rs = c->stride[0], .cs = c->stride[1], .n = w->n,
                    .esz = dsp_dtype_size(c->dtype)};
-  int chain = !dot; /* some (tile, panel) short of the guard: A widened too */
 
 #pragma omp parallel num_threads(threads)
   {
-    if (dot) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles; t++)
-        dsp_cpu_pair_tile(a, t, (uint32_t *)(void *)(ap + a_floats) + t * DSP_CPU_MR * k, (int16_t *)kn.tguard + t);
-#pragma omp single
-      for (int64_t t = 0; t < tiles; t++) chain |= kn.tguard[t] + w->guard_min < DSP_CPU_GUARD_MIN;
-    }
-    if (chain) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles; t++) dsp_cpu_widen_tile(a, t, ap + t * DSP_CPU_MR * k);
-    }
+    dsp_cpu_prepare_a(a, w, &kn);
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t j0 = w->npanels * id / nt, j1 = w->npanels * (id + 1) / nt;
-    dsp_cpu_sweep(&kn, m, w, j0, j1, cbuf + (size_t)id * c_floats, store_epi, &sc_);
+    dsp_cpu_sweep(&kn, m, w, j0, j1, ap + a_floats + (size_t)id * c_floats, store_epi, &sc_);
   }
   return DSP_OK;
 }
