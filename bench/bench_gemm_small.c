@@ -24,30 +24,6 @@ typedef struct {
   int64_t n, k;
 } shape;
 
-static double copy_gbps(void) {
-  const size_t n = (size_t)1 << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, n));
-  CK(cudaMalloc(&b, n));
-  CK(cudaMemset(a, 1, n));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int i = 0; i < 6; i++) {
-    CK(cudaEventRecord(e0, 0));
-    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0));
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i && ms < best) best = ms;
-  }
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  return 2.0 * (double)n / (best * 1e-3) * 1e-9;
-}
-
 int main(int argc, char **argv) {
   const char *mlist = "1,8", *slist = "0:0:0,0:2:4,0:4:6,4:0:0";
   long layers = 8, reps = 20;
@@ -84,7 +60,10 @@ int main(int argc, char **argv) {
     p++;
   }
   const shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate/up", 24576, 4096}, {"down", 4096, 12288}};
-  const double gbps = copy_gbps();
+  dsp_backend *be = NULL;
+  const dsp_backend_config bc = {.kind = DSP_BACKEND_CUDA};
+  CKD(dsp_backend_create(&bc, &be));
+  const double gbps = dsp_bench_copy_rate(be) * 1e-9; /* the backend's copy, as the model benchmarks' floors */
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("device %s, %d SMs; copy %.0f GB/s (measured now); %ld distinct weights a product, graph replay, PDL\n",
@@ -150,5 +129,6 @@ int main(int argc, char **argv) {
     CK(cudaFree(o));
     free(h), free(ref), free(got);
   }
+  dsp_backend_free(be);
   return 0;
 }
