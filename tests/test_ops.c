@@ -5,7 +5,7 @@
  *   test_ops cpu            the CPU backend against the contract
  *   test_ops cuda           the CUDA backend against the contract and the CPU
  *                           (exit 77, skipped, where no GPU is visible)
- *   test_ops cpu|cuda perf  time per op against its floor
+ *   test_ops cpu|cuda perf [gemm|attention]  time per op against its floor (one table alone)
  *   a third argument: a cmocka test-name filter (t_kda: the KDA cases alone;
  *   the KDA op's timings are bench/bench_kda's)
  *
@@ -38,6 +38,7 @@
 
 dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
 int g_cuda, g_perf;
+static const char *g_perf_only; /* perf: "gemm" or "attention" alone */
 long long g_compared;
 
 /* ---- the contract, written here from DESIGN §2 (not from the library) ---- */
@@ -999,42 +1000,44 @@ static void t_perf(void **st) {
   const double peak = 2.0 * (double)big * big * big / time_gemm(big, big, big, g_cuda ? 10 : 1);
   printf("perf on %s: copy %.1f GB/s, bf16 product %.1f GFLOP/s (square %lld, measured now)\n",
          dsp_backend_describe(g_be), bw * 1e-9, peak * 1e-9, (long long)big);
-  printf("%-28s %10s %10s %8s\n", "gemm M x N x K", "ms", "floor ms", "x floor");
+  const int products = !g_perf_only || !strcmp(g_perf_only, "gemm"), attention = !g_perf_only || !strcmp(g_perf_only, "attention");
+  if (products) printf("%-28s %10s %10s %8s\n", "gemm M x N x K", "ms", "floor ms", "x floor");
   const int64_t shapes[][3] = {{1, 4096, 4096}, {32, 4096, 4096}, {8, 12288, 4096}, {224, 16384, 7168},
                                {512, 4096, 4096}};
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+  for (size_t i = 0; products && i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
     if (!g_cuda && m * n * k > (int64_t)1 << 33) continue;
     perf_gemm_row(m, n, k, g_cuda ? 50 : 2, bw, peak);
   }
   /* Qwen3-8B's products at the batch shapes of decoding (B 1, 32), verify-8 and a draft block */
-  printf("%-28s %10s %10s %8s\n", "gemm (Qwen3-8B) M x N x K", "ms", "floor ms", "x floor");
+  if (products) printf("%-28s %10s %10s %8s\n", "gemm (Qwen3-8B) M x N x K", "ms", "floor ms", "x floor");
   const int64_t ns[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {151936, 4096}};
   const int64_t ms[] = {1, 7, 8, 32, 224, 256};
-  for (size_t i = 0; g_cuda && i < sizeof ns / sizeof ns[0]; i++)
+  for (size_t i = 0; products && g_cuda && i < sizeof ns / sizeof ns[0]; i++)
     for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) perf_gemm_row(ms[j], ns[i][0], ns[i][1], 20, bw, peak);
   /* attention at context 1024, Qwen3-8B's 32 / 8 heads of 128 */
-  printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 1024)", "ms", "floor ms", "x floor");
+  if (attention) printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 1024)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int block, hint; const char *what; } at[] = {
       {1, 1, 0, 0, "decode, batch 1"},          {32, 1, 0, 0, "decode, batch 32"},
       {8, 8, 0, 0, "verify-8, batch 1"},        {256, 8, 0, 0, "verify-8, batch 32"},
       {7, 7, 1, 7, "draft block, batch 1"},     {224, 7, 1, 7, "draft block, batch 32"},
       {256, 8, 0, 8, "verify-8, batch 32, hint 8"}};
-  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+  for (size_t i = 0; attention && i < sizeof at / sizeof at[0]; i++) {
     if (!g_cuda && at[i].t > 32) continue;
     double bytes;
     const double t = time_att(at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
-  perf_accept(bw);
+  if (!g_perf_only) perf_accept(bw);
 }
 
 int main(int argc, char **argv) {
   const char *kind = argc > 1 ? argv[1] : "cpu";
   g_perf = argc > 2 && !strcmp(argv[2], "perf");
+  g_perf_only = g_perf && argc > 3 ? argv[3] : NULL;
   g_cuda = !strcmp(kind, "cuda");
   if (!g_cuda && strcmp(kind, "cpu")) {
-    fprintf(stderr, "usage: test_ops cpu|cuda [perf]\n");
+    fprintf(stderr, "usage: test_ops cpu|cuda [perf [gemm|attention]]\n");
     return 2;
   }
   /* DSPARK_TEST_SEED: another start for the inputs' random stream (a parity sweep over inputs; unset: the fixed one) */
@@ -1079,7 +1082,7 @@ int main(int argc, char **argv) {
     }
   }
   int rc;
-  if (argc > 3) cmocka_set_test_filter(argv[3]);
+  if (argc > 3 && !g_perf) cmocka_set_test_filter(argv[3]);
   if (g_perf) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -303,7 +303,7 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be->device[dev]));
   DSP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be->device[dev]));
-  const size_t limit = (size_t)optin - 1024; /* the kernels' static shared memory */
+  const size_t limit = (size_t)optin - 2048; /* the kernels' static shared memory (up to 1.6 KB) */
   dsp_cu_attention_args c;
   memset(&c, 0, sizeof c);
   c.q = cu_view(a->q);

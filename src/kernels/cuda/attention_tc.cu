@@ -79,7 +79,7 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
   return acc;
 }
 
-/* W warps per block: 8 where few blocks run (each warp's part of the scores and p.v halves; the dims a warp owns
+/* W warps per block: 8 at D 128 (each warp's part of the scores and p.v halves against 4; the dims a warp owns
  * change, never a dim's sum). */
 template <int MT, int DC, int W>
 __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   }
 }
 
-#define TC_KERNELS(X) X(1, 2, 4) X(2, 2, 4) X(1, 4, 4) X(2, 4, 4) X(1, 4, 8)
+#define TC_KERNELS(X) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
 
 extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
@@ -368,7 +368,10 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
          tc_smem(mt, D, L, 2 * split) <= smem_limit)
     split *= 2;
   a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
-  a->warps = mt == 1 && D == 128 && blocks * split < sms ? 8 : 4;
+  /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
+     and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
+     batch 32 19% slower, bench/RESULTS.md) */
+  a->warps = D == 128 ? 8 : 4;
   a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
   return 1;
 }
