@@ -30,7 +30,6 @@
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
 #define TC_STAGE 64  /* value rows per staged buffer (two buffers) */
 #define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
-#define TC_KEEP 32   /* z terms a lane keeps for p (S = 1): the first 1024 keys */
 
 namespace cg = cooperative_groups;
 
@@ -218,24 +217,22 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       __syncthreads();
     }
     /* chunk c's z partial of pair p: lane i sums keys 128c + i + 32u in order, then the butterfly */
-    auto zchunk = [&](int p, int c, float m, float (&e)[TC_CHUNK / 32]) { /* e: the lane's terms, 0 past n */
+    auto zchunk = [&](int p, int c, float m) {
       const int n = nks[p];
       float zl = 0.0f;
 #pragma unroll
       for (int u = 0; u < TC_CHUNK / 32; u++) {
         const int j = c * TC_CHUNK + lane + 32 * u;
-        e[u] = j < n ? expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)) : 0.0f;
-        if (j < n) zl = __fadd_rn(zl, e[u]);
+        if (j < n) zl = __fadd_rn(zl, expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)));
       }
       for (int o = 16; o > 0; o >>= 1) zl = __fadd_rn(zl, __shfl_xor_sync(0xffffffffu, zl, o));
       return zl;
     };
-    float e4[TC_CHUNK / 32];
     if (S > 1) { /* the block's chunks' z partials, for every block of the cluster to add in order */
       for (int p = warp; p < np; p += TC_WARPS) {
         const float m = gmx[p];
         for (int c = c0; c < c1; c++) {
-          const float zl = c * TC_CHUNK < nks[p] ? zchunk(p, c, m, e4) : 0.0f;
+          const float zl = c * TC_CHUNK < nks[p] ? zchunk(p, c, m) : 0.0f;
           if (lane == 0) zp[(c - c0) * R + p] = zl;
         }
       }
@@ -246,33 +243,15 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       __syncthreads();
     }
 
-    /* z and p: warp w takes pairs w, w + W, ...; p = 0 past a pair's keys up to the 16-key groups p.v reads. One
-       block per run (S = 1): a lane keeps the terms of its keys lane + 32 i, i < TC_KEEP, from z for p (one expf
-       per key, not two; the same values) */
+    /* z and p: warp w takes pairs w, w + 4, ...; p = 0 past a pair's keys up to the 16-key groups p.v reads */
     for (int p = warp; p < np; p += TC_WARPS) {
       const float m = gmx[p];
       const int n = nks[p];
-      float z = 0.0f, ev[TC_KEEP];
-      int j0 = k0b + lane;
-      if (S > 1) {
-        z = gz[p];
-      } else {
-#pragma unroll
-        for (int c = 0; c < TC_KEEP / 4; c++) {
-          float e[TC_CHUNK / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-          if (c * TC_CHUNK < n) z = __fadd_rn(z, zchunk(p, c, m, e));
-#pragma unroll
-          for (int u = 0; u < TC_CHUNK / 32; u++) ev[4 * c + u] = e[u];
-        }
-        for (int c = TC_KEEP / 4; c * TC_CHUNK < n; c++) z = __fadd_rn(z, zchunk(p, c, m, e4));
-#pragma unroll
-        for (int i = 0; i < TC_KEEP; i++) {
-          const int j = lane + 32 * i;
-          if (j < kpe) sc[p * LP + j] = j < n ? dsp_dev_bf16_bits(__fdiv_rn(ev[i], z)) : (uint16_t)0;
-        }
-        j0 = lane + 32 * TC_KEEP;
-      }
-      for (int j = j0; j < kpe; j += 32) {
+      float z = 0.0f;
+      if (S > 1) z = gz[p];
+      else
+        for (int c = 0; c * TC_CHUNK < n; c++) z = __fadd_rn(z, zchunk(p, c, m));
+      for (int j = k0b + lane; j < kpe; j += 32) {
         const float e = j < n ? expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)) : 0.0f;
         sc[p * LP + j - k0b] = j < n ? dsp_dev_bf16_bits(__fdiv_rn(e, z)) : (uint16_t)0;
       }
