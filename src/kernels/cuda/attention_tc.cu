@@ -28,9 +28,7 @@
 #include "kernels/cuda/layers.h"
 
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
-#define TC_STAGE 32  /* value rows per staged buffer */
-#define TC_NBUF 4    /* value buffers: all in flight from a run's start, each refilled once read (the waits
-                        below count up to 3 later stages) */
+#define TC_STAGE 64  /* value rows per staged buffer (two buffers) */
 #define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
 
 namespace cg = cooperative_groups;
@@ -44,12 +42,12 @@ __device__ __forceinline__ uint32_t tc_saddr(const void *p) { return (uint32_t)_
 __host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
   return ((L + TC_CHUNK - 1) / TC_CHUNK + S - 1) / S;
 }
-/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [TC_NBUF][TC_STAGE][D + 8] (bf16; the
+/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][TC_STAGE][D + 8] (bf16; the
  * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
  * partials [cpb][R][D] (fp32). */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
 static size_t tc_smem(int mt, int64_t D, int64_t L, int S) {
-  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + TC_NBUF * TC_STAGE * (D + 8)) * 2;
+  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * TC_STAGE * (D + 8)) * 2;
   if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
   return b;
 }
@@ -95,7 +93,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   const int S = a.key_split, b = (int)(blockIdx.x % (unsigned)S);
   const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L, S), group = a.q.heads / a.kv_heads;
   uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)R * LP;
-  float *zp = (float *)(vs + TC_NBUF * TC_STAGE * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
+  float *zp = (float *)(vs + 2 * TC_STAGE * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y;
@@ -133,11 +131,10 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
     const int kend = c1 > c0 ? (c1 * TC_CHUNK < nkmax ? c1 * TC_CHUNK : nkmax) : k0b;
     const int kpe = c1 > c0 ? (c1 * TC_CHUNK < kp ? c1 * TC_CHUNK : kp) : k0b;
 
-    /* the first TC_NBUF stages of values load while the scores and the softmax run (the buffers are free at a
-       run's start); p.v then keeps up to TC_NBUF - 1 stages in flight behind the one it reads */
+    /* the first values load while the scores and the softmax run (the buffers are free at a run's start) */
     const int kw_ = kpe - k0b, nst = (kw_ + TC_STAGE - 1) / TC_STAGE;
     auto stage = [&](int s) {
-      uint16_t *dst = vs + (size_t)(s % TC_NBUF) * TC_STAGE * VP;
+      uint16_t *dst = vs + (size_t)(s & 1) * TC_STAGE * VP;
       for (int i = tid; i < TC_STAGE * (D / 8); i += TC_THREADS) {
         const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * TC_STAGE + r;
         const bool ok = key < nkmax;
@@ -145,7 +142,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       }
       dsp_cp_commit();
     };
-    for (int s0 = 0; s0 < TC_NBUF && s0 < nst; s0++) stage(s0);
+    if (nst > 0) stage(0);
 
     /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w */
     uint32_t qa[MT][DC][2][4];
@@ -273,14 +270,14 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         for (int e = 0; e < 4; e++) tot[mt][n8][e] = cacc[mt][n8][e] = 0.0f;
     __syncthreads(); /* p is written */
     for (int s = 0; s < nst; s++) {
-      /* stage s has landed: the stages after it still in flight may stay so */
-      const int later = nst - 1 - s;
-      if (later >= 3) dsp_cp_wait<3>();
-      else if (later == 2) dsp_cp_wait<2>();
-      else if (later == 1) dsp_cp_wait<1>();
-      else dsp_cp_wait<0>();
+      if (s + 1 < nst) {
+        stage(s + 1);
+        dsp_cp_wait<1>();
+      } else {
+        dsp_cp_wait<0>();
+      }
       __syncthreads();
-      const uint16_t *vsb = vs + (size_t)(s % TC_NBUF) * TC_STAGE * VP;
+      const uint16_t *vsb = vs + (size_t)(s & 1) * TC_STAGE * VP;
 #pragma unroll
       for (int gi = 0; gi < TC_STAGE / 16; gi++) {
         const int k0 = k0b + s * TC_STAGE + gi * 16;
@@ -318,7 +315,6 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         }
       }
       __syncthreads(); /* every warp has read this buffer before it is refilled */
-      if (s + TC_NBUF < nst) stage(s + TC_NBUF);
     }
     if (S > 1) { /* block b adds its share of the (pair, dim) outputs over all chunks in order */
       tc_sync(S);
