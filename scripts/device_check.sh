@@ -15,10 +15,11 @@
 #                                   random checkpoint of a published shape (SHAPE,
 #                                   default qwen3-1.7b) with bench_target against
 #                                   the transformers peer
-#   scripts/device_check.sh tc      one call for the tensor-core attention (DSPARK_CUDA_ATTENTION=tc):
-#                                   build, its GPU test, test_ops's attention under memcheck and
-#                                   racecheck with it, the op perf table's attention rows fp32 / tc,
-#                                   then bench_spec on a random Qwen3-8B pair fp32 / tc
+#   scripts/device_check.sh attn    one call for a change to the attention kernels: build this tree and, when .old/
+#                                   holds an earlier one, its test_ops_cpu and bench_spec; t_attention, racecheck on
+#                                   it, the CUDA model tests; the op harness's attention table old / new twice;
+#                                   bench_spec old / new twice on a random Qwen3-8B pair; DETAIL=ncu kernel filter
+#                                   adds one instance's sections and hottest SASS lines
 #   scripts/device_check.sh gemm    one call for a change to the GEMM: build, the product
 #                                   tests (test_ops t_gemm*, test_cuda_head), the op
 #                                   harness's perf table with DSPARK_GEMM_SPLIT 0 and 1,
@@ -185,24 +186,54 @@ if [ "$MODE" = decode ]; then
   rm -rf /tmp/t8
   stamp "done"; exit 0
 fi
-if [ "$MODE" = tc ]; then
+if [ "$MODE" = attn ]; then
+  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1 ) &
   stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-    cmake --build build-gpu -j16 --target test_ops_cpu bench_spec; } > "$OUT/build.log" 2>&1 ||
-    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  stamp "the tensor-core form's tests"
-  (cd build-gpu && timeout 200 ctest -R "test_ops_cuda$|attention_tc" --output-on-failure) > "$OUT/tc_tests.log" 2>&1
-  grep -E "tests passed|Passed|Failed|attention:|ERROR" "$OUT/tc_tests.log" | head -12
-  for tool in memcheck racecheck; do
-    DSPARK_CUDA_ATTENTION=tc timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/test_ops_cpu \
-      cuda "" t_attention > "$OUT/tc_$tool.log" 2>&1
-    echo "$tool rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tc_$tool.log")"
-  done
-  stamp "op perf: attention, fp32 / tc"
-  for f in fp32 tc; do DSPARK_CUDA_ATTENTION=$f timeout 100 build-gpu/tests/test_ops_cpu cuda perf > "$OUT/perf_$f.log" 2>&1; done
-  paste -d'|' <(grep -A8 "^attention" "$OUT/perf_fp32.log") <(grep -A8 "^attention" "$OUT/perf_tc.log" | cut -c45-)
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
+    cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  B="gpu"
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target test_ops_cpu bench_spec; } > "$OUT/build_old.log" 2>&1) &&
+      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  stamp "attention tests, racecheck, the CUDA model tests"
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_attention > "$OUT/attention.log" 2>&1; echo "t_attention: rc $?"
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
+    > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
+  (cd build-gpu && timeout 300 ctest -R "attention_tc|oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
+    --output-on-failure) > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  stamp "op perf, attention ($B, twice)"
+  for r in 1 2; do for b in $B; do
+    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
+  done; done
+  wait
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
-  spec_pair DSPARK_CUDA_ATTENTION fp32 tc || exit 1
+  for r in 1 2; do for b in $B; do
+    stamp "bench_spec ($b)"
+    timeout 150 build-$b/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 --batch 1,32 2>&1 |
+      grep -E "^\|" | grep -v "^|---" | head -9
+  done; done
+  if [ -n "${DETAIL:-}" ]; then  # DETAIL=ncu kernel filter (e.g. "regex:k_attention_tc<2"), SKIP instances; BATCH of bench_target
+    stamp "ncu: one $DETAIL in detail"
+    ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name-base demangled \
+      --kernel-name "$DETAIL" --launch-skip ${SKIP:-40} --launch-count 1 --section SpeedOfLight --section LaunchStats \
+      --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
+      build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 --batch ${BATCH:-1} --reps 3 \
+      > "$OUT/detail.err" 2>&1
+    ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
+    grep -E "Duration|Grid Size|Block Size|Registers|Dynamic Shared|Achieved Occ|No Eligible|Memory Throughput|Warp Cycles" \
+      "$OUT/detail.txt" | head -20
+    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
+    python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top 30
+    rm -f "$OUT/detail.ncu-rep"
+  fi
+  rm -rf /tmp/t8 /tmp/d8
   stamp "done"; exit 0
 fi
 if [ "$MODE" = target ]; then
