@@ -14,9 +14,13 @@ DSP_AVX512_INLINE __m256 dsp_avx512_expf8(__m256 x) {
   const __m512i ki = _mm512_castpd_si512(kd);
   kd = _mm512_sub_pd(kd, shift);
   const __m512d r = _mm512_fmsub_pd(inv, xd, kd);
-  const __m512i idx = _mm512_and_si512(ki, _mm512_set1_epi64(31));
-  const __m512i t = _mm512_add_epi64(_mm512_i64gather_epi64(idx, (const void *)dsp_cpu_exp2_tab, 8),
-                                     _mm512_slli_epi64(ki, 47));
+  /* the table's entry ki & 31 from its four registers (two two-register permutes and a blend on bit 4): the
+     same values as a gather, at half the time per value on this project's AVX-512 CPU */
+  const __m512i t0 = _mm512_loadu_si512(dsp_cpu_exp2_tab), t1 = _mm512_loadu_si512(dsp_cpu_exp2_tab + 8);
+  const __m512i t2 = _mm512_loadu_si512(dsp_cpu_exp2_tab + 16), t3 = _mm512_loadu_si512(dsp_cpu_exp2_tab + 24);
+  const __m512i lo = _mm512_permutex2var_epi64(t0, ki, t1), hi = _mm512_permutex2var_epi64(t2, ki, t3);
+  const __m512i tv = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+  const __m512i t = _mm512_add_epi64(tv, _mm512_slli_epi64(ki, 47));
   const __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(DSP_CPU_EXP_C0), r, _mm512_set1_pd(DSP_CPU_EXP_C1));
   const __m512d r2 = _mm512_mul_pd(r, r);
   __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(DSP_CPU_EXP_C2), r, _mm512_set1_pd(1.0));
