@@ -78,6 +78,25 @@ spec_pair() {
   rm -rf /tmp/t8 /tmp/d8
 }
 
+# The random Qwen3-8B pair in the background (/tmp/made once written), this tree's build (CUDA_FLAGS: extra nvcc
+# flags) and, when .old/ holds an earlier tree, that tree's targets "$@"; B: the builds to compare.
+pair_and_builds() {
+  rm -f /tmp/made
+  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release ${CUDA_FLAGS:+-DCMAKE_CUDA_FLAGS=$CUDA_FLAGS} &&
+    cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  B="gpu"
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target "$@"; } > "$OUT/build_old.log" 2>&1) &&
+      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+}
+
 SUMMARY=""
 if [ "$MODE" = gemm ]; then
   stamp "configure + build"
@@ -99,19 +118,7 @@ if [ "$MODE" = gemm ]; then
   stamp "done"; exit 0
 fi
 if [ "$MODE" = gsmall ]; then
-  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
-      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
-  stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j16; } \
-    > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  B="gpu"
-  if [ -d .old ]; then
-    stamp "configure + build (.old)"
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target bench_gemm_small bench_spec; } > "$OUT/build_old.log" 2>&1) &&
-      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
-  fi
+  pair_and_builds bench_gemm_small bench_spec
   stamp "the few-row kernel forced: t_gemm_rows, then under memcheck"
   DSPARK_GEMM_SPLIT=0 DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
   echo "t_gemm_rows: rc $?"
@@ -187,19 +194,7 @@ if [ "$MODE" = decode ]; then
   stamp "done"; exit 0
 fi
 if [ "$MODE" = attn ]; then
-  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
-      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1 ) &
-  stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
-    cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  B="gpu"
-  if [ -d .old ]; then
-    stamp "configure + build (.old)"
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target test_ops_cpu bench_spec; } > "$OUT/build_old.log" 2>&1) &&
-      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
-  fi
+  CUDA_FLAGS=-lineinfo pair_and_builds test_ops_cpu bench_spec
   stamp "attention tests, racecheck, the CUDA model tests"
   timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_attention > "$OUT/attention.log" 2>&1; echo "t_attention: rc $?"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
