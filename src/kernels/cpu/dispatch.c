@@ -181,6 +181,16 @@ void dsp_cpu_prepare_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, cons
   }
 }
 
+void dsp_cpu_prepare_a_own(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn) {
+  const int64_t tiles = dsp_cpu_mtiles(a->shape[0]), k = a->shape[1];
+  int chain = !kn->dot;
+  for (int64_t t = 0; kn->dot && t < tiles; t++) {
+    dsp_cpu_pair_tile(a, t, (uint32_t *)(void *)(kn->aq + t * DSP_CPU_MR * k), (int16_t *)kn->tguard + t);
+    chain |= kn->tguard[t] + w->guard_min < DSP_CPU_GUARD_MIN;
+  }
+  for (int64_t t = 0; chain && t < tiles; t++) dsp_cpu_widen_tile(a, t, (float *)kn->ap + t * DSP_CPU_MR * k);
+}
+
 void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out) {
   int64_t m0 = t * DSP_CPU_MR, k = a->shape[1];
   int mr = (int)(a->shape[0] - m0 < DSP_CPU_MR ? a->shape[0] - m0 : DSP_CPU_MR);

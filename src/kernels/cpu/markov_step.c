@@ -74,10 +74,12 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
   const size_t a_floats = dsp_cpu_a_floats(m, k);
   const size_t c_floats = dsp_cpu_sweep_floats(m);
   const size_t best_n = (size_t)rows * DSP_CPU_NR; /* per thread, per array */
-  float *ap = dsp_cpu_scratch((a_floats + (size_t)threads * c_floats) * sizeof(float) +
+  const int own = tiles == 1 && threads > 1; /* each thread prepares its own copy of a one-tile A (matmul.c) */
+  const size_t na = own ? (size_t)threads : 1;
+  float *ap = dsp_cpu_scratch((na * a_floats + (size_t)threads * c_floats) * sizeof(float) +
                               (size_t)threads * best_n * (sizeof(float) + sizeof(int32_t)));
   if (!ap) return dsp_fail(DSP_ERR_NOMEM, "markov step: cannot allocate scratch for %lld rows", (long long)m);
-  float *cbuf = ap + a_floats;
+  float *cbuf = ap + na * a_floats;
   float *best_v = cbuf + (size_t)threads * c_floats;
   int32_t *best_i = (int32_t *)(best_v + (size_t)threads * best_n);
 
@@ -88,18 +90,20 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
 
 #pragma omp parallel num_threads(threads)
   {
-    dsp_cpu_prepare_a(a->e, w, &kn);
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const dsp_cpu_kernels mine = own ? dsp_cpu_kernels_for(ap + (size_t)id * a_floats, m, k) : kn;
+    if (own) dsp_cpu_prepare_a_own(a->e, w, &mine);
+    else dsp_cpu_prepare_a(a->e, w, &kn);
 #pragma omp single nowait
     team = omp_get_num_threads();
 
-    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     step_ctx ctx = {.args = a, .epi = isa == DSP_CPU_ISA_AVX512 ? dsp_cpu_markov_avx512 : dsp_cpu_markov_scalar,
                     .best_v = best_v + (size_t)id * best_n, .best_i = best_i + (size_t)id * best_n};
     for (size_t i = 0; i < best_n; i++) {
       ctx.best_v[i] = -INFINITY;
       ctx.best_i[i] = -1;
     }
-    dsp_cpu_sweep(&kn, m, w, npv * id / nt, npv * (id + 1) / nt, cbuf + (size_t)id * c_floats, step_epi, &ctx);
+    dsp_cpu_sweep(&mine, m, w, npv * id / nt, npv * (id + 1) / nt, cbuf + (size_t)id * c_floats, step_epi, &ctx);
   }
 
   /* Lane winners -> row winner; the order is total, so any merge order is exact. */

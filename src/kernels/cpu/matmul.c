@@ -48,8 +48,10 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
   if (m == 0 || w->n == 0) return DSP_OK;
 
   const int threads = dsp_cpu_threads_resolve(nthreads);
+  /* one tile of A rows (a decode or verify call): each thread prepares its own copy, with no barrier between */
+  const int own = dsp_cpu_mtiles(m) == 1 && threads > 1;
   const size_t a_floats = dsp_cpu_a_floats(m, k), c_floats = dsp_cpu_sweep_floats(m);
-  float *ap = dsp_cpu_scratch((a_floats + (size_t)threads * c_floats) * sizeof(float));
+  float *ap = dsp_cpu_scratch(((own ? (size_t)threads : 1) * a_floats + (size_t)threads * c_floats) * sizeof(float));
   if (!ap) return dsp_fail(DSP_ERR_NOMEM, "cpu matmul: cannot allocate scratch for %lld x %lld", (long long)m,
                            (long long)k);
   const dsp_cpu_isa isa = dsp_cpu_isa_current();
@@ -59,12 +61,15 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
                    .c = c->data, .dt = c->dtype, .rs = c->stride[0], .cs = c->stride[1], .n = w->n,
                    .esz = dsp_dtype_size(c->dtype)};
 
+  float *cb = ap + (own ? (size_t)threads : 1) * a_floats;
 #pragma omp parallel num_threads(threads)
   {
-    dsp_cpu_prepare_a(a, w, &kn);
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const dsp_cpu_kernels mine = own ? dsp_cpu_kernels_for(ap + (size_t)id * a_floats, m, k) : kn;
+    if (own) dsp_cpu_prepare_a_own(a, w, &mine);
+    else dsp_cpu_prepare_a(a, w, &kn);
     const int64_t j0 = w->npanels * id / nt, j1 = w->npanels * (id + 1) / nt;
-    dsp_cpu_sweep(&kn, m, w, j0, j1, ap + a_floats + (size_t)id * c_floats, store_epi, &sc_);
+    dsp_cpu_sweep(&mine, m, w, j0, j1, cb + (size_t)id * c_floats, store_epi, &sc_);
   }
   return DSP_OK;
 }
