@@ -181,7 +181,7 @@ void dsp_cpu_prepare_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, cons
   }
 }
 
-void dsp_cpu_prepare_a_own(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn) {
+static void prepare_a_own(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn) {
   const int64_t tiles = dsp_cpu_mtiles(a->shape[0]), k = a->shape[1];
   int chain = !kn->dot;
   for (int64_t t = 0; kn->dot && t < tiles; t++) {
@@ -189,6 +189,18 @@ void dsp_cpu_prepare_a_own(const dsp_tensor *a, const struct dsp_cpu_packed *w, 
     chain |= kn->tguard[t] + w->guard_min < DSP_CPU_GUARD_MIN;
   }
   for (int64_t t = 0; chain && t < tiles; t++) dsp_cpu_widen_tile(a, t, (float *)kn->ap + t * DSP_CPU_MR * k);
+}
+
+dsp_cpu_kernels dsp_cpu_team_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn,
+                               float *abuf, size_t a_floats, int own) {
+  if (!own) {
+    dsp_cpu_prepare_a(a, w, kn);
+    return *kn;
+  }
+  const dsp_cpu_kernels mine =
+      dsp_cpu_kernels_for(abuf + (size_t)omp_get_thread_num() * a_floats, a->shape[0], a->shape[1]);
+  prepare_a_own(a, w, &mine);
+  return mine;
 }
 
 void dsp_cpu_widen_tile(const dsp_tensor *a, int64_t t, float *out) {

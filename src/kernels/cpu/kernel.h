@@ -189,9 +189,11 @@ dsp_cpu_kernels dsp_cpu_kernels_for(float *abuf, int64_t m, int64_t k);
 /* Called by every thread of a team (it holds work-sharing loops): fills kn's A for a times w, the pair words
  * and guards where kn runs vdpbf16ps, widened A where some (tile, panel) needs the fmaf kernels. */
 void dsp_cpu_prepare_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn);
-/* The same A, filled by the calling thread alone (no work-sharing, no barrier): for a team whose threads each
- * hold their own copy of a one-tile A, where a barrier costs more than the copy. */
-void dsp_cpu_prepare_a_own(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn);
+/* Called by every thread of a team: the kernels this thread sweeps with. own 0: the team's kn, its A filled by
+ * dsp_cpu_prepare_a. own 1 (a one-tile A, where a barrier costs more than a copy): this thread's own copy of A
+ * at abuf + thread * a_floats, filled by it alone, with no work-sharing and no barrier. */
+dsp_cpu_kernels dsp_cpu_team_a(const dsp_tensor *a, const struct dsp_cpu_packed *w, const dsp_cpu_kernels *kn,
+                               float *abuf, size_t a_floats, int own);
 
 /* Product epilogue: rows i < mr, columns c < ncols of the tile to c0 (the
  * address of element (m0, n0)) with strides rs, cs in elements; dt BF16

@@ -91,9 +91,7 @@ dsp_status dsp_cpu_markov_step(const dsp_cpu_markov_args *a, int nthreads) {
 #pragma omp parallel num_threads(threads)
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const dsp_cpu_kernels mine = own ? dsp_cpu_kernels_for(ap + (size_t)id * a_floats, m, k) : kn;
-    if (own) dsp_cpu_prepare_a_own(a->e, w, &mine);
-    else dsp_cpu_prepare_a(a->e, w, &kn);
+    const dsp_cpu_kernels mine = dsp_cpu_team_a(a->e, w, &kn, ap, a_floats, own);
 #pragma omp single nowait
     team = omp_get_num_threads();
 

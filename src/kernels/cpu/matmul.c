@@ -65,9 +65,7 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
 #pragma omp parallel num_threads(threads)
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const dsp_cpu_kernels mine = own ? dsp_cpu_kernels_for(ap + (size_t)id * a_floats, m, k) : kn;
-    if (own) dsp_cpu_prepare_a_own(a, w, &mine);
-    else dsp_cpu_prepare_a(a, w, &kn);
+    const dsp_cpu_kernels mine = dsp_cpu_team_a(a, w, &kn, ap, a_floats, own);
     const int64_t j0 = w->npanels * id / nt, j1 = w->npanels * (id + 1) / nt;
     dsp_cpu_sweep(&mine, m, w, j0, j1, cb + (size_t)id * c_floats, store_epi, &sc_);
   }
