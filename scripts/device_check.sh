@@ -97,6 +97,13 @@ pair_and_builds() {
   fi
 }
 
+# The CUDA model tests (and those matching $1, when given) through ctest: their summary lines.
+model_tests() {
+  (cd build-gpu && timeout 300 ctest -R "${1:+$1|}oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
+    --output-on-failure) > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+}
+
 SUMMARY=""
 if [ "$MODE" = gemm ]; then
   stamp "configure + build"
@@ -158,9 +165,7 @@ if [ "$MODE" = decode ]; then
       > "$OUT/att_memcheck.log" 2>&1
     echo "memcheck t_attention rc $?: $(grep -E "ERROR SUMMARY" "$OUT/att_memcheck.log")"
   fi
-  (cd build-gpu && timeout 300 ctest -R "oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
-    --output-on-failure) > "$OUT/ctest.log" 2>&1
-  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  model_tests
   if [ "${HEAD:-0}" = 1 ]; then
     timeout 150 build-gpu/tests/test_cuda_head > "$OUT/head_tests.log" 2>&1
     echo "test_cuda_head: rc $?"; grep -E "FAILED|PASSED" "$OUT/head_tests.log" | head -4
@@ -200,9 +205,7 @@ if [ "$MODE" = attn ]; then
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
     > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
-  (cd build-gpu && timeout 300 ctest -R "attention_tc|oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \
-    --output-on-failure) > "$OUT/ctest.log" 2>&1
-  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -6
+  model_tests attention_tc
   stamp "op perf, attention ($B, twice)"
   for r in 1 2; do for b in $B; do
     echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
