@@ -1000,7 +1000,8 @@ static void t_perf(void **st) {
   const double peak = 2.0 * (double)big * big * big / time_gemm(big, big, big, g_cuda ? 10 : 1);
   printf("perf on %s: copy %.1f GB/s, bf16 product %.1f GFLOP/s (square %lld, measured now)\n",
          dsp_backend_describe(g_be), bw * 1e-9, peak * 1e-9, (long long)big);
-  const int products = !g_perf_only || !strcmp(g_perf_only, "gemm"), attention = !g_perf_only || !strcmp(g_perf_only, "attention");
+  const int products = !g_perf_only || !strcmp(g_perf_only, "gemm");
+  const int attention = !g_perf_only || !strcmp(g_perf_only, "attention");
   if (products) printf("%-28s %10s %10s %8s\n", "gemm M x N x K", "ms", "floor ms", "x floor");
   const int64_t shapes[][3] = {{1, 4096, 4096}, {32, 4096, 4096}, {8, 12288, 4096}, {224, 16384, 7168},
                                {512, 4096, 4096}};
@@ -1035,6 +1036,10 @@ int main(int argc, char **argv) {
   const char *kind = argc > 1 ? argv[1] : "cpu";
   g_perf = argc > 2 && !strcmp(argv[2], "perf");
   g_perf_only = g_perf && argc > 3 ? argv[3] : NULL;
+  if (g_perf_only && strcmp(g_perf_only, "gemm") && strcmp(g_perf_only, "attention")) {
+    fprintf(stderr, "test_ops: perf %s: the tables are gemm and attention\n", g_perf_only);
+    return 2;
+  }
   g_cuda = !strcmp(kind, "cuda");
   if (!g_cuda && strcmp(kind, "cpu")) {
     fprintf(stderr, "usage: test_ops cpu|cuda [perf [gemm|attention]]\n");
