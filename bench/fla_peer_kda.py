@@ -8,6 +8,14 @@ prefill at batch 1, eagerly. Prints a table with the state- and
 activation-byte floor at the copy rate measured in the same run, the same
 floor test_ops' `kda op` rows print.
 
+Those rows time the recurrence alone on q, k, v, g and beta already made.
+dspark's op (bench_kda) also does the short convolution with SiLU, the gate,
+beta and the gated output norm, so the "whole op" rows time what fla's own KDA
+layer (fla/layers/kda.py) runs for the same work: a causal conv (update at
+decode) with SiLU for each of q, k and v, the recurrence with the gate and
+beta's sigmoid inside the kernel, and the sigmoid-gated RMSNorm. That is the
+peer a user would run instead of dspark's op.
+
   fla_peer_kda.py [--decode 1,32,256] [--prefill 4096,16384] [--compare FILE]
 
 --compare FILE checks dspark's outputs against fla's on the same inputs: FILE
@@ -98,6 +106,16 @@ def main():
             prefill_row(T, H, K, V, bw, chunk_kda)
         except Exception as e:
             print("| prefill, batch 1 of %d tokens | failed: %s | | |" % (T, str(e).splitlines()[0][:120]))
+    for B in [int(x) for x in a.decode.split(",") if x]:
+        try:
+            op_row(B, 1, H, K, bw, fused_recurrent_kda)
+        except Exception as e:
+            print("| whole op, decode, batch %d | failed: %s | | |" % (B, str(e).splitlines()[0][:120]))
+    for T in [int(x) for x in a.prefill.split(",") if x]:
+        try:
+            op_row(1, T, H, K, bw, chunk_kda)
+        except Exception as e:
+            print("| whole op, prefill of %d tokens | failed: %s | | |" % (T, str(e).splitlines()[0][:120]))
     if a.compare:
         return compare(a.compare, chunk_kda, fused_recurrent_kda)
     return 0
@@ -178,6 +196,47 @@ def prefill_row(T, H, K, V, bw, chunk_kda):
     eager = median_ms(pre, 3)
     nbytes = T * (2 * H * K + H * V + H) * 2 + T * H * K * 4 + T * H * V * 2 + H * K * V * 4
     print("| prefill, batch 1 of %d tokens | %.4f | — | %.4f |" % (T, eager, nbytes / bw * 1e3))
+
+
+def op_row(B, T, H, K, bw, kda, W=4):
+    """fla's KDA layer's op for B sequences of T tokens (T 1: decode through the conv update and the
+    recurrent kernel; else one sequence, the conv and chunk_kda), the gate and beta in the kernel."""
+    from fla.modules.causal_conv1d import causal_conv1d, causal_conv1d_update
+    from fla.modules.norm.fused_norm_gate import rms_norm_gated
+    g = torch.Generator(device="cuda").manual_seed(1)
+    HK, N = H * K, B * T
+
+    def rnd(*shape, dtype=torch.bfloat16, scale=1.0):
+        return (torch.randn(*shape, device="cuda", generator=g) * scale).to(dtype)
+    x = [rnd(N, HK) for _ in range(3)]  # the q, k and v projections' outputs
+    w = [rnd(HK, W, scale=0.5) for _ in range(3)]
+    cache = [rnd(B, HK, W) for _ in range(3)]
+    f, b, z = rnd(1, N, H, K), rnd(1, N, H), rnd(1, N, H, K)
+    A_log, dt_bias = rnd(H, dtype=torch.float32, scale=0.5), rnd(HK, dtype=torch.float32)
+    norm_w = torch.ones(K, device="cuda", dtype=torch.bfloat16)
+    h0 = torch.randn(B, H, K, K, device="cuda", generator=g) * 0.1
+    cu = torch.arange(B + 1, device="cuda", dtype=torch.long) if T == 1 else None
+
+    def step():
+        if T == 1:
+            qkv = [causal_conv1d_update(x=x[i], cache=cache[i], weight=w[i], activation="silu")[0] for i in range(3)]
+        else:
+            qkv = [causal_conv1d(x=x[i].view(1, T, HK), weight=w[i], activation="silu")[0] for i in range(3)]
+        q, k, v = (t.view(1, N, H, K) for t in qkv)
+        o, _ = kda(q, k, v, f, b, A_log=A_log, dt_bias=dt_bias, initial_state=h0, output_final_state=True,
+                   use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                   cu_seqlens=cu)
+        return rms_norm_gated(o, z, norm_w, None, activation="sigmoid", eps=1e-5)
+
+    eager = median_ms(step, 20 if T == 1 else 3)
+    replay = None
+    if T == 1:
+        graph, _ = capture(step)
+        replay = median_ms(graph.replay, 20)
+    # states and conv windows read and written; the q, k, v, f, b and z inputs read and y written
+    nbytes = B * (2 * H * K * K * 4 + 2 * (W - 1) * 3 * HK * 2) + N * (3 * HK + HK + H + HK + HK) * 2
+    name = "decode, batch %d" % B if T == 1 else "prefill, batch 1 of %d tokens" % T
+    print("| whole op, %s | %.4f | %s | %.4f |" % (name, eager, "%.4f" % replay if replay else "—", nbytes / bw * 1e3))
 
 
 if __name__ == "__main__":

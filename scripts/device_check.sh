@@ -36,6 +36,11 @@
 #                                   one run per value), then ncu's per-kernel times of one batch-1
 #                                   step summarized by scripts/ncu_step.py; DETAIL=kernel adds one instance's
 #                                   sections and hottest SASS lines (scripts/ncu_source.py)
+#   scripts/device_check.sh kda     one call for a change to the KDA kernels: build this tree and, when .old/ holds an
+#                                   earlier one, its bench_kda; t_kda (also under racecheck and memcheck), the CUDA
+#                                   KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
+#                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
+#                                   kernel filter with DECODE=batch adds one instance's sections
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -232,6 +237,59 @@ if [ "$MODE" = attn ]; then
     rm -f "$OUT/detail.ncu-rep"
   fi
   rm -rf /tmp/t8 /tmp/d8
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = kda ]; then
+  CUDA_FLAGS=-lineinfo
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=$CUDA_FLAGS &&
+    cmake --build build-gpu -j16 --target dspark test_ops_cpu bench_kda kda_layer_driver test_cuda_kda_views; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  B="gpu"
+  if [ -d .old ]; then
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target bench_kda; } > "$OUT/build_old.log" 2>&1) &&
+      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  if [ -d .whl ]; then
+    (pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log") &
+  fi
+  stamp "t_kda, racecheck, memcheck, the layer and view tests"
+  timeout 200 build-gpu/tests/test_ops_cpu cuda "" t_kda > "$OUT/kda.log" 2>&1; echo "t_kda: rc $?"
+  for v in ${TEST_ENV:-}; do env "$v" timeout 200 build-gpu/tests/test_ops_cpu cuda "" t_kda >> "$OUT/kda.log" 2>&1; echo "t_kda $v: rc $?"; done
+  for tool in $([ "${SAN:-1}" = 1 ] && echo racecheck memcheck); do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_kda \
+      > "$OUT/san_$tool.log" 2>&1
+    echo "$tool rc $?: $(grep -E "SUMMARY" "$OUT/san_$tool.log")"
+  done
+  (cd build-gpu && timeout 300 ctest -R "oracle_kda_layer_cuda|test_cuda_kda_views" --output-on-failure) > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -4
+  wait
+  stamp "bench_kda ($B, twice; then RUNS)"
+  for r in 1 2; do for b in $B; do
+    echo "== $b"; timeout 150 build-$b/bench/bench_kda --backend cuda 2>&1 | grep -E "^\| (decode|prefill)"
+  done; done
+  for v in ${RUNS:-}; do
+    echo "== gpu $v"; env "$v" timeout 150 build-gpu/bench/bench_kda --backend cuda --prefill "" 2>&1 | grep -E "^\| decode"
+  done
+  if [ -d /tmp/pyfla ]; then
+    stamp "fla peer"
+    PYTHONPATH=/tmp/pyfla timeout 300 python3 bench/fla_peer_kda.py > "$OUT/peer.log" 2>&1; grep -E "^\||^#" "$OUT/peer.log" | grep -v "^|---"
+  fi
+  if [ -n "${DETAIL:-}" ]; then
+    stamp "ncu: one $DETAIL at decode batch ${DECODE:-256}"
+    ncu --cache-control none --clock-control none --kernel-name-base demangled --kernel-name "$DETAIL" --launch-skip 3 \
+      --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section SourceCounters --import-source yes -o "$OUT/detail" -f \
+      build-gpu/bench/bench_kda --backend cuda --decode ${DECODE:-256} --prefill "" > "$OUT/detail.err" 2>&1
+    ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
+    grep -E "Duration|Grid Size|Registers|Dynamic Shared|Achieved Occ|Theoretical Occ|Block Limit Reg|No Eligible|DRAM Throughput|Warp Cycles Per Issued|Stall" \
+      "$OUT/detail.txt" | head -24
+    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
+    python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top ${TOP:-40}
+    rm -f "$OUT/detail.ncu-rep"
+  fi
   stamp "done"; exit 0
 fi
 if [ "$MODE" = target ]; then
