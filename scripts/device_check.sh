@@ -243,7 +243,7 @@ if [ "$MODE" = kda ]; then
   CUDA_FLAGS=-lineinfo
   stamp "configure + build"
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=$CUDA_FLAGS &&
-    cmake --build build-gpu -j16 --target dspark test_ops_cpu bench_kda kda_layer_driver test_cuda_kda_views; } > "$OUT/build.log" 2>&1 ||
+    cmake --build build-gpu -j16 --target dspark_tool test_ops_cpu bench_kda kda_layer_driver test_cuda_kda_views; } > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   B="gpu"
   if [ -d .old ]; then

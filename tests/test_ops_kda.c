@@ -555,7 +555,8 @@ void t_kda(void **st) {
   (void)st;
   const long long before = g_compared;
   const kdims cases[] = {{2, 2, 64, 64, 4}, {2, 4, 128, 128, 4}, {1, 1, 32, 48, 2}, {2, 2, 40, 72, 1}, {2, 2, 128, 128, 4},
-                           {1, 2, 30, 22, 3}}; /* K not a multiple of 4: the CUDA passes' zero pads */
+                           {1, 2, 30, 22, 3},  /* K not a multiple of 4: the CUDA passes' zero pads */
+                           {2, 2, 64, 64, 2}}; /* CUDA's fused decode at a conv width other than 4 */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], i == 1 ? -5.0f : 0.0f);
   check_case(&cases[0], -5.0f);
   print_message("kda: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));

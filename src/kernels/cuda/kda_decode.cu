@@ -13,8 +13,10 @@
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/kda_dev.cuh"
 
-/* K == V; NH = K / 64 parts of 64 state rows per value column (k_recurrent_reg's). */
-template <int K>
+/* K == V; NH = K / 64 parts of 64 state rows per value column (k_recurrent_reg's).
+ * WC: the conv width when fixed at compile time (0: a.W), so that the windows
+ * sit in registers and every channel's loads are issued before any is used. */
+template <int K, int WC>
 __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_cu_kda_decode_args a) {
   constexpr int NH = K / 64, KH = 64, V = K, NTH = V * NH;
   __shared__ float q[K], k[K], vv[V], eg[K], o[V], root[2], hand[V], ub[V], bsh, rn;
@@ -23,7 +25,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   if (slot < 0) return;
   const bool has = !s.has || s.has[n];
   const int64_t t = n;
-  const int32_t H = a.H, W1 = a.W - 1, ts = s.token_slot ? s.token_slot[t] : -1;
+  const int32_t H = a.H, W = WC > 0 ? WC : a.W, W1 = W - 1, ts = s.token_slot ? s.token_slot[t] : -1;
   const int64_t D = 2 * (int64_t)H * K + (int64_t)H * V, KV = (int64_t)K * V, r0 = (int64_t)part * KH;
   float *own = a.state + (int64_t)slot * a.slot_stride + h * KV;
   float S[KH]; /* loads first: they run under the conv and the gate */
@@ -32,28 +34,52 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
 
   /* conv + SiLU of the head's q, k and v channels, and their new windows */
   uint16_t *cown = W1 > 0 ? a.conv_state + (int64_t)slot * a.conv_stride : NULL;
-  for (int32_t e = tid; e < 2 * K + V; e += NTH) {
-    const int64_t c = e < K ? (int64_t)h * K + e : e < 2 * K ? (int64_t)H * K + h * K + (e - K) : 2 * (int64_t)H * K + h * V + (e - 2 * K);
-    uint16_t win[KDA_MAX_WIDTH];
-    for (int32_t w = 0; w < W1; w++) win[w] = has ? cown[w * D + c] : (uint16_t)0;
-    win[W1] = a.qkv[t * a.qkv_tok + c];
-    const float y = dsp_dev_round_bf16(kda_conv_silu(win, a.conv_w + c * a.W, a.W, 0.0f));
+  constexpr int NE = 2 * K + V, ROUNDS = (NE + NTH - 1) / NTH, WB = WC > 0 ? WC : KDA_MAX_WIDTH;
+  /* every input this block reads is requested before any is used: the
+   * windows and weights of each channel, then the gate's and beta's inputs.
+   * The gate's d runs from the last thread down, onto the threads with fewer
+   * conv channels. */
+  uint16_t win[ROUNDS][WB];
+  float cw[ROUNDS][WB];
+  int64_t ch[ROUNDS];
+#pragma unroll
+  for (int32_t r = 0; r < ROUNDS; r++) {
+    const int32_t e = tid + r * NTH;
+    ch[r] = e < K ? (int64_t)h * K + e : e < 2 * K ? (int64_t)H * K + h * K + (e - K) : 2 * (int64_t)H * K + h * V + (e - 2 * K);
+    if (NE % NTH && e >= NE) continue;
+#pragma unroll
+    for (int32_t w = 0; w < W1; w++) win[r][w] = has ? cown[w * D + ch[r]] : (uint16_t)0;
+    win[r][W1] = a.qkv[t * a.qkv_tok + ch[r]];
+#pragma unroll
+    for (int32_t w = 0; w < W; w++) cw[r][w] = a.conv_w[ch[r] * W + w];
+  }
+  const int32_t dg = NTH - 1 - tid;
+  float gx = 0.0f;
+  if (dg < K) {
+    gx = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + dg]);
+    if (a.dt_bias) gx = __fadd_rn(gx, a.dt_bias[(int64_t)h * K + dg]);
+  }
+  const float braw = tid == NTH - 1 ? dsp_dev_bf16_val(a.b[t * a.b_tok + h]) : 0.0f;
+  const float alog = a.A_log ? a.A_log[h] : 0.0f;
+  const uint16_t zr = tid < V ? a.z[t * a.z_tok + (int64_t)h * V + tid] : (uint16_t)0; /* the norm's gate */
+#pragma unroll
+  for (int32_t r = 0; r < ROUNDS; r++) {
+    const int32_t e = tid + r * NTH;
+    if (NE % NTH && e >= NE) continue;
+    const float y = dsp_dev_round_bf16(kda_conv_silu(win[r], cw[r], W, 0.0f));
     if (e < K) q[e] = y;
     else if (e < 2 * K) k[e - K] = y;
     else vv[e - 2 * K] = y;
     if (ts >= 0)
-      for (int32_t w = 0; w < W1; w++) a.conv_state[(int64_t)ts * a.conv_stride + w * D + c] = win[w + 1];
+#pragma unroll
+      for (int32_t w = 0; w < W1; w++) a.conv_state[(int64_t)ts * a.conv_stride + w * D + ch[r]] = win[r][w + 1];
     if (s.write_final)
-      for (int32_t w = 0; w < W1; w++) cown[w * D + c] = win[w + 1];
+#pragma unroll
+      for (int32_t w = 0; w < W1; w++) cown[w * D + ch[r]] = win[r][w + 1];
   }
   /* the gate (k_gate's form), exp of it, and beta; exp(A_log) once per head */
-  const float ah = a.A_log ? dsp_dev_expf(a.A_log[h]) : 1.0f;
-  for (int32_t d = tid; d < K; d += NTH) {
-    float x = dsp_dev_bf16_val(a.f[t * a.f_tok + (int64_t)h * K + d]);
-    if (a.dt_bias) x = __fadd_rn(x, a.dt_bias[(int64_t)h * K + d]);
-    eg[d] = dsp_dev_expf(kda_gate_value(x, ah, a.bound));
-  }
-  if (tid == 0) bsh = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(a.b[t * a.b_tok + h])));
+  if (dg < K) eg[dg] = dsp_dev_expf(kda_gate_value(gx, a.A_log ? dsp_dev_expf(alog) : 1.0f, a.bound));
+  if (tid == NTH - 1) bsh = 1.0f / (1.0f + dsp_dev_expf(-braw));
   __syncthreads();
   kda_qk_normalise(q, k, root, K, 0, a.scale);
 
@@ -79,7 +105,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
   }
   __syncthreads();
   if (tid < V) {
-    const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(a.z[t * a.z_tok + (int64_t)h * V + tid])));
+    const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(zr)));
     a.y[t * a.y_tok + (int64_t)h * V + tid] =
         dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(o[tid], rn), a.norm_w[tid]), sg));
   }
@@ -95,8 +121,9 @@ extern "C" dsp_status dsp_cu_kda_decode(const dsp_cu_kda_seqs *s, const dsp_cu_k
                     s->cu ? "several tokens per sequence" : "one token per sequence");
   if (s->num_seqs < 1) return DSP_OK;
   const dim3 grid((unsigned)s->num_seqs, (unsigned)a->H);
-  if (a->K == 64) k_decode<64><<<grid, 64, 0, st>>>(*s, *a);
-  else k_decode<128><<<grid, 256, 0, st>>>(*s, *a);
+  if (a->K == 64) a->W == 4 ? k_decode<64, 4><<<grid, 64, 0, st>>>(*s, *a) : k_decode<64, 0><<<grid, 64, 0, st>>>(*s, *a);
+  else if (a->W == 4) k_decode<128, 4><<<grid, 256, 0, st>>>(*s, *a);
+  else k_decode<128, 0><<<grid, 256, 0, st>>>(*s, *a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
