@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(K *(K / 64)) k_decode(dsp_cu_kda_seqs s, dsp_c
 #pragma unroll
       for (int32_t w = 0; w < W1; w++) cown[w * D + ch[r]] = win[r][w + 1];
   }
-  /* the gate (k_gate's form), exp of it, and beta; exp(A_log) once per head */
+  /* the gate (k_gate's form), exp of it, and beta */
   if (dg < K) eg[dg] = dsp_dev_expf(kda_gate_value(gx, a.A_log ? dsp_dev_expf(alog) : 1.0f, a.bound));
   if (tid == NTH - 1) bsh = 1.0f / (1.0f + dsp_dev_expf(-braw));
   __syncthreads();
@@ -121,7 +121,8 @@ extern "C" dsp_status dsp_cu_kda_decode(const dsp_cu_kda_seqs *s, const dsp_cu_k
                     s->cu ? "several tokens per sequence" : "one token per sequence");
   if (s->num_seqs < 1) return DSP_OK;
   const dim3 grid((unsigned)s->num_seqs, (unsigned)a->H);
-  if (a->K == 64) a->W == 4 ? k_decode<64, 4><<<grid, 64, 0, st>>>(*s, *a) : k_decode<64, 0><<<grid, 64, 0, st>>>(*s, *a);
+  if (a->K == 64 && a->W == 4) k_decode<64, 4><<<grid, 64, 0, st>>>(*s, *a);
+  else if (a->K == 64) k_decode<64, 0><<<grid, 64, 0, st>>>(*s, *a);
   else if (a->W == 4) k_decode<128, 4><<<grid, 256, 0, st>>>(*s, *a);
   else k_decode<128, 0><<<grid, 256, 0, st>>>(*s, *a);
   DSP_CUDA_TRY_LAUNCH();
