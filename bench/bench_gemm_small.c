@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (long l = 0; l < layers; l++)
           CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1,
-                                      &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, s));
+                                      &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, 0, s));
         CK(cudaStreamEndCapture(s, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         CK(cudaGraphLaunch(ge, s));

@@ -861,7 +861,7 @@ static void t_lm_own_edges(void **st) {
   for (int r = 0; r < 4; r++) { /* clusters of two, named (not the default, which may change); the last: single blocks */
     h[r] = malloc(ob);
     assert_int_equal(cudaMemset(o, 0xEE, ob), cudaSuccess);
-    assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 2, 0, 0), DSP_OK);
+    assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, ms[r], N, K, LDO, 0, r == 3 ? 1 : 2, 0, 0, 0), DSP_OK);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(h[r], o, ob, cudaMemcpyDeviceToHost);
   }
@@ -908,9 +908,9 @@ static void t_lm_own_edges(void **st) {
                 (long long)((M - 1) * (N - 1)));
   dsp_cuda_gemm_free(lt);
   /* refused shapes are statuses */
-  assert_int_equal(dsp_cuda_gemm_wg_run(da, 520, dw, o, M, N, 520, LDO, 0, 0, 0, 0), DSP_ERR_UNSUPPORTED);
-  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 96, 0, 0, 0), DSP_ERR_ARG);
-  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 0, 3, 0, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, 520, dw, o, M, N, 520, LDO, 0, 0, 0, 0, 0), DSP_ERR_UNSUPPORTED);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 96, 0, 0, 0, 0), DSP_ERR_ARG);
+  assert_int_equal(dsp_cuda_gemm_wg_run(da, K, dw, o, M, N, K, LDO, 0, 3, 0, 0, 0), DSP_ERR_ARG);
   assert_int_equal(dsp_cuda_gemm_wg_supported(520), 0);
   for (int r = 0; r < 4; r++) free(h[r]);
   free(hl);

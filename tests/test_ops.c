@@ -273,6 +273,73 @@ static void t_gemm_rows(void **st) {
   print_message("gemm rows: %ld values compared, each row alone and in batches against the 300-row call\n", compared);
 }
 
+/* F32 outputs (the partials of a row-parallel product, contract 2 before its
+ * rounding): for every row count the kernels take (the few-row kernel to 16,
+ * the warpgroup tiles past it, the K split where the device picks it, strict
+ * weights), rounding the F32 output once (contract 1) must give the BF16
+ * output's bits; on grid values (exact sums) the F32 outputs equal the CPU's.
+ * The shared random stream is put back, so later tests keep their inputs. */
+static void t_gemm_f32(void **st) {
+  (void)st;
+  const uint64_t keep = g_rng;
+  const int64_t shapes[][3] = {{5120, 2048, 0}, {512, 2048, 0}, {520, 1024, 0}, {384, 256, 0}, {136, 200, 1}};
+  const int64_t ms[] = {1, 7, 16, 33, 300}, M = 300;
+  long compared = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int64_t N = shapes[si][0], K = shapes[si][1];
+    const int strict = (int)shapes[si][2];
+    for (int grid = 0; grid < 2; grid++) {
+      uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *hb = malloc((size_t)(M * N) * 2);
+      float *hf = malloc((size_t)(M * N) * 4), *cf = malloc((size_t)(M * N) * 4);
+      for (int64_t i = 0; i < M * K; i++) a[i] = grid ? grid_val() : rand_val();
+      for (int64_t i = 0; i < N * K; i++) w[i] = grid ? grid_val() : rand_val();
+      dsp_weight *wt, *wc = NULL;
+      dsp_tensor wv = dsp_tensor_2d(w, DSP_BF16, N, K);
+      assert_int_equal(dsp_op_weight_create(g_be, 0, &wv, strict, &wt), DSP_OK);
+      if (g_cpu && grid) assert_int_equal(dsp_op_weight_create(g_cpu, 0, &wv, 0, &wc), DSP_OK);
+      void *da = dev_put(g_be, a, (size_t)(M * K) * 2), *db = dev_put(g_be, NULL, (size_t)(M * N) * 2);
+      void *df = dev_put(g_be, NULL, (size_t)(M * N) * 4);
+      for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+        const int64_t m = ms[j];
+        dsp_tensor av = {.data = da, .dtype = DSP_BF16, .ndim = 2, .shape = {m, K}, .stride = {K, 1}};
+        dsp_tensor bv = {.data = db, .dtype = DSP_BF16, .ndim = 2, .shape = {m, N}, .stride = {N, 1}};
+        dsp_tensor fv = {.data = df, .dtype = DSP_F32, .ndim = 2, .shape = {m, N}, .stride = {N, 1}};
+        assert_int_equal(dsp_op_gemm(g_be, 0, &av, wt, &bv), DSP_OK);
+        const dsp_status sf = dsp_op_gemm(g_be, 0, &av, wt, &fv);
+        if (sf != DSP_OK) fail_msg("gemm N %lld K %lld M %lld (%s): F32 output refused: %s", (long long)N, (long long)K,
+                                   (long long)m, dsp_op_weight_describe(g_be, wt), dsp_error_message());
+        dev_get(g_be, hb, db, (size_t)(m * N) * 2);
+        dev_get(g_be, hf, df, (size_t)(m * N) * 4);
+        long differ = 0, cross = 0;
+        for (int64_t i = 0; i < m * N; i++) {
+          const uint16_t r = f32_to_bf(hf[i]);
+          differ += r != hb[i] && !(is_nan16(r) && is_nan16(hb[i]));
+        }
+        if (wc) { /* the CPU's F32 outputs of the same rows */
+          dsp_tensor cav = av, cfv = fv;
+          cav.data = a, cfv.data = cf;
+          assert_int_equal(dsp_op_gemm(g_cpu, 0, &cav, wc, &cfv), DSP_OK);
+          for (int64_t i = 0; i < m * N; i++) cross += memcmp(&hf[i], &cf[i], 4) != 0;
+        }
+        compared += (long)(m * N);
+        if (differ || cross)
+          fail_msg("gemm N %lld K %lld M %lld (%s, %s): %ld F32 outputs round to other bits than the BF16 output, "
+                   "%ld differ from the CPU's", (long long)N, (long long)K, (long long)m,
+                   dsp_op_weight_describe(g_be, wt), grid ? "grid" : "random", differ, cross);
+      }
+      dsp_op_release(g_be, 0, da);
+      dsp_op_release(g_be, 0, db);
+      dsp_op_release(g_be, 0, df);
+      dsp_op_weight_free(g_be, wt);
+      if (wc) dsp_op_weight_free(g_cpu, wc);
+      free(a), free(w), free(hb), free(hf), free(cf);
+    }
+  }
+  g_rng = keep;
+  print_message("gemm f32: %ld values compared (rounded against the BF16 output; grid values against the CPU)\n",
+                compared);
+}
+
 /* ---- attention ------------------------------------------------------------------
  * Rows over a cache of slots: a run of rows on one slot that see the same keys
  * (a draft block), causal rows on another, single rows. The reference follows
@@ -1092,7 +1159,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_markov_step),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
                                        cmocka_unit_test(t_attention), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);

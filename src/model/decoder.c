@@ -137,11 +137,12 @@ dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, i
 }
 
 /* x += y where y is this rank's part of a row-parallel product of in (TP 1: y's bf16), then, where norm is
- * set, h = norm(x) (at TP 1 in the same call as the add). */
+ * set, h = norm(x) (at TP 1 in the same call as the add). At TP 1 the row-parallel form gives the same bits:
+ * bf16(x + bf16(p)) with p the whole sum is bf16(x + o). */
 static dsp_status residual(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp_dec_act *a, const dsp_tensor *in,
                            const dsp_weight *w, int64_t m, dsp_comm *comm, const dsp_tensor *norm) {
   dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m);
-  if (s->tp == 1) {
+  if (!s->row_parallel) {
     dsp_tensor o = dsp_dec_rows(a->o, m);
     DSP_TRY(dsp_op_gemm(be, dev, in, w, &o));
     return norm ? dsp_op_add_rmsnorm(be, dev, &x, &o, norm, (float)s->eps, &h) : dsp_op_add(be, dev, &x, &o, &x);

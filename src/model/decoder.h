@@ -13,6 +13,7 @@ typedef struct {
   int64_t hidden, head_dim, heads, kv_heads, intermediate; /* the model's */
   int64_t hq, hkv, inter;                                  /* this rank's heads, kv heads, MLP columns */
   int32_t tp, tp_rank;
+  int32_t row_parallel; /* o and down as fp32 partials, all-reduced, rounded once (TP > 1, or DSPARK_ROW_PARALLEL) */
   double eps;
 } dsp_dec_shape;
 

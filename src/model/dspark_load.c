@@ -261,7 +261,8 @@ static dsp_status load_all(dsp_draft *dr, const char *dir) {
     d->comm = dr->be->tp[di];
     d->s = (dsp_dec_shape){.hidden = H, .head_dim = c->head_dim, .heads = c->heads, .kv_heads = c->kv_heads,
                            .intermediate = c->intermediate, .hq = c->heads / P, .hkv = c->kv_heads / P,
-                           .inter = c->intermediate / P, .tp = P, .tp_rank = d->tp_rank, .eps = c->eps};
+                           .inter = c->intermediate / P, .tp = P, .tp_rank = d->tp_rank,
+                           .row_parallel = P > 1 || dsp_env_get()->row_parallel, .eps = c->eps};
   }
   if (c->kv_heads % P || c->intermediate % P)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "draft: TP size %d does not divide the %lld kv heads or intermediate_size "

@@ -183,8 +183,8 @@ static dsp_status tp_layout(dsp_target *t) {
                     (long long)c->intermediate);
   if (P > c->vocab) return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP size %d exceeds the vocabulary", P);
   if (P > 1 && t->be->kind == DSP_BACKEND_CUDA)
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP %d on the CUDA backend needs fp32 row-parallel products, not "
-                    "written yet (CUDA runs the target at TP 1)", P);
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "target: TP %d on the CUDA backend has not been run on several GPUs yet "
+                    "(CUDA runs the target at TP 1; DSPARK_ROW_PARALLEL=1 runs its row-parallel path there)", P);
   for (int di = 0; di < t->nd; di++) {
     qw_dev *d = &t->d[di];
     d->dev = di;
@@ -192,7 +192,8 @@ static dsp_status tp_layout(dsp_target *t) {
     d->comm = t->be->tp[di];
     d->s = (dsp_dec_shape){.hidden = c->hidden, .head_dim = c->head_dim, .heads = c->heads, .kv_heads = c->kv_heads,
                            .intermediate = c->intermediate, .hq = c->heads / P, .hkv = c->kv_heads / P,
-                           .inter = c->intermediate / P, .tp = P, .tp_rank = d->tp_rank, .eps = c->eps};
+                           .inter = c->intermediate / P, .tp = P, .tp_rank = d->tp_rank,
+                           .row_parallel = P > 1 || dsp_env_get()->row_parallel, .eps = c->eps};
     dsp_markov_rows(c->vocab, P, d->tp_rank, &d->v0, &d->vr, &d->vreal);
   }
   return DSP_OK;

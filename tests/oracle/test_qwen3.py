@@ -59,7 +59,7 @@ class Ctx:
             self.models[name] = (d, qwen3_ref.Qwen3.from_dir(d))
         return self.models[name]
 
-    def run(self, model_dir, inputs, np_=1, timeout=180):
+    def run(self, model_dir, inputs, np_=1, timeout=180, env=None):
         """Runs the driver; (rc, outputs or None, stderr)."""
         inp, out = self.wd.file("in.safetensors"), self.wd.file("out.safetensors")
         for f in (inp, out):
@@ -67,14 +67,14 @@ class Ctx:
                 os.remove(f)
         st.save(inp, inputs)
         args = [self.driver, model_dir, inp, out] + (["--backend", self.backend] if self.backend else [])
-        rc, _, se, dt = harness.run(args, np_=np_, timeout=timeout)
+        rc, _, se, dt = harness.run(args, np_=np_, timeout=timeout, env=env)
         self.tally.runs += 1
         if rc != 0:
             return rc, None, se
         return rc, st.load(out)[0], se
 
-    def ok_run(self, label, model_dir, inputs, np_=1):
-        rc, o, se = self.run(model_dir, inputs, np_)
+    def ok_run(self, label, model_dir, inputs, np_=1, env=None):
+        rc, o, se = self.run(model_dir, inputs, np_, env=env)
         if rc != 0:
             self.tally.fail("%s: exit %s; stderr: %s" % (label, rc, se.strip()[-600:]))
         return o
@@ -278,6 +278,25 @@ def case_tp(c):
     expect_refusal(c, "TP3 with 4 kv heads", d, inputs(toks), "divide", np_=3)
 
 
+def case_row_parallel(c):
+    """o and down in the row-parallel form at TP 1 (DSPARK_ROW_PARALLEL=1: fp32
+    partials from the product, the all-reduce, one rounding, then the add).
+    With the whole sum on one rank bf16(x + bf16(p)) is bf16(x + o), so every
+    logit, id and tap must equal the fused form's: the path TP > 1 runs, on
+    each backend (on CUDA the fp32-output products), under every schedule."""
+    d, m = c.model("form5-untied", form=5, seed=0)
+    toks = token_batch(np.random.default_rng(15), m.V)
+    taps = [0, 1]
+    mask = valid_mask()
+    rp = {"DSPARK_ROW_PARALLEL": "1"}
+    for label, chunks in (("base", BASE_CHUNKS), ("decode", [1]), ("verify-like", [3, 7])):
+        fused = c.ok_run("fused, %s" % label, d, inputs(toks, chunks=chunks, taps=taps))
+        rows = c.ok_run("row-parallel, %s" % label, d, inputs(toks, chunks=chunks, taps=taps), env=rp)
+        same(c, "row-parallel vs fused at TP 1, schedule %s" % chunks, rows, fused, rows=mask)
+        if label == "base" and rows is not None:
+            check_reference(c, "row-parallel", m, toks, rows, taps=taps)
+
+
 def expect_refusal(c, label, model_dir, inp, needle, np_=1):
     rc, o, se = c.run(model_dir, inp, np_=np_, timeout=120)
     if rc is None:
@@ -388,7 +407,7 @@ def index_lie(d):
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling,
-         "tp": case_tp, "bad": case_bad}
+         "tp": case_tp, "row_parallel": case_row_parallel, "bad": case_bad}
 
 
 def main():

@@ -118,7 +118,6 @@ extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) { return
 
 extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,
                                        dsp_tensor *c) {
-  if (c->dtype != DSP_BF16) return dsp_fail(DSP_ERR_UNSUPPORTED, "op gemm: F32 outputs are not on CUDA yet");
   if (a->shape[1] != w->k || c->shape[1] != w->n)
     return dsp_fail(DSP_ERR_SHAPE, "op gemm: a [%lld, %lld], w [%lld, %lld], c [%lld, %lld]", (long long)a->shape[0],
                     (long long)a->shape[1], (long long)w->n, (long long)w->k, (long long)c->shape[0],
@@ -132,7 +131,9 @@ extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tenso
     if (mw->nchecked < MAX_CHECKED) mw->checked[mw->nchecked++] = m;
   }
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
-  return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], dsp_cuda_stream(be, dev));
+  cudaStream_t s = dsp_cuda_stream(be, dev);
+  if (c->dtype == DSP_F32) return dsp_cuda_gemm_run_f32(mw->g, a->data, a->stride[0], w->d, (float *)c->data, m, c->stride[0], s);
+  return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], s);
 }
 
 /* One step as a one-step tail of the register kernel: E as W1 rows with the

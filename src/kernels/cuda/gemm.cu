@@ -50,8 +50,8 @@ struct dsp_cuda_gemm {
 #define LM_KSLAB 32
 
 __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restrict__ a, long long lda,
-                                                        const uint16_t *__restrict__ w, uint16_t *__restrict__ out,
-                                                        int m, int n, int k, long long ldo, int vec) {
+                                                        const uint16_t *__restrict__ w, void *__restrict__ out,
+                                                        int m, int n, int k, long long ldo, int vec, int f32) {
   __shared__ __align__(16) float as[LM_KSLAB][LM_TILE];
   __shared__ __align__(16) float ws[LM_KSLAB][LM_TILE];
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -106,7 +106,10 @@ __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restri
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       const int nn = n0 + tx * 4 + j;
-      if (nn < n) out[(size_t)mm * (size_t)ldo + nn] = dsp_dev_bf16_bits(acc[i][j]);
+      if (nn >= n) continue;
+      const size_t e = (size_t)mm * (size_t)ldo + nn;
+      if (f32) ((float *)out)[e] = acc[i][j]; /* a row-parallel product's partial: the chain unrounded */
+      else ((uint16_t *)out)[e] = dsp_dev_bf16_bits(acc[i][j]);
     }
   }
 }
@@ -360,8 +363,8 @@ extern "C" dsp_status dsp_cuda_gemm_prepare(dsp_cuda_gemm *lm, int64_t m) {
   return DSP_OK;
 }
 
-extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out,
-                                        int64_t m, int64_t ldo, cudaStream_t s) {
+static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t ldo,
+                      int f32, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   if (lda < lm->k || ldo < lm->n)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm: lda %lld < K %lld or ldo %lld < N %lld", (long long)lda, (long long)lm->k,
@@ -369,8 +372,8 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   if (lm->strict) {
     const int vec = lm->k % 8 == 0 && lda % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)w % 16 == 0;
     dim3 grid((unsigned)((lm->n + LM_TILE - 1) / LM_TILE), (unsigned)((m + LM_TILE - 1) / LM_TILE));
-    lm_strict_kernel<<<grid, 256, 0, s>>>((const uint16_t *)a, (long long)lda, (const uint16_t *)w, (uint16_t *)out,
-                                          (int)m, (int)lm->n, (int)lm->k, (long long)ldo, vec);
+    lm_strict_kernel<<<grid, 256, 0, s>>>((const uint16_t *)a, (long long)lda, (const uint16_t *)w, out, (int)m,
+                                          (int)lm->n, (int)lm->k, (long long)ldo, vec, f32);
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
@@ -380,14 +383,17 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   /* captured products launch programmatically: a graph replays forwards, whose weights no kernel writes */
   const int pdl = dsp_cuda_pdl(s);
   if (lm->wg && lm->split > 1)
-    return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, s);
+    return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, f32, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced). Its
    * warps each own a 16-row strip, so a product has 4x more chains in flight than the 64-row tiles: at M 1 and 8
    * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session) */
   const int small = dsp_env_get()->gemm_small;
   if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile && small != 0)
-    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, NULL, s);
-  if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, s);
+    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, NULL, f32, s);
+  if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, f32, s);
+  if (f32)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: fp32 outputs run on the own kernels, not on %s (N %lld, K %lld)",
+                    lm->desc, (long long)lm->n, (long long)lm->k);
   cublasLtMatrixLayout_t lb = NULL, ld = NULL;
   dsp_status st = make_layout(&lb, (uint64_t)lm->k, (uint64_t)m, lda);
   if (st == DSP_OK) st = make_layout(&ld, (uint64_t)lm->n, (uint64_t)m, ldo);
@@ -402,6 +408,16 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
   if (lb) cublasLtMatrixLayoutDestroy(lb);
   if (ld) cublasLtMatrixLayoutDestroy(ld);
   return st;
+}
+
+extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out,
+                                        int64_t m, int64_t ldo, cudaStream_t s) {
+  return run(lm, a, lda, w, out, m, ldo, 0, s);
+}
+
+extern "C" dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, float *out,
+                                            int64_t m, int64_t ldo, cudaStream_t s) {
+  return run(lm, a, lda, w, out, m, ldo, 1, s);
 }
 
 extern "C" const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *lm) { return lm->desc; }

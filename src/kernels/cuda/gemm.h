@@ -51,6 +51,12 @@ dsp_status dsp_cuda_gemm_prepare(dsp_cuda_gemm *g, int64_t m);
  * Enqueued on s (capturable). */
 dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, void *out, int64_t m,
                              int64_t ldo, cudaStream_t s);
+/* The same product with out [m][ldo] fp32: each element's sum before its
+ * rounding, in the order the bf16 form rounds (a row-parallel product's
+ * partial, all-reduced then rounded once). The own kernels and strict run it;
+ * a weight on cuBLASLt gets DSP_ERR_UNSUPPORTED. */
+dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, float *out, int64_t m,
+                                 int64_t ldo, cudaStream_t s);
 /* "own wgmma kernel, ...", "cublasLt algo 66 tile 24 ... (pinned, ...)" or "strict fmaf chain". */
 const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *g);
 void dsp_cuda_gemm_free(dsp_cuda_gemm *g);

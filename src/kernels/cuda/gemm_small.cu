@@ -96,8 +96,8 @@ __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f
 template <int NT8, int SB>
 __global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
-                                                               uint16_t *__restrict__ out, int m, int n, int nkb,
-                                                               long long ldo, int ngroups, int stages) {
+                                                               void *__restrict__ out, int m, int n, int nkb,
+                                                               long long ldo, int ngroups, int stages, int f32) {
   static_assert(SB % 2 == 0, "a full stage runs its boxes in pairs");
   /* no griddepcontrol.launch_dependents here: with it the layer kernels after a product, which trigger at once,
      let the next product's blocks land early on SMs already taken, and a batch-1 decode step lost 0.4 ms */
@@ -212,7 +212,11 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
-          if (row < n && tok < m) out[(size_t)tok * (size_t)ldo + row] = dsp_dev_bf16_bits(d[t][e]);
+          if (row < n && tok < m) {
+            const size_t i = (size_t)tok * (size_t)ldo + row;
+            if (f32) ((float *)out)[i] = d[t][e]; /* a row-parallel product's partial: the sum unrounded */
+            else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(d[t][e]);
+          }
           d[t][e] = 0.0f;
         }
       }
@@ -267,7 +271,7 @@ dsp_status gs_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int64
 
 template <int NT8>
 dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                     int pdl, int force_c, int force_sb, int force_stages, cudaStream_t s) {
+                     int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
   const lw_dev &dv = lw_dev_once();
   if (!dv.ok) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): not an sm_90 device with TMA");
   const gs_shape sh = gs_pick(dv, n, NT8, force_c, force_sb, force_stages);
@@ -276,7 +280,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   CUtensorMap tw, ta;
   DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
   DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
-  void (*kern)(const CUtensorMap, const CUtensorMap, uint16_t *, int, int, int, long long, int, int) =
+  void (*kern)(const CUtensorMap, const CUtensorMap, void *, int, int, int, long long, int, int, int) =
       sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
@@ -285,14 +289,14 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   cfg.dynamicSmemBytes = gs_smem(sh.c, NT8, sh.sb, sh.stages), cfg.stream = s;
   cudaLaunchAttribute at = dsp_pdl_attribute();
   cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, tw, ta, (uint16_t *)out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
-                                  (int)sh.groups, sh.stages));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, tw, ta, out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
+                                  (int)sh.groups, sh.stages, f32));
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
 
 dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                  int pdl, int force_c, int force_sb, int force_stages, cudaStream_t s) {
+                  int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
   if (m < 1) return DSP_OK;
   if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < n ||
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
@@ -300,17 +304,17 @@ dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t 
                     (long long)k, (long long)lda);
   if (force_sb && force_sb != 2 && force_sb != 4)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2 or 4)", force_sb);
-  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s)
-                : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, s);
+  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s)
+                : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
 }
 
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                               int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape,
-                                              cudaStream_t s) {
+                                              int f32, cudaStream_t s) {
   const dsp_gemm_small_shape pick = {0, 0, 0}, *sh = shape ? shape : &pick;
-  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, sh->c, sh->sb, sh->stages, s);
+  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, sh->c, sh->sb, sh->stages, f32, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
   /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520), of three (four
@@ -332,8 +336,8 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xC0DEu);
   }
   for (int v = 0; v < 6 && st == DSP_OK; v++) {
-    st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v & 1], N, k, N, 0, 0, 0, s);
-    if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], 0, 0, s);
+    st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v & 1], N, k, N, 0, 0, 0, 0, s);
+    if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], 0, 0, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaMemcpyAsync(h + no, o2, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaStreamSynchronize(s) != cudaSuccess))

@@ -37,11 +37,12 @@ typedef struct {
 } dsp_gemm_small_shape;
 
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k, k % 64 == 0), out:
- * [m][ldo]; a and w 16-byte aligned; 1 <= m <= DSP_GEMM_SMALL_MAX_M.
- * Enqueued on s, capturable; pdl as dsp_cuda_gemm_wg_run's; shape NULL: the
- * kernel's pick. */
+ * [m][ldo], bf16 or (f32) the unrounded fp32 sums; a and w 16-byte aligned;
+ * 1 <= m <= DSP_GEMM_SMALL_MAX_M. Enqueued on s, capturable; pdl as
+ * dsp_cuda_gemm_wg_run's; shape NULL: the kernel's pick. */
 dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                   int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape, cudaStream_t s);
+                                   int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape, int f32,
+                                   cudaStream_t s);
 /* Random products with inexact sums (M = 16 and 5, 520 rows of w, this K)
  * through this kernel and through the wgmma kernel, compared bit for bit. */
 dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ);

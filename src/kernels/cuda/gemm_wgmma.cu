@@ -19,7 +19,8 @@ static dsp_status wg_operands(const lw_dev &dv, const void *a, int64_t lda, cons
 }
 
 extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                           int64_t k, int64_t ldo, int nt, int cluster, int pdl, cudaStream_t s) {
+                                           int64_t k, int64_t ldo, int nt, int cluster, int pdl, int f32,
+                                           cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
   DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
@@ -31,14 +32,14 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
                           : lw_default_cluster<224>(dv, s);
   if (cluster != 1 && cluster != 2)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): cluster %d (1 or 2)", cluster);
-  if (nt == 32) return cluster == 2 ? lw_launch<32, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl)
-                                    : lw_launch<32, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
-  if (nt == 64) return cluster == 2 ? lw_launch<64, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl)
-                                    : lw_launch<64, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
-  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl)
-                                     : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
-  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl)
-                                     : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
+  if (nt == 32) return cluster == 2 ? lw_launch<32, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                    : lw_launch<32, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 64) return cluster == 2 ? lw_launch<64, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                    : lw_launch<64, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (32, 64, 112 or 224)", nt);
 }
 
@@ -79,13 +80,14 @@ extern "C" int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k) {
 }
 
 extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m,
-                                                 int64_t n, int64_t k, int64_t ldo, int split, int pdl, cudaStream_t s) {
+                                                 int64_t n, int64_t k, int64_t ldo, int split, int pdl, int f32,
+                                                 cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
   DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
-  if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
-  if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
-  if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s, pdl);
+  if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): split %d (2, 4 or 8)", split);
 }
 
@@ -107,12 +109,12 @@ extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, lon
   if (st == DSP_OK) {
     dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x1234u);
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xBEEFu);
-    st = dsp_cuda_gemm_wg_run(a, k, w, o1, M, N, k, N, 224, 2, 0, s);
+    st = dsp_cuda_gemm_wg_run(a, k, w, o1, M, N, k, N, 224, 2, 0, 0, s);
   }
   /* the other (token tile, cluster) pairs in turn against (224, 2) */
   const int other[NVAR][2] = {{112, 2}, {224, 1}, {112, 1}, {32, 2}, {32, 1}, {64, 2}, {64, 1}};
   for (int v = 0; v < NVAR && st == DSP_OK; v++) {
-    st = dsp_cuda_gemm_wg_run(a, k, w, o2, M, N, k, N, other[v][0], other[v][1], 0, s);
+    st = dsp_cuda_gemm_wg_run(a, k, w, o2, M, N, k, N, other[v][0], other[v][1], 0, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))
       st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (wgmma) check: %s", __FILE__, __LINE__,
                     cudaGetErrorString(cudaGetLastError()));

@@ -31,7 +31,8 @@ extern "C" {
  * fits shared memory, a tensor-map encoder exists), else 0. */
 int dsp_cuda_gemm_wg_supported(int64_t k);
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
- * out: [m][ldo] (ldo % 8 == 0). nt: 0 picks the token tile by M
+ * out: [m][ldo] (ldo % 8 == 0), bf16, or with f32 the fp32 sums before their
+ * rounding (a row-parallel product's partials). nt: 0 picks the token tile by M
  * (dsp_cuda_gemm_wg_tile); 32, 64, 112 or 224 forces one. cluster: 0 the default (2 where pairs of blocks fill at least
  * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
  * activation loads by TMA multicast. Enqueued on s, capturable. pdl: launched
@@ -39,7 +40,7 @@ int dsp_cuda_gemm_wg_supported(int64_t k);
  * s runs and load the first stages of w then, the activations only after
  * griddepcontrol.wait; so w must not be written by that kernel. */
 dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                                int64_t ldo, int nt, int cluster, int pdl, cudaStream_t s);
+                                int64_t ldo, int nt, int cluster, int pdl, int f32, cudaStream_t s);
 /* The token tile for M rows of a product with N outputs: 32 and 64 run
  * 64-row weight tiles, 112 and 224 128-row ones (every tile gives the same
  * bits; DSPARK_GEMM_TILE forces one for every M, for measurement). */
@@ -53,7 +54,7 @@ int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k);
 /* The product with K split over clusters of `split` blocks (2, 4 or 8, k / 64
  * at least split), token tile 112 for every M; otherwise as dsp_cuda_gemm_wg_run. */
 dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                      int64_t k, int64_t ldo, int split, int pdl, cudaStream_t s);
+                                      int64_t k, int64_t ldo, int split, int pdl, int f32, cudaStream_t s);
 /* Runs a random product (M = 224, 512 rows of w, this K, values with inexact
  * sums) with every (token tile, cluster) pair and compares them bit for bit.
  * compared / differ: values. */

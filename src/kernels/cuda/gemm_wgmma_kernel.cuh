@@ -148,10 +148,17 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  *
  * BM 64 (no split): the tile is 64 vocabulary rows; each consumer warpgroup multiplies them with its half of
  * the token tile. An element's k groups and instructions are those of BM 128 (m64 wgmma), only N is narrower. */
+/* An output element: bf16 with one rounding, or (f32) the fp32 sum unrounded,
+ * for a row-parallel product's partials. */
+__device__ __forceinline__ void lw_store(void *out, size_t i, float v, int f32) {
+  if (f32) ((float *)out)[i] = v;
+  else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(v);
+}
+
 template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 __global__ void __launch_bounds__(LW_THREADS, 1)
-    lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, uint16_t *__restrict__ out,
-              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages) {
+    lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, void *__restrict__ out,
+              int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages, int f32) {
   static_assert(CL == 1 || SK == 1, "a cluster shares activations or splits K, not both");
   static_assert(BM == LW_BM || SK == 1, "the split's partial tile is laid out for 128-row tiles");
   constexpr int CS = CL * SK, CW = lw_cfg<NT, BM>::cw;
@@ -284,7 +291,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-            if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(d[4 * j + e]);
+            if (rr < nlim && cc < m) lw_store(out, (size_t)cc * (size_t)ldo + rr, d[4 * j + e], f32);
           }
         }
       } else {
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-            if (rr < nlim && cc < m) out[(size_t)cc * (size_t)ldo + rr] = dsp_dev_bf16_bits(v[e]);
+            if (rr < nlim && cc < m) lw_store(out, (size_t)cc * (size_t)ldo + rr, v[e], f32);
           }
         }
         dsp_named_sync(256); /* every consumer has read its columns; one thread tells the blocks */
@@ -448,7 +455,7 @@ int lw_split_resident(const lw_dev &dv) {
 
 template <int NT, int CL, int PART = 0, int SK = 1, int BM = LW_BM>
 dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                     int64_t ldo, const lw_dev &dv, cudaStream_t s, bool pdl = false) {
+                     int64_t ldo, const lw_dev &dv, cudaStream_t s, bool pdl = false, int f32 = 0) {
   const int stages = lw_stages<NT, SK, BM>(dv.optin);
   if (stages < 2) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda lm head (wgmma): shared memory too small");
   if (SK > 1 && (k / LW_BK) < SK)
@@ -465,8 +472,8 @@ dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64
   if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL * SK));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK, BM>, tw, ta, (uint16_t *)out, (int)m, (int)n,
-                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages));
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK, BM>, tw, ta, out, (int)m, (int)n,
+                                  (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages, f32));
   return DSP_OK;
 }
 
