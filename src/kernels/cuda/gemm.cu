@@ -106,10 +106,7 @@ __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restri
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       const int nn = n0 + tx * 4 + j;
-      if (nn >= n) continue;
-      const size_t e = (size_t)mm * (size_t)ldo + nn;
-      if (f32) ((float *)out)[e] = acc[i][j]; /* a row-parallel product's partial: the chain unrounded */
-      else ((uint16_t *)out)[e] = dsp_dev_bf16_bits(acc[i][j]);
+      if (nn < n) dsp_dev_store_sum(out, (size_t)mm * (size_t)ldo + nn, acc[i][j], f32);
     }
   }
 }

@@ -212,11 +212,7 @@ __global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
-          if (row < n && tok < m) {
-            const size_t i = (size_t)tok * (size_t)ldo + row;
-            if (f32) ((float *)out)[i] = d[t][e]; /* a row-parallel product's partial: the sum unrounded */
-            else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(d[t][e]);
-          }
+          if (row < n && tok < m) dsp_dev_store_sum(out, (size_t)tok * (size_t)ldo + row, d[t][e], f32);
           d[t][e] = 0.0f;
         }
       }

@@ -148,13 +148,6 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  *
  * BM 64 (no split): the tile is 64 vocabulary rows; each consumer warpgroup multiplies them with its half of
  * the token tile. An element's k groups and instructions are those of BM 128 (m64 wgmma), only N is narrower. */
-/* An output element: bf16 with one rounding, or (f32) the fp32 sum unrounded,
- * for a row-parallel product's partials. */
-__device__ __forceinline__ void lw_store(void *out, size_t i, float v, int f32) {
-  if (f32) ((float *)out)[i] = v;
-  else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(v);
-}
-
 template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, void *__restrict__ out,
@@ -291,7 +284,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-            if (rr < nlim && cc < m) lw_store(out, (size_t)cc * (size_t)ldo + rr, d[4 * j + e], f32);
+            if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, d[4 * j + e], f32);
           }
         }
       } else {
@@ -320,7 +313,7 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-            if (rr < nlim && cc < m) lw_store(out, (size_t)cc * (size_t)ldo + rr, v[e], f32);
+            if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, v[e], f32);
           }
         }
         dsp_named_sync(256); /* every consumer has read its columns; one thread tells the blocks */

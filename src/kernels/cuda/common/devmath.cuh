@@ -22,6 +22,13 @@ __device__ __forceinline__ float dsp_dev_bf16_val(uint16_t h) { return __uint_as
 
 __device__ __forceinline__ float dsp_dev_round_bf16(float f) { return dsp_dev_bf16_val(dsp_dev_bf16_bits(f)); }
 
+/* A product's output element i: bf16 with one rounding, or (f32) the fp32 sum
+ * unrounded, as a row-parallel product's partial that is all-reduced first. */
+__device__ __forceinline__ void dsp_dev_store_sum(void *out, size_t i, float v, int f32) {
+  if (f32) ((float *)out)[i] = v;
+  else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(v);
+}
+
 /* fp32 output with the canonical NaN. */
 __device__ __forceinline__ float dsp_dev_canon_f32(float f) { return f != f ? __uint_as_float(0x7FC00000u) : f; }
 
