@@ -275,6 +275,23 @@ def case_tp(c):
         check(c, "TP2", d, o, reference(t, d, toks, LENS, STARTS), d.gamma)
 
 
+def case_row_parallel(c):
+    """The target's and the draft's o and down in the row-parallel form at TP 1
+    (DSPARK_ROW_PARALLEL=1: fp32 partials, the all-reduce, one rounding): the
+    fused form's bits, so every drafted token, logit and confidence is the same."""
+    tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
+                              {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
+                               "block_size": 5, "seed": 1})
+    toks = token_batch(np.random.default_rng(24), t.V)
+    base = c.ok("fused", tdir, ddir, inputs(toks))
+    o = c.ok("row-parallel", tdir, ddir, inputs(toks), env={"DSPARK_ROW_PARALLEL": "1"})
+    if base is None or o is None:
+        return
+    for k in ("tokens", "logits", "confidence"):
+        (c.tally.tokens_eq if k == "tokens" else c.tally.logits_eq)("row-parallel vs fused at TP 1: %s" % k, o[k],
+                                                                    base[k])
+
+
 def expect_refusal(c, label, tdir, ddir, inp, needles):
     rc, _, se = c.run(tdir, ddir, inp)
     low = se.lower()
@@ -334,7 +351,7 @@ def case_bad(c):
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling, "tp": case_tp,
-         "graphs": case_graphs, "bad": case_bad}
+         "row_parallel": case_row_parallel, "graphs": case_graphs, "bad": case_bad}
 
 
 def main():
