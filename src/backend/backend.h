@@ -107,6 +107,9 @@ typedef struct {
    * kept there). */
   dsp_status (*markov_logits)(const dsp_markov_exec *x, int32_t batch, const void **data, int64_t *ld,
                               int32_t *rows);
+  /* The in-place fp32 sum of x over comm, in order with device dev's work (ops.h; NULL: the comm called
+   * directly, for host memory) */
+  dsp_status (*allreduce)(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x);
 } dsp_backend_ops;
 
 struct dsp_backend {

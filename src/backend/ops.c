@@ -353,6 +353,17 @@ void dsp_op_graph_free(dsp_backend *be, dsp_op_graph *g) {
   if (g && be && be->ops->graph_free) be->ops->graph_free(be, g);
 }
 
+dsp_status dsp_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x) {
+  DSP_TRY(check_dev(be, dev));
+  if (!comm) return dsp_fail(DSP_ERR_ARG, "op allreduce: no communicator");
+  DSP_TRY(check_view(x, "allreduce", "x", 2, 2, DSP_F32));
+  if (x->shape[0] > 1 && x->stride[0] != x->shape[1])
+    return dsp_fail(DSP_ERR_SHAPE, "op allreduce: x's rows must be contiguous (stride %lld, %lld columns)",
+                    (long long)x->stride[0], (long long)x->shape[1]);
+  if (be->ops->allreduce) return be->ops->allreduce(be, dev, comm, x);
+  return dsp_comm_allreduce(comm, x->data, x->data, (size_t)(x->shape[0] * x->shape[1]), DSP_F32, DSP_REDUCE_SUM);
+}
+
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
   DSP_TRY(check_view(x, "round_add", "x", 2, 2, DSP_BF16));

@@ -104,6 +104,11 @@ typedef struct {
 } dsp_op_attn_in_args;
 dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a);
 
+/* x [M, N] F32 (contiguous rows) summed over the ranks of comm, in place: a
+ * row-parallel product's partials. On CUDA the NCCL call is enqueued on device
+ * dev's stream after the work before it (capturable); one rank leaves x as is. */
+dsp_status dsp_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x);
+
 /* out = bf16(x + bf16(p)): x, out [M, N] BF16, p [M, N] F32 (an all-reduced
  * row-parallel product; out may be x). */
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);

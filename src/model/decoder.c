@@ -149,7 +149,7 @@ static dsp_status residual(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp
   }
   dsp_tensor p = dsp_dec_rows(a->part, m);
   DSP_TRY(dsp_op_gemm(be, dev, in, w, &p));
-  DSP_TRY(dsp_comm_allreduce(comm, p.data, p.data, (size_t)(m * s->hidden), DSP_F32, DSP_REDUCE_SUM));
+  DSP_TRY(dsp_op_allreduce(be, dev, comm, &p));
   DSP_TRY(dsp_op_round_add(be, dev, &x, &p, &x));
   return norm ? dsp_op_rmsnorm(be, dev, &x, norm, (float)s->eps, &h) : DSP_OK;
 }

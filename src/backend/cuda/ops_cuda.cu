@@ -13,6 +13,7 @@ extern "C" {
 }
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/ops_cuda.h"
+#include "comm/comm.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layers.h"
@@ -134,6 +135,15 @@ extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tenso
   cudaStream_t s = dsp_cuda_stream(be, dev);
   if (c->dtype == DSP_F32) return dsp_cuda_gemm_run_f32(mw->g, a->data, a->stride[0], w->d, (float *)c->data, m, c->stride[0], s);
   return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], s);
+}
+
+/* NCCL goes on device dev's stream, behind the product that wrote x; one rank has nothing to add (its
+ * communicator may be a host one, whose memmove would not see device memory). */
+extern "C" dsp_status dsp_cuda_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x) {
+  if (dsp_comm_size(comm) == 1) return DSP_OK;
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  DSP_TRY(dsp_comm_set_stream(comm, dsp_cuda_stream(be, dev)));
+  return dsp_comm_allreduce(comm, x->data, x->data, (size_t)(x->shape[0] * x->shape[1]), DSP_F32, DSP_REDUCE_SUM);
 }
 
 /* One step as a one-step tail of the register kernel: E as W1 rows with the
