@@ -133,7 +133,8 @@ extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tenso
   }
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   cudaStream_t s = dsp_cuda_stream(be, dev);
-  if (c->dtype == DSP_F32) return dsp_cuda_gemm_run_f32(mw->g, a->data, a->stride[0], w->d, (float *)c->data, m, c->stride[0], s);
+  if (c->dtype == DSP_F32)
+    return dsp_cuda_gemm_run_f32(mw->g, a->data, a->stride[0], w->d, (float *)c->data, m, c->stride[0], s);
   return dsp_cuda_gemm_run(mw->g, a->data, a->stride[0], w->d, c->data, m, c->stride[0], s);
 }
 
