@@ -15,7 +15,10 @@
  * acceptance's softmaxes of the target's and the draft's rows (on the device
  * where both models are one CUDA device's, else on the host).
  *
- * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C]
+ * Under mpirun or with --tp N the floors are one TP rank's share (1/TP of the
+ * weights, KV and flops) over its own measured rates, and rank 0 prints.
+ *
+ * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C]
  *                   [--new N] [--batch 1,32] [--temperature T] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +92,11 @@ int main(int argc, char **argv) {
   dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2), .max_ctx = o.max_tokens};
   dsp_draft *d;
   TRY(dsp_draft_load(be, draft, t, &dop, &d));
-  fprintf(stderr, "%s\n%s\n", dsp_target_report(t), dsp_draft_report(d));
+  /* under TP every rank times the same calls; rank 0 prints, and the floors are one rank's share (1/TP of the
+   * weights, the KV heads and the flops) over this rank's measured rates */
+  const int root = dsp_comm_rank(comm) == 0;
+  const double tp = (double)dsp_backend_tp_size(be);
+  if (root) fprintf(stderr, "%s\n%s\n", dsp_target_report(t), dsp_draft_report(d));
   const dsp_target_info *in = dsp_target_info_of(t);
   const double H = (double)in->hidden, D = (double)in->head_dim, I = (double)in->intermediate, V = (double)in->vocab;
   const double per_layer = H * (in->heads + 2.0 * in->kv_heads) * D + in->heads * D * H + 3.0 * H * I;
@@ -100,11 +107,14 @@ int main(int argc, char **argv) {
   const double dbytes = 2.0 * (L * per_layer + V * H + G * V * R);
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
-  printf("# bench_spec: %s + %s (%s): target %.2f G parameters in products, draft %lld layers, block %d, Markov rank "
-         "%lld; context %lld, %lld new tokens, temperature %g; copy %.0f GB/s, bf16 products %.1f TFLOP/s\n",
-         model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tparams / 1e9, (long long)di.layers, G,
-         (long long)di.markov_rank, (long long)C, (long long)N, (double)temp, bw / 1e9, rate / 1e12);
-  printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
+  if (root) {
+    printf("# bench_spec: %s + %s (%s, TP %.0f): target %.2f G parameters in products, draft %lld layers, block %d, "
+           "Markov rank %lld; context %lld, %lld new tokens, temperature %g; copy %.0f GB/s, bf16 products %.1f "
+           "TFLOP/s%s\n", model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, tparams / 1e9,
+           (long long)di.layers, G, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp, bw / 1e9,
+           rate / 1e12, tp > 1 ? " (rank 0's; floors per rank)" : "");
+    printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
+  }
   int32_t **pr = malloc((size_t)bmax * sizeof *pr), *len = malloc((size_t)bmax * 4);
   for (int32_t b = 0; b < bmax; b++) {
     pr[b] = malloc((size_t)C * 4);
@@ -128,21 +138,24 @@ int main(int argc, char **argv) {
     const double calls = (double)ss.decode_calls;
     const double round = ss.decode_ms / calls, dr = ss.draft_ms / calls, vr = ss.verify_ms / calls;
     const double ctx = (double)B * (double)(C + N / 2);
-    const double f_dec = floor_ms(2.0 * tparams + kv_pos * ctx, 2.0 * tparams * B, bw, rate);
-    const double f_ver = floor_ms(2.0 * tparams + kv_pos * ctx, 2.0 * tparams * B * (G + 1), bw, rate);
-    const double f_dr = floor_ms(dbytes + dkv_pos * ctx, 2.0 * (L * per_layer + V * H) * B * G, bw, rate);
-    printf("| %d | plain decode step | %.3f | %.3f | %.2fx |\n", B, step, f_dec, step / f_dec);
-    printf("| %d | draft proposal (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G, dr, f_dr, dr / f_dr);
-    printf("| %d | verify (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G + 1, vr, f_ver, vr / f_ver);
-    printf("| %d | round (+ %.3f ms accept, roll back, append) | %.3f | %.3f | %.2fx |\n", B, round - dr - vr, round,
-           f_dr + f_ver, round / (f_dr + f_ver));
-    fflush(stdout);
+    const double f_dec = floor_ms((2.0 * tparams + kv_pos * ctx) / tp, 2.0 * tparams * B / tp, bw, rate);
+    const double f_ver = floor_ms((2.0 * tparams + kv_pos * ctx) / tp, 2.0 * tparams * B * (G + 1) / tp, bw, rate);
+    const double f_dr = floor_ms((dbytes + dkv_pos * ctx) / tp, 2.0 * (L * per_layer + V * H) * B * G / tp, bw, rate);
+    if (root) {
+      printf("| %d | plain decode step | %.3f | %.3f | %.2fx |\n", B, step, f_dec, step / f_dec);
+      printf("| %d | draft proposal (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G, dr, f_dr, dr / f_dr);
+      printf("| %d | verify (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G + 1, vr, f_ver, vr / f_ver);
+      printf("| %d | round (+ %.3f ms accept, roll back, append) | %.3f | %.3f | %.2fx |\n", B, round - dr - vr,
+             round, f_dr + f_ver, round / (f_dr + f_ver));
+      fflush(stdout);
+    }
     pn += snprintf(proj + pn, sizeof proj - (size_t)pn,
                    "| %d | %.2f (%.2f) | %.2fx | %.2fx | %.2fx | %.2fx |\n", B,
                    (double)(ss.accepted + ss.rounds) / (double)ss.rounds, round / step, 6.17 * step / round,
                    3.21 * step / round, 5.5 * step / round, 5.5 * f_dec / (f_dr + f_ver));
   }
-  printf("\nprojected speedups (acceptance lengths: the DSpark paper's Qwen3-8B, gamma 7: GSM8K 6.17, Arena-Hard "
+  if (root)
+    printf("\nprojected speedups (acceptance lengths: the DSpark paper's Qwen3-8B, gamma 7: GSM8K 6.17, Arena-Hard "
          "3.21; and 5.5)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
          "|\n|---|---|---|---|---|---|\n%s",
          proj);

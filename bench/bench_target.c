@@ -7,9 +7,11 @@
  * KV-cache bytes over the copy bandwidth, or flops over the bf16 product rate
  * where that is larger, both measured in the same process. Prompts are
  * synthetic ids (prompt b, position i: (i * 7919 + b * 104729 + 13) % vocab),
- * the same a peer (bench/hf_peer_target.py) runs.
+ * the same a peer (bench/hf_peer_target.py) runs. Under mpirun or with --tp N
+ * the floors are one TP rank's share (1/TP of the weights, KV and flops) over
+ * its own measured rates, and rank 0 prints.
  *
- * usage: bench_target --model DIR [--backend cpu|cuda] [--context C] [--prefill P]
+ * usage: bench_target --model DIR [--backend cpu|cuda [--tp N]] [--context C] [--prefill P]
  *                     [--batch 1,32] [--reps R] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,16 +67,23 @@ int main(int argc, char **argv) {
   dsp_target *t;
   TRY(dsp_target_load(be, model, &o, &t));
   const dsp_target_info *in = dsp_target_info_of(t);
-  fprintf(stderr, "%s\n", dsp_target_report(t));
+  /* under TP every rank times the same calls; rank 0 prints, and the floors are one rank's share (1/TP of the
+   * weights, the KV heads and the flops) over this rank's measured rates */
+  const int root = dsp_comm_rank(comm) == 0;
+  const double tp = (double)dsp_backend_tp_size(be);
+  if (root) fprintf(stderr, "%s\n", dsp_target_report(t));
   const double H = (double)in->hidden, D = (double)in->head_dim, I = (double)in->intermediate;
   const double per_layer = H * (in->heads + 2.0 * in->kv_heads) * D + in->heads * D * H + 3.0 * H * I;
   const double params = (double)in->layers * per_layer + (double)in->vocab * H; /* the embedding is a gather */
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   const double kv_per_pos = 2.0 * 2.0 * (double)in->layers * in->kv_heads * D;
-  printf("# bench_target: %s (%s), %.2f G parameters in products; copy %.0f GB/s, bf16 products %.1f TFLOP/s\n",
-         model, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", params / 1e9, bw / 1e9, rate / 1e12);
-  printf("| call | batch | context | ms per call | floor ms | of floor | tokens/s |\n|---|---|---|---|---|---|---|\n");
+  if (root) {
+    printf("# bench_target: %s (%s, TP %.0f), %.2f G parameters in products; copy %.0f GB/s, bf16 products %.1f "
+           "TFLOP/s%s\n", model, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, params / 1e9, bw / 1e9, rate / 1e12,
+           tp > 1 ? " (rank 0's; floors per rank)" : "");
+    printf("| call | batch | context | ms per call | floor ms | of floor | tokens/s |\n|---|---|---|---|---|---|---|\n");
+  }
   int32_t *slot = malloc((size_t)bmax * 4), *count = malloc((size_t)bmax * 4);
   int32_t *toks = malloc((size_t)(chunk > 8 * bmax ? chunk : 8 * bmax) * 4);
   int64_t *next = malloc((size_t)(chunk > 8 * bmax ? chunk : 8 * bmax) * 8);
@@ -108,11 +117,12 @@ int main(int argc, char **argv) {
         for (int32_t s = 0; s < B; s++) TRY(dsp_target_truncate(t, s, C));
       }
       const double m = dsp_bench_median(ms, (int)R);
-      const double bytes = 2.0 * params + kv_per_pos * (double)B * (double)(C + n);
-      const double flops = 2.0 * params * B * n + 4.0 * in->layers * in->heads * D * (double)B * n * (C + n);
+      const double bytes = (2.0 * params + kv_per_pos * (double)B * (double)(C + n)) / tp;
+      const double flops = (2.0 * params * B * n + 4.0 * in->layers * in->heads * D * (double)B * n * (C + n)) / tp;
       const double fl = bytes / bw * 1e3 > flops / rate * 1e3 ? bytes / bw * 1e3 : flops / rate * 1e3;
-      printf("| %s | %d | %lld | %.3f | %.3f | %.2fx | %.0f |\n", kind ? "verify 8" : "decode", B, (long long)C, m, fl,
-             m / fl, (double)B * n / (m * 1e-3));
+      if (root)
+        printf("| %s | %d | %lld | %.3f | %.3f | %.2fx | %.0f |\n", kind ? "verify 8" : "decode", B, (long long)C, m,
+               fl, m / fl, (double)B * n / (m * 1e-3));
       fflush(stdout);
     }
   }
@@ -131,10 +141,13 @@ int main(int argc, char **argv) {
     if (r >= 0) ms[r] = dsp_bench_now_ms() - t0;
   }
   const double m = dsp_bench_median(ms, 3);
-  const double flops = 2.0 * (params - (double)in->vocab * H) * P + 2.0 * in->layers * in->heads * D * (double)P * P;
-  printf("| prefill | 1 | %lld | %.3f | %.3f | %.2fx | %.0f |\n", (long long)P, m, flops / rate * 1e3,
-         m / (flops / rate * 1e3), (double)P / (m * 1e-3));
-  printf("(prefill: %.1f%% of the measured bf16 product rate)\n", 100.0 * flops / (m * 1e-3) / rate);
+  const double flops =
+      (2.0 * (params - (double)in->vocab * H) * P + 2.0 * in->layers * in->heads * D * (double)P * P) / tp;
+  if (root) {
+    printf("| prefill | 1 | %lld | %.3f | %.3f | %.2fx | %.0f |\n", (long long)P, m, flops / rate * 1e3,
+           m / (flops / rate * 1e3), (double)P / (m * 1e-3));
+    printf("(prefill: %.1f%% of the measured bf16 product rate)\n", 100.0 * flops / (m * 1e-3) / rate);
+  }
   free(slot), free(count), free(toks), free(next), free(ms);
   dsp_target_free(t);
   dsp_backend_free(be);
