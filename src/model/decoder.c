@@ -136,9 +136,9 @@ dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, i
   return DSP_OK;
 }
 
-/* x += y where y is this rank's part of a row-parallel product of in (TP 1: y's bf16), then, where norm is
- * set, h = norm(x) (at TP 1 in the same call as the add). At TP 1 the row-parallel form gives the same bits:
- * bf16(x + bf16(p)) with p the whole sum is bf16(x + o). */
+/* x += y where y is this rank's part of a row-parallel product of in (the fused form, without row_parallel:
+ * y's bf16), then, where norm is set, h = norm(x) (the fused form: in the same call as the add). At TP 1 the
+ * row-parallel form gives the same bits: bf16(x + bf16(p)) with p the whole sum is bf16(x + o). */
 static dsp_status residual(dsp_backend *be, int dev, const dsp_dec_shape *s, dsp_dec_act *a, const dsp_tensor *in,
                            const dsp_weight *w, int64_t m, dsp_comm *comm, const dsp_tensor *norm) {
   dsp_tensor x = dsp_dec_rows(a->x, m), h = dsp_dec_rows(a->h, m);

@@ -24,7 +24,7 @@ typedef struct {
 
 /* The activations of a forward, views of as many rows as it may run. */
 typedef struct {
-  dsp_tensor x, h, qkv, attn, o, gu, act, part; /* part: F32 row-parallel partials (TP > 1) */
+  dsp_tensor x, h, qkv, attn, o, gu, act, part; /* part: F32 row-parallel partials (row_parallel) */
 } dsp_dec_act;
 
 /* Where a layer's keys and values go and what its attention reads. */
@@ -34,7 +34,7 @@ typedef struct {
   const int64_t *rows;             /* [M] device: the cache row (slot * max_len + position) of each row's K/V */
   const int32_t *pos, *rslot, *rkeys; /* [M] device: position, slot read, keys seen */
   const dsp_tensor *rope_cos, *rope_sin;
-  dsp_comm *comm;                  /* the TP communicator (TP > 1) */
+  dsp_comm *comm;                  /* the TP communicator (row_parallel's all-reduce) */
   int row_group;                   /* runs of this many rows read one slot (a draft block): a speed hint */
   /* next_norm: after its last residual the layer writes h = next_norm(x) (the next layer's input
    * norm, or the final norm; one fused call at TP 1); h_ready: the layer before did, so the input
