@@ -195,17 +195,23 @@ dsp_status dsp_comm_nccl_create(dsp_comm *mpi, int device, dsp_comm **out);
 /* NCCL over n GPUs driven by this one process: out[i] is rank i on devices[i];
  * each is used from its own thread. */
 dsp_status dsp_comm_nccl_create_group(int n, const int *devices, dsp_comm **out);
+/* n ranks that are threads of this process (the CPU backend's devices):
+ * out[i] is rank i, each used from its own thread; collectives go through
+ * shared memory, F32 sums in rank order. Kind "threads". */
+dsp_status dsp_comm_threads_create_group(int n, dsp_comm **out);
 
 int dsp_comm_rank(const dsp_comm *c);
 int dsp_comm_size(const dsp_comm *c);
-const char *dsp_comm_kind(const dsp_comm *c); /* "self", "mpi", "nccl" */
+const char *dsp_comm_kind(const dsp_comm *c); /* "self", "mpi", "nccl", "threads" */
 /* recv holds size * bytes: rank r's `bytes` at offset r * bytes. In place when
  * send == recv + rank * bytes; other overlaps are not allowed. */
 dsp_status dsp_comm_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes);
 dsp_status dsp_comm_bcast(dsp_comm *c, void *buf, size_t bytes, int root);
 /* send == recv is allowed (in place). dt: DSP_F32, DSP_I32, DSP_I64. Every rank
- * gets the same result; an F32 SUM's rounding order is the engine's (exact
- * when the sum is exact), so results that must be bit-fixed use MAX or integers. */
+ * gets the same result. An F32 SUM on the host engines (self, MPI, threads)
+ * is taken in rank order, ((x0 + x1) + x2) + ..., whatever the count, so it is
+ * the same on every run, message size and engine; on NCCL its order is
+ * NCCL's (exact when the sum is exact). */
 dsp_status dsp_comm_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
                               dsp_reduce_op op);
 dsp_status dsp_comm_barrier(dsp_comm *c);

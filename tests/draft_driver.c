@@ -5,7 +5,7 @@
  * append a few rows, as in speculative decoding), the anchor is
  * tokens[b][start]. All sequences propose together in each round j.
  *
- * usage: draft_driver TARGET_DIR DRAFT_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]
+ * usage: draft_driver TARGET_DIR DRAFT_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--tp N]
  *   IN: tokens [B, L] I64, lengths [B] I64, starts [B, J] I64 (increasing per
  *       row, start < length), optional temperature [B] F32, seed [B] I64,
  *       gamma [1] I64, slots [B] I64, tokens_only [1] I64 (no logits asked: the
@@ -52,7 +52,7 @@ static void *read_t(dsp_st_file *f, const char *name, dsp_dtype dt, int64_t *n, 
 
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: draft_driver TARGET_DIR DRAFT_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]\n");
+    fprintf(stderr, "usage: draft_driver TARGET_DIR DRAFT_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--tp N]\n");
     return 2;
   }
   const dsp_backend_kind kind =
@@ -70,7 +70,10 @@ int main(int argc, char **argv) {
   int64_t *tonly = read_t(in, "tokens_only", DSP_I64, &n, NULL, 0);
   const int64_t B = tsh[0], L = tsh[1], J = ssh[1];
   dsp_backend *be;
-  dsp_backend_config bc = {.kind = kind, .comm = comm};
+  int32_t devices = 1; /* --tp N: N TP ranks in this process */
+  for (int i = 5; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--tp")) devices = atoi(argv[i + 1]);
+  dsp_backend_config bc = {.kind = kind, .comm = comm, .devices = devices};
   TRY(dsp_backend_create(&bc, &be));
   /* the target taps what the draft reads */
   dsp_draft_info di;

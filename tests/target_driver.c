@@ -2,7 +2,7 @@
  * runs of a batch of sequences split into calls by a schedule, writing every
  * position's logits, selected ids and taps (rank 0).
  *
- * usage: target_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]
+ * usage: target_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--tp N]
  *   IN: tokens [B, L] I64 (row b's first lengths[b] are real), lengths [B] I64,
  *       chunks [C] I64 (call c brings min(chunks[c], left) tokens of every
  *       unfinished sequence; the last chunk repeats), optional taps [n] I64,
@@ -61,7 +61,7 @@ static int64_t *read_i64(dsp_st_file *f, const char *name, int64_t *n, int requi
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: target_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda]\n");
+    fprintf(stderr, "usage: target_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--tp N]\n");
     return 2;
   }
   dsp_backend_kind kind = argc > 5 && !strcmp(argv[4], "--backend") && !strcmp(argv[5], "cuda") ? DSP_BACKEND_CUDA
@@ -89,7 +89,10 @@ int main(int argc, char **argv) {
   int32_t taps[64];
   for (int64_t i = 0; i < ntap; i++) taps[i] = (int32_t)taps64[i];
   dsp_backend *be;
-  dsp_backend_config bc = {.kind = kind, .comm = comm};
+  int32_t devices = 1; /* --tp N: N TP ranks in this process */
+  for (int i = 4; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--tp")) devices = atoi(argv[i + 1]);
+  dsp_backend_config bc = {.kind = kind, .comm = comm, .devices = devices};
   TRY(dsp_backend_create(&bc, &be));
   dsp_target_options o = {.max_seqs = (int32_t)(B + 2), .max_len = (int32_t)(ml ? ml[0] : L), .max_tokens = (int32_t)(B * L),
                           .taps = taps, .ntaps = (int32_t)ntap};

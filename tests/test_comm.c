@@ -1,6 +1,7 @@
 /* The communicator (src/comm): self and MPI backends, the dispatch checks and
  * dsp_comm_agree. Modes (first argument):
  *   self            the one-rank backend (no MPI)
+ *   threads         the in-process backend at 1-4 ranks, a thread each
  *   mpi NP          every MPI collective, run under mpirun -np NP
  *   rank-exit       rank 1 exits(3) while the others wait in a barrier
  *   abort           rank 1 calls dsp_comm_abort(c, 5) while the others wait
@@ -10,6 +11,7 @@
  * "rank R: <message>" from the lowest failing rank). */
 #include <math.h>
 #include <setjmp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +26,28 @@
 #include "comm/comm.h"
 #include "comm/comm_impl.h"
 #include "core/status.h"
+
+/* Checks that work on any thread: on cmocka's own they are its assertions; on
+ * a rank's thread of the "threads" communicator (where cmocka cannot unwind)
+ * they print and end the process. */
+static _Thread_local int t_on_rank_thread;
+
+#define CK_FAIL(...)                                    \
+  do {                                                  \
+    if (!t_on_rank_thread) fail_msg(__VA_ARGS__);       \
+    fprintf(stderr, "test_comm: " __VA_ARGS__);         \
+    fputc('\n', stderr);                                \
+    exit(1); /* the other ranks would wait for this one */ \
+  } while (0)
+#define CK(cond)                                              \
+  do {                                                        \
+    if (!(cond)) CK_FAIL("%s:%d: %s", __FILE__, __LINE__, #cond); \
+  } while (0)
+#define CK_EQ(a, b)                                                                                  \
+  do {                                                                                               \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                              \
+    if (a_ != b_) CK_FAIL("%s:%d: %s is %lld, want %lld", __FILE__, __LINE__, #a, a_, b_);           \
+  } while (0)
 
 static dsp_comm *g_comm;
 static int g_expect_size;
@@ -42,24 +66,24 @@ static void check_gathered(const uint8_t *recv, size_t bytes, int size) {
   for (int r = 0; r < size; r++)
     for (size_t i = 0; i < bytes; i++)
       if (recv[(size_t)r * bytes + i] != pattern(r, i))
-        fail_msg("allgather: rank %d byte %zu is %u, want %u", r, i, recv[(size_t)r * bytes + i], pattern(r, i));
+        CK_FAIL("allgather: rank %d byte %zu is %u, want %u", r, i, recv[(size_t)r * bytes + i], pattern(r, i));
 }
 
 static void gather_case(dsp_comm *c, size_t bytes) {
   int rank = dsp_comm_rank(c), size = dsp_comm_size(c);
   uint8_t *send = malloc(bytes + 1), *recv = malloc((size_t)size * bytes + 1);
-  assert_non_null(send);
-  assert_non_null(recv);
+  CK(send != NULL);
+  CK(recv != NULL);
   fill(send, bytes, rank);
   memset(recv, 0xEE, (size_t)size * bytes);
-  assert_int_equal(dsp_comm_allgather(c, send, recv, bytes), DSP_OK);
+  CK_EQ(dsp_comm_allgather(c, send, recv, bytes), DSP_OK);
   check_gathered(recv, bytes, size);
-  for (size_t i = 0; i < bytes; i++) assert_int_equal(send[i], pattern(rank, i)); /* send untouched */
+  for (size_t i = 0; i < bytes; i++) CK_EQ(send[i], pattern(rank, i)); /* send untouched */
 
   /* in place: own part already at rank * bytes */
   memset(recv, 0xEE, (size_t)size * bytes);
   fill(recv + (size_t)rank * bytes, bytes, rank);
-  assert_int_equal(dsp_comm_allgather(c, recv + (size_t)rank * bytes, recv, bytes), DSP_OK);
+  CK_EQ(dsp_comm_allgather(c, recv + (size_t)rank * bytes, recv, bytes), DSP_OK);
   check_gathered(recv, bytes, size);
   free(send);
   free(recv);
@@ -67,12 +91,12 @@ static void gather_case(dsp_comm *c, size_t bytes) {
 
 static void bcast_case(dsp_comm *c, size_t bytes, int root) {
   uint8_t *buf = malloc(bytes + 1);
-  assert_non_null(buf);
+  CK(buf != NULL);
   if (dsp_comm_rank(c) == root) fill(buf, bytes, root);
   else memset(buf, 0xEE, bytes);
-  assert_int_equal(dsp_comm_bcast(c, buf, bytes, root), DSP_OK);
+  CK_EQ(dsp_comm_bcast(c, buf, bytes, root), DSP_OK);
   for (size_t i = 0; i < bytes; i++)
-    if (buf[i] != pattern(root, i)) fail_msg("bcast from %d: byte %zu is %u, want %u", root, i, buf[i], pattern(root, i));
+    if (buf[i] != pattern(root, i)) CK_FAIL("bcast from %d: byte %zu is %u, want %u", root, i, buf[i], pattern(root, i));
   free(buf);
 }
 
@@ -121,55 +145,81 @@ static void reduce_case(dsp_comm *c, int in_place) {
   do {                                                                               \
     if (in_place) {                                                                  \
       memcpy(out, src, sizeof out);                                                  \
-      assert_int_equal(dsp_comm_allreduce(c, out, out, NRED, dt, op), DSP_OK);       \
+      CK_EQ(dsp_comm_allreduce(c, out, out, NRED, dt, op), DSP_OK);       \
     } else {                                                                         \
       memset(out, 0x5A, sizeof out);                                                 \
-      assert_int_equal(dsp_comm_allreduce(c, src, out, NRED, dt, op), DSP_OK);       \
+      CK_EQ(dsp_comm_allreduce(c, src, out, NRED, dt, op), DSP_OK);       \
     }                                                                                \
   } while (0)
 
   RUN(fs, fr, DSP_F32, DSP_REDUCE_SUM);
-  for (int i = 0; i < NRED; i++) assert_true(fr[i] == f32_sum_want(size, i));
+  for (int i = 0; i < NRED; i++) CK(fr[i] == f32_sum_want(size, i));
   RUN(fm, fr, DSP_F32, DSP_REDUCE_MAX);
   for (int i = 0; i < NRED; i++) {
     float want = -INFINITY;
     for (int r = 0; r < size; r++) want = fmaxf(want, f32_max_in(r, i));
-    assert_true(fr[i] == want);
+    CK(fr[i] == want);
   }
-  assert_true(isinf(fr[0]) && fr[0] < 0);
-  assert_true(fr[1] == INFINITY);
+  CK(isinf(fr[0]) && fr[0] < 0);
+  CK(fr[1] == INFINITY);
 
   RUN(is, ir, DSP_I32, DSP_REDUCE_SUM);
   for (int i = 0; i < NRED; i++) {
     int32_t k = 0; /* sum over r of (+-1)(r+1): 1 - 2 + 3 - 4 ... */
     for (int r = 0; r < size; r++) k += (r % 2 ? -1 : 1) * (r + 1);
-    assert_int_equal(ir[i], (i + 1) * k);
+    CK_EQ(ir[i], (i + 1) * k);
   }
   RUN(im, ir, DSP_I32, DSP_REDUCE_MAX);
-  assert_int_equal(ir[0], INT32_MIN);
-  assert_int_equal(ir[1], INT32_MAX);
+  CK_EQ(ir[0], INT32_MIN);
+  CK_EQ(ir[1], INT32_MAX);
   for (int i = 2; i < NRED; i++) {
     int32_t want = INT32_MIN;
     for (int r = 0; r < size; r++) want = i32_max_in(r, i) > want ? i32_max_in(r, i) : want;
-    assert_int_equal(ir[i], want);
+    CK_EQ(ir[i], want);
   }
 
   RUN(ls, lr, DSP_I64, DSP_REDUCE_SUM);
-  for (int i = 0; i < NRED; i++) assert_true(lr[i] == i64_sum_want(size, i));
+  for (int i = 0; i < NRED; i++) CK(lr[i] == i64_sum_want(size, i));
   RUN(lm, lr, DSP_I64, DSP_REDUCE_MAX);
-  assert_true(lr[0] == INT64_MIN);
-  assert_true(lr[1] == INT64_MAX);
+  CK(lr[0] == INT64_MIN);
+  CK(lr[1] == INT64_MAX);
   for (int i = 2; i < NRED; i++) {
     int64_t want = INT64_MIN;
     for (int r = 0; r < size; r++) want = i64_max_in(r, i) > want ? i64_max_in(r, i) : want;
-    assert_true(lr[i] == want);
+    CK(lr[i] == want);
   }
 #undef RUN
   /* not in place: the inputs are untouched */
   for (int i = 0; i < NRED; i++) {
-    assert_true(fs[i] == f32_sum_in(rank, i));
-    assert_true(ls[i] == i64_sum_in(rank, i));
+    CK(fs[i] == f32_sum_in(rank, i));
+    CK(ls[i] == i64_sum_in(rank, i));
   }
+}
+
+/* F32 sums on host engines go in rank order, ((x0 + x1) + x2) + ..., on every
+ * rank: inputs of mixed signs and magnitudes, where another order would round
+ * differently, against that order computed here. */
+static float order_in(int r, size_t i) {
+  uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 0x9e3779b9u);
+  h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+  const float m = 1.0f + (float)(h % 1000u) / 1000.0f;
+  return ldexpf((h & 0x80000000u) ? -m : m, (int)((h >> 8) % 48u) - 24);
+}
+
+static void order_case(dsp_comm *c, size_t n) {
+  int rank = dsp_comm_rank(c), size = dsp_comm_size(c);
+  float *x = malloc(n * sizeof *x + 4);
+  CK(x != NULL);
+  for (size_t i = 0; i < n; i++) x[i] = order_in(rank, i);
+  CK_EQ(dsp_comm_allreduce(c, x, x, n, DSP_F32, DSP_REDUCE_SUM), DSP_OK);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) {
+    volatile float want = order_in(0, i);
+    for (int r = 1; r < size; r++) want = want + order_in(r, i);
+    differ += memcmp(&x[i], (const void *)&want, 4) != 0;
+  }
+  free(x);
+  if (differ) CK_FAIL("F32 sum over %d ranks: %zu of %zu elements not in rank order", size, differ, n);
 }
 
 /* ---- MPI tests ------------------------------------------------------------- */
@@ -234,6 +284,16 @@ static void test_mpi_allreduce(void **st) {
   reduce_case(g_comm, 1);
   assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, INT32_MAX), DSP_OK);
   assert_int_equal(dsp_comm_allreduce(g_comm, NULL, NULL, 0, DSP_I64, DSP_REDUCE_SUM), DSP_OK);
+  g_passed = 1;
+}
+
+static void test_mpi_sum_order(void **st) {
+  (void)st;
+  order_case(g_comm, 1000);
+  order_case(g_comm, 300000); /* sizes where MPI's own algorithms differ */
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, 7), DSP_OK);
+  order_case(g_comm, 100);
+  assert_int_equal(dsp_comm_mpi_set_max_count(g_comm, INT32_MAX), DSP_OK);
   g_passed = 1;
 }
 
@@ -361,7 +421,8 @@ static int run_mpi(int np) {
   if (dsp_comm_rank(g_comm) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
   const struct CMUnitTest tests[] = {
       MPI_TEST(test_mpi_identity),       MPI_TEST(test_mpi_allgather),   MPI_TEST(test_mpi_allgather_split),
-      MPI_TEST(test_mpi_bcast),          MPI_TEST(test_mpi_allreduce),   MPI_TEST(test_mpi_barrier),
+      MPI_TEST(test_mpi_bcast),          MPI_TEST(test_mpi_allreduce),   MPI_TEST(test_mpi_sum_order),
+      MPI_TEST(test_mpi_barrier),
       MPI_TEST(test_mpi_bad_args),       MPI_TEST(test_mpi_error_text),  MPI_TEST(test_mpi_agree_ok),    MPI_TEST(test_mpi_agree_last_fails),
       MPI_TEST(test_mpi_agree_lowest_wins), MPI_TEST(test_mpi_agree_all_fail),
   };
@@ -438,6 +499,63 @@ static int run_self(void) {
   return cmocka_run_group_tests_name("comm self", tests, NULL, NULL) ? 1 : 0;
 }
 
+/* ---- the threads communicator: every collective, each rank on its thread -- */
+
+static void *threads_rank(void *arg) {
+  dsp_comm *c = arg;
+  t_on_rank_thread = 1;
+  const int rank = dsp_comm_rank(c), size = dsp_comm_size(c);
+  CK(!strcmp(dsp_comm_kind(c), "threads"));
+  static const size_t gsizes[] = {0, 1, 7, 4096, 1u << 20};
+  for (size_t k = 0; k < sizeof gsizes / sizeof gsizes[0]; k++) gather_case(c, gsizes[k]);
+  static const size_t bsizes[] = {0, 13, 1u << 20};
+  for (size_t k = 0; k < sizeof bsizes / sizeof bsizes[0]; k++) {
+    bcast_case(c, bsizes[k], 0);
+    bcast_case(c, bsizes[k], size - 1);
+  }
+  reduce_case(c, 0);
+  reduce_case(c, 1);
+  order_case(c, 1000);
+  order_case(c, 300000);
+  for (int k = 0; k < 3; k++) CK_EQ(dsp_comm_barrier(c), DSP_OK);
+  /* the lowest failing rank's reason reaches every rank */
+  dsp_error_clear();
+  dsp_status local = rank == size - 1 ? dsp_fail(DSP_ERR_IO, "boom") : DSP_OK;
+  if (size > 2 && rank == 1) local = dsp_fail(DSP_ERR_RANGE, "earlier");
+  const dsp_status got = dsp_comm_agree(c, local);
+  char want[64];
+  if (size == 1) snprintf(want, sizeof want, "boom");
+  else if (size > 2) snprintf(want, sizeof want, "rank 1: earlier");
+  else snprintf(want, sizeof want, "rank %d: boom", size - 1);
+  CK_EQ(got, size > 2 ? DSP_ERR_RANGE : DSP_ERR_IO);
+  CK(!strcmp(dsp_error_message(), want));
+  CK_EQ(dsp_comm_agree(c, DSP_OK), DSP_OK);
+  return NULL;
+}
+
+static int run_threads(void) {
+  for (int n = 1; n <= 4; n++) {
+    dsp_comm *c[4];
+    if (dsp_comm_threads_create_group(n, c) != DSP_OK) {
+      fprintf(stderr, "test_comm: %s\n", dsp_error_message());
+      return 1;
+    }
+    g_expect_size = n;
+    pthread_t th[4];
+    for (int r = 0; r < n; r++)
+      if (pthread_create(&th[r], NULL, threads_rank, c[r])) return 1;
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) dsp_comm_free(c[r]);
+    printf("comm threads: %d rank%s passed\n", n, n == 1 ? "" : "s");
+  }
+  dsp_comm *c;
+  if (dsp_comm_threads_create_group(0, &c) != DSP_ERR_ARG || dsp_comm_threads_create_group(2, NULL) != DSP_ERR_ARG) {
+    fprintf(stderr, "test_comm: a group of 0 ranks or without an output array was accepted\n");
+    return 1;
+  }
+  return 0;
+}
+
 /* ---- rank-exit driver modes ---------------------------------------------- */
 
 static int run_exit_mode(int use_abort) {
@@ -459,9 +577,10 @@ static int run_exit_mode(int use_abort) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "self")) return run_self();
+  if (argc >= 2 && !strcmp(argv[1], "threads")) return run_threads();
   if (argc >= 3 && !strcmp(argv[1], "mpi")) return run_mpi(atoi(argv[2]));
   if (argc >= 2 && !strcmp(argv[1], "rank-exit")) return run_exit_mode(0);
   if (argc >= 2 && !strcmp(argv[1], "abort")) return run_exit_mode(1);
-  fprintf(stderr, "usage: test_comm self | mpi NP | rank-exit | abort\n");
+  fprintf(stderr, "usage: test_comm self | threads | mpi NP | rank-exit | abort\n");
   return 2;
 }

@@ -50,7 +50,8 @@ static void gen_usage(FILE *f) {
           "         plainly and reports the speedup (and, greedy, whether the tokens are the same), both\n"
           "         timed runs after an untimed one of each over 16 tokens;\n"
           "         --trace adds every round to the JSON\n"
-          "  Run under `mpirun -np N` for tensor parallelism over N ranks.\n");
+          "  Run under `mpirun -np N` for tensor parallelism over N ranks, or give --tp N for N TP ranks\n"
+          "  in this one process (N GPUs with cuda; N threads' ranks with cpu).\n");
 }
 
 static int parse_gen_args(int argc, char **argv, gen_args *a) {

@@ -31,7 +31,8 @@ static void head_usage(FILE *f) {
           "     optional __metadata__ vocab_size = V\n"
           "  I: hidden [B,gamma,H] BF16, anchor [B] I64; optional temperature [B] F32, seed [B] I64, position [B] I64\n"
           "  O: tokens [B,gamma] I64; corrected_logits [B,gamma,V] when a row samples or with --dump-logits\n"
-          "  Run under `mpirun -np N` for tensor parallelism over N ranks.\n");
+          "  Run under `mpirun -np N` for tensor parallelism over N ranks, or give --tp N for N TP ranks\n"
+          "  in this one process (N GPUs with cuda; N threads' ranks with cpu).\n");
 }
 
 static int parse_head_args(int argc, char **argv, head_args *a) {

@@ -33,7 +33,7 @@ int dsp_tool_backend_option(dsp_tool_backend *b, const char *opt, const char *va
   if (!strcmp(opt, "--tp")) {
     int64_t n;
     if (!val) {
-      fprintf(stderr, "dspark: --tp wants a GPU count\n");
+      fprintf(stderr, "dspark: --tp wants a count of TP ranks (GPUs, or CPU ranks) for this process\n");
       return -1;
     }
     if (dsp_tool_parse_i64("--tp", val, 1, 64, &n)) return -1;
@@ -46,8 +46,6 @@ int dsp_tool_backend_option(dsp_tool_backend *b, const char *opt, const char *va
 
 dsp_status dsp_tool_backend_create(const dsp_tool_backend *b, dsp_comm *comm, dsp_backend **out) {
   *out = NULL;
-  if (b->kind == DSP_BACKEND_CPU && b->tp != 1)
-    return dsp_comm_agree(comm, dsp_fail(DSP_ERR_ARG, "--tp applies to --backend cuda; on CPUs run under mpirun -np N"));
   dsp_backend_config cfg = {.kind = b->kind, .comm = comm, .devices = b->tp};
   return dsp_comm_agree(comm, dsp_backend_create(&cfg, out));
 }

@@ -1,8 +1,7 @@
-/* The public face of the backend: creation by kind, the TP layout, and the
- * per-device thread group that one process driving several GPUs needs. */
+/* The public face of the backend: creation by kind and the TP layout (the
+ * per-device threads are in each.c). */
 #include "backend/backend.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +47,7 @@ dsp_status dsp_backend_create(const dsp_backend_config *cfg, dsp_backend **out) 
 
 void dsp_backend_free(dsp_backend *be) {
   if (!be) return;
+  dsp_backend_each_stop(be);
   if (be->ops && be->ops->free) be->ops->free(be);
   dsp_comm_free(be->own_comm);
   free(be);
@@ -63,42 +63,3 @@ int32_t dsp_backend_tp_rank0(const dsp_backend *be) { return be->tp_rank0; }
 int32_t dsp_backend_devices(const dsp_backend *be) { return be->ndev; }
 dsp_comm *dsp_backend_comm(const dsp_backend *be) { return be->comm; }
 const char *dsp_backend_describe(const dsp_backend *be) { return be->desc; }
-
-typedef struct {
-  dsp_status (*fn)(void *ctx, int dev);
-  void *ctx;
-  int dev;
-  dsp_status s;
-  char msg[1024];
-} each_job;
-
-static void *each_run(void *p) {
-  each_job *j = p;
-  j->s = j->fn(j->ctx, j->dev);
-  if (j->s != DSP_OK) snprintf(j->msg, sizeof j->msg, "%s", dsp_error_message());
-  return NULL;
-}
-
-dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev), void *ctx) {
-  if (be->ndev == 1) return fn(ctx, 0);
-  each_job *jobs = calloc((size_t)be->ndev, sizeof *jobs);
-  pthread_t *t = calloc((size_t)be->ndev, sizeof *t);
-  if (!jobs || !t) {
-    free(jobs);
-    free(t);
-    return dsp_fail(DSP_ERR_NOMEM, "backend: out of memory for %d device threads", be->ndev);
-  }
-  int started = 0;
-  for (; started < be->ndev; started++) {
-    jobs[started] = (each_job){.fn = fn, .ctx = ctx, .dev = started};
-    if (pthread_create(&t[started], NULL, each_run, &jobs[started])) break;
-  }
-  for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
-  dsp_status s = started < be->ndev ? dsp_fail(DSP_ERR_NOMEM, "backend: cannot start %d device threads", be->ndev)
-                                    : DSP_OK;
-  for (int i = 0; i < be->ndev && s == DSP_OK; i++)
-    if (jobs[i].s != DSP_OK) s = dsp_fail(jobs[i].s, "GPU %d: %s", be->device[i], jobs[i].msg);
-  free(jobs);
-  free(t);
-  return s;
-}

@@ -3,7 +3,8 @@
  * and MPI's own words. MPI counts are ints; transfers above max_count (INT_MAX
  * unless a test lowers it) are split: allgather through one derived datatype
  * (rank order in recv must hold, so no chunking there), bcast and allreduce in
- * chunks (both are element-wise). Calls come from one thread (FUNNELED). */
+ * chunks (both are element-wise); F32 sums over 3 or more ranks go in rank
+ * order through gathers (mpi_sum_ordered). Calls come from one thread (FUNNELED). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -103,8 +104,45 @@ static dsp_status mpi_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
   return DSP_OK;
 }
 
+/* An F32 sum over 3 or more ranks in rank order: MPI's own reductions pick
+ * their association by message size and rank count, so the same row could
+ * round differently in a prefill and in a decode step. Each chunk's inputs are
+ * gathered and summed here, ((x0 + x1) + x2) + ..., the same on every rank
+ * (two ranks need nothing: x0 + x1 is x1 + x0). */
+#define MPI_ORDERED_CHUNK ((size_t)1 << 16)
+static dsp_status mpi_sum_ordered(dsp_comm *c, const float *send, float *recv, size_t count) {
+  const size_t P = (size_t)c->size, max = max_of(c) < MPI_ORDERED_CHUNK ? max_of(c) : MPI_ORDERED_CHUNK;
+  const size_t chunk = count < max ? count : max;
+  float *all = malloc(P * chunk * sizeof *all), *mine = malloc(chunk * sizeof *mine);
+  dsp_status s = DSP_OK;
+  if (!all || !mine) s = dsp_fail(DSP_ERR_NOMEM, "comm mpi: no buffer for an ordered sum of %zu floats", count);
+  /* the ranks agree before a collective, so one rank's missing buffer cannot strand the others */
+  int ok = s == DSP_OK, all_ok = 0;
+  int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_of(c));
+  if (rc != MPI_SUCCESS && s == DSP_OK) s = mpi_fail(rc, "MPI_Allreduce(ok)", __FILE__, __LINE__);
+  if (s == DSP_OK && !all_ok) s = dsp_fail(DSP_ERR_NOMEM, "comm mpi: a rank had no buffer for an ordered sum");
+  for (size_t off = 0; s == DSP_OK && off < count; off += chunk) {
+    const size_t n = count - off < chunk ? count - off : chunk;
+    memcpy(mine, send + off, n * sizeof *mine); /* send may be recv */
+    rc = MPI_Allgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, comm_of(c));
+    if (rc != MPI_SUCCESS) {
+      s = mpi_fail(rc, "MPI_Allgather(sum)", __FILE__, __LINE__);
+      break;
+    }
+    for (size_t i = 0; i < n; i++) {
+      float acc = all[i];
+      for (size_t r = 1; r < P; r++) acc += all[r * n + i];
+      recv[off + i] = acc;
+    }
+  }
+  free(all);
+  free(mine);
+  return s;
+}
+
 static dsp_status mpi_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
                                 dsp_reduce_op op) {
+  if (dt == DSP_F32 && op == DSP_REDUCE_SUM && c->size > 2) return mpi_sum_ordered(c, send, recv, count);
   MPI_Comm comm = comm_of(c);
   MPI_Datatype type = dt == DSP_F32 ? MPI_FLOAT : dt == DSP_I32 ? MPI_INT32_T : MPI_INT64_T;
   MPI_Op mop = op == DSP_REDUCE_SUM ? MPI_SUM : MPI_MAX;

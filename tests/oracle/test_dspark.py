@@ -64,19 +64,19 @@ class Ctx:
             self.pairs[name] = (tdir, ddir, t, dspark_ref.DSparkDraft.from_dir(ddir, target=t))
         return self.pairs[name]
 
-    def run(self, tdir, ddir, inputs, np_=1, env=None):
+    def run(self, tdir, ddir, inputs, np_=1, env=None, extra=()):
         inp, out = self.wd.file("in.safetensors"), self.wd.file("out.safetensors")
         for f in (inp, out):
             if os.path.exists(f):
                 os.remove(f)
         st.save(inp, inputs)
-        args = [self.driver, tdir, ddir, inp, out] + (["--backend", self.backend] if self.backend else [])
+        args = [self.driver, tdir, ddir, inp, out] + ["--backend", self.backend or "cpu"] + list(extra)
         rc, _, se, _ = harness.run(args, np_=np_, timeout=180, env=env)
         self.tally.runs += 1
         return rc, (st.load(out)[0] if rc == 0 else None), se
 
-    def ok(self, label, tdir, ddir, inputs, np_=1, env=None):
-        rc, o, se = self.run(tdir, ddir, inputs, np_, env)
+    def ok(self, label, tdir, ddir, inputs, np_=1, env=None, extra=()):
+        rc, o, se = self.run(tdir, ddir, inputs, np_, env, extra)
         if rc != 0:
             self.tally.fail("%s: exit %s: %s" % (label, rc, se.strip()[-600:]))
         return o
@@ -271,8 +271,17 @@ def case_tp(c):
         return
     toks = token_batch(np.random.default_rng(23), t.V)
     o = c.ok("TP2", tdir, ddir, inputs(toks), np_=2)
+    want = reference(t, d, toks, LENS, STARTS)
     if o is not None:
-        check(c, "TP2", d, o, reference(t, d, toks, LENS, STARTS), d.gamma)
+        check(c, "TP2", d, o, want, d.gamma)
+    # the same two TP ranks as threads of one process: the same proposals as under mpirun
+    o1 = c.ok("TP2 in one process", tdir, ddir, inputs(toks), extra=("--tp", "2"))
+    if o1 is not None:
+        check(c, "TP2 in one process", d, o1, want, d.gamma)
+        if o is not None:
+            for k in sorted(o):
+                if not np.array_equal(o1[k], o[k]):
+                    c.tally.fail("TP2: %s of one process differ from those of two processes under mpirun" % k)
 
 
 def case_row_parallel(c):

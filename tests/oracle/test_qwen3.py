@@ -59,22 +59,22 @@ class Ctx:
             self.models[name] = (d, qwen3_ref.Qwen3.from_dir(d))
         return self.models[name]
 
-    def run(self, model_dir, inputs, np_=1, timeout=180, env=None):
+    def run(self, model_dir, inputs, np_=1, timeout=180, env=None, extra=()):
         """Runs the driver; (rc, outputs or None, stderr)."""
         inp, out = self.wd.file("in.safetensors"), self.wd.file("out.safetensors")
         for f in (inp, out):
             if os.path.exists(f):
                 os.remove(f)
         st.save(inp, inputs)
-        args = [self.driver, model_dir, inp, out] + (["--backend", self.backend] if self.backend else [])
+        args = [self.driver, model_dir, inp, out] + ["--backend", self.backend or "cpu"] + list(extra)
         rc, _, se, dt = harness.run(args, np_=np_, timeout=timeout, env=env)
         self.tally.runs += 1
         if rc != 0:
             return rc, None, se
         return rc, st.load(out)[0], se
 
-    def ok_run(self, label, model_dir, inputs, np_=1, env=None):
-        rc, o, se = self.run(model_dir, inputs, np_, env=env)
+    def ok_run(self, label, model_dir, inputs, np_=1, env=None, extra=()):
+        rc, o, se = self.run(model_dir, inputs, np_, env=env, extra=extra)
         if rc != 0:
             self.tally.fail("%s: exit %s; stderr: %s" % (label, rc, se.strip()[-600:]))
         return o
@@ -278,6 +278,34 @@ def case_tp(c):
     expect_refusal(c, "TP3 with 4 kv heads", d, inputs(toks), "divide", np_=3)
 
 
+def case_tp_process(c):
+    """TP ranks as threads of one process (`--tp N`: on the CPU a "threads"
+    communicator, on CUDA one process driving N GPUs). Its F32 sums go in rank
+    order, so at TP 2 every output equals the mpirun form's (a sum of two is
+    the same either way), and at any TP the outputs do not depend on the
+    schedule; against the reference like every TP size."""
+    if c.backend == "cuda":
+        print("one-process TP: not run on CUDA (the CUDA target refuses TP > 1; one GPU lent)")
+        return
+    d, m = c.model("tp", form=5, seed=3, heads=8, kv_heads=4, vocab=500, layers=2)
+    toks = token_batch(np.random.default_rng(14), m.V)
+    taps = [0, 1]
+    mask = valid_mask()
+    for tp in (2, 4):
+        o = c.ok_run("TP%d in one process" % tp, d, inputs(toks, taps=taps), extra=("--tp", str(tp)))
+        if o is None:
+            continue
+        check_reference(c, "TP%d in one process" % tp, m, toks, o, taps=taps)
+        same(c, "TP%d in one process, decode schedule" % tp,
+             c.ok_run("TP%d in one process, decode" % tp, d, inputs(toks, chunks=[1], taps=taps),
+                      extra=("--tp", str(tp))), o, rows=mask)
+        if tp == 2:
+            same(c, "TP2: one process vs two under mpirun", o,
+                 c.ok_run("TP2 under mpirun", d, inputs(toks, taps=taps), np_=2), rows=mask)
+    expect_refusal(c, "TP3 in one process with 4 kv heads", d, inputs(toks), "divide", extra=("--tp", "3"))
+    expect_refusal(c, "TP2 in each of two processes", d, inputs(toks), "cannot also run under mpirun", np_=2, extra=("--tp", "2"))
+
+
 def case_row_parallel(c):
     """o and down in the row-parallel form at TP 1 (DSPARK_ROW_PARALLEL=1: fp32
     partials from the product, the all-reduce, one rounding, then the add).
@@ -297,8 +325,8 @@ def case_row_parallel(c):
             check_reference(c, "row-parallel", m, toks, rows, taps=taps)
 
 
-def expect_refusal(c, label, model_dir, inp, needle, np_=1):
-    rc, o, se = c.run(model_dir, inp, np_=np_, timeout=120)
+def expect_refusal(c, label, model_dir, inp, needle, np_=1, extra=()):
+    rc, o, se = c.run(model_dir, inp, np_=np_, timeout=120, extra=extra)
     if rc is None:
         c.tally.fail("%s: hung (killed after 120 s)" % label)
     elif rc == 0:
@@ -407,7 +435,7 @@ def index_lie(d):
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling,
-         "tp": case_tp, "row_parallel": case_row_parallel, "bad": case_bad}
+         "tp": case_tp, "tp_process": case_tp_process, "row_parallel": case_row_parallel, "bad": case_bad}
 
 
 def main():

@@ -158,11 +158,24 @@ def case_greedy(t, P):
     if t.backend != "cpu":
         print("TP 2 and 3: CPU ranks only here (the CUDA target refuses TP > 1 for now)")
     else:
-        check_same(t, "bigram pair, TP 2", t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2), 1.7)
+        r2 = t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2)
+        check_same(t, "bigram pair, TP 2", r2, 1.7)
         check_same(t, "6-head pair, TP 3", t.gen_json("tp3", ["--model", P["tp3"][0], "--draft", P["tp3"][1]] + base,
                                                      np_=3), 1.5)
         check_same(t, "6-head pair, TP 3, gamma auto", t.gen_json(
             "tp3-auto", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto"] + base, np_=3), 1.2)
+        # the TP ranks as threads of one process (what one process driving several GPUs runs)
+        r2p = t.gen_json("tp2-process", ["--model", bt, "--draft", bd, "--tp", "2"] + base)
+        check_same(t, "bigram pair, TP 2 in one process", r2p, 1.7)
+        if r2 is not None and r2p is not None:
+            if [x["tokens"] for x in r2p["results"]] != [x["tokens"] for x in r2["results"]]:
+                t.tally.fail("TP 2: one process's tokens differ from those of two processes under mpirun")
+            if r2p["acceptance_length"] != r2["acceptance_length"]:
+                t.tally.fail("TP 2: one process accepted %.4f a round, two processes under mpirun %.4f" % (
+                    r2p["acceptance_length"], r2["acceptance_length"]))
+        check_same(t, "6-head pair, TP 3 in one process, gamma auto", t.gen_json(
+            "tp3-process", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto", "--tp", "3"] + base),
+            1.2)
     # an end-of-sequence id the bigram pair drafts: it ends the sequence inside accepted drafts
     if r is not None:
         toks = r["results"][1]["tokens"]

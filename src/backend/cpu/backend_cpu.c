@@ -1,5 +1,8 @@
 /* The CPU backend: OpenMP threads in this process, tensor parallelism over the
- * ranks of its communicator (one TP rank per process). */
+ * ranks of its communicator (one TP rank per process), or over several TP
+ * ranks of this one process (devices > 1: a thread each, a "threads"
+ * communicator, the host's threads shared among them). */
+#include <omp.h>
 #include <stdio.h>
 
 #include "backend/backend.h"
@@ -8,6 +11,12 @@
 #include "core/status.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul.h"
+
+/* A device's OpenMP team: the process's threads shared among its devices. */
+static void cpu_thread_enter(dsp_backend *be, int dev) {
+  (void)dev;
+  omp_set_num_threads(dsp_cpu_threads_per_device(be));
+}
 
 static const dsp_backend_ops cpu_ops = {
     .markov_create = dsp_cpu_markov_create,
@@ -47,20 +56,36 @@ static const dsp_backend_ops cpu_ops = {
     .download_async = dsp_cpu_op_copy,
     .accept_workspace = dsp_cpu_op_accept_workspace,
     .accept = dsp_cpu_op_accept,
+    .thread_enter = cpu_thread_enter,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {
-  if (cfg->devices > 1)
-    return dsp_fail(DSP_ERR_ARG, "backend cpu: one process is one TP rank (devices %d); run under mpirun -np N",
-                    cfg->devices);
+  const int procs = dsp_comm_size(be->comm);
   be->ops = &cpu_ops;
   DSP_TRY(dsp_cpu_backend_impl(be));
-  be->ndev = 1;
-  be->tp[0] = be->comm;
-  be->tp_size = dsp_comm_size(be->comm);
-  be->tp_rank0 = dsp_comm_rank(be->comm);
+  be->ndev = cfg->devices <= 1 ? 1 : cfg->devices;
+  if (be->ndev == 1) {
+    be->tp[0] = be->comm;
+    be->tp_size = procs;
+    be->tp_rank0 = dsp_comm_rank(be->comm);
+  } else {
+    /* several TP ranks in this process, one thread each: what one process
+     * driving several GPUs runs, on the CPU */
+    if (procs != 1)
+      return dsp_fail(DSP_ERR_ARG, "backend cpu: %d TP ranks in one process cannot also run under mpirun (%d ranks)",
+                      be->ndev, procs);
+    for (int i = 0; i < be->ndev; i++) be->device[i] = i;
+    DSP_TRY(dsp_cpu_backend_own_tp(be));
+    be->tp_size = be->ndev;
+    be->tp_rank0 = 0;
+  }
   dsp_threads_setup();
-  snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s", dsp_cpu_kernel_name(),
-           dsp_threads_default(), be->tp_size, be->tp_size == 1 ? "" : "es");
+  const int per = dsp_cpu_threads_per_device(be);
+  if (be->ndev == 1)
+    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s",
+             dsp_cpu_kernel_name(), per, be->tp_size, be->tp_size == 1 ? "" : "es");
+  else
+    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d TP ranks in one process, %d thread%s each",
+             dsp_cpu_kernel_name(), be->ndev, per, per == 1 ? "" : "s");
   return DSP_OK;
 }

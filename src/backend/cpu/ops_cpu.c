@@ -10,6 +10,7 @@
 #include "core/select.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/threads.h"
 #include <omp.h>
 
 #include "kernels/cpu/amx.h"
@@ -157,15 +158,19 @@ dsp_status dsp_cpu_op_scatter_rows(dsp_backend *be, int dev, const dsp_tensor *s
   return DSP_OK;
 }
 
-/* The backend's own state: attention's scratch grows to the largest cache seen, once. */
+/* The backend's own state: each device's attention scratch grows to the
+ * largest cache seen, once; the TP communicators of several devices. */
 typedef struct {
-  float *att;
-  size_t att_floats;
+  float *att[DSP_BACKEND_MAX_DEVICES];
+  size_t att_floats[DSP_BACKEND_MAX_DEVICES];
+  int own_tp;
 } cpu_impl;
 
 void dsp_cpu_backend_free(dsp_backend *be) {
   cpu_impl *m = be->impl;
-  if (m) free(m->att);
+  for (int i = 0; m && i < DSP_BACKEND_MAX_DEVICES; i++) free(m->att[i]);
+  if (m && m->own_tp)
+    for (int i = 0; i < be->ndev; i++) dsp_comm_free(be->tp[i]);
   free(m);
   be->impl = NULL;
 }
@@ -175,22 +180,33 @@ dsp_status dsp_cpu_backend_impl(dsp_backend *be) {
   return be->impl ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "backend cpu: out of memory");
 }
 
+dsp_status dsp_cpu_backend_own_tp(dsp_backend *be) {
+  cpu_impl *m = be->impl;
+  DSP_TRY(dsp_comm_threads_create_group(be->ndev, be->tp));
+  m->own_tp = 1;
+  return DSP_OK;
+}
+
+int dsp_cpu_threads_per_device(const dsp_backend *be) {
+  const int n = dsp_threads_default() / (be->ndev > 0 ? be->ndev : 1);
+  return n > 0 ? n : 1;
+}
+
 dsp_status dsp_cpu_op_attention(dsp_backend *be, int dev, const dsp_op_attention_args *a) {
-  (void)dev;
   cpu_impl *m = be->impl;
   const size_t need = dsp_cpu_attention_scratch(a->max_len, a->q->shape[1], a->kv_heads, a->q->shape[2],
                                                 omp_get_max_threads());
-  if (need > m->att_floats) {
-    free(m->att);
-    m->att = aligned_alloc(64, (need * 4 + 63) / 64 * 64);
-    m->att_floats = m->att ? need : 0;
-    if (!m->att) return dsp_fail(DSP_ERR_NOMEM, "op attention: no scratch for %zu floats", need);
+  if (need > m->att_floats[dev]) {
+    free(m->att[dev]);
+    m->att[dev] = aligned_alloc(64, (need * 4 + 63) / 64 * 64);
+    m->att_floats[dev] = m->att[dev] ? need : 0;
+    if (!m->att[dev]) return dsp_fail(DSP_ERR_NOMEM, "op attention: no scratch for %zu floats", need);
   }
   dsp_cpu_attention_args c = {.q = a->q, .k = a->k, .v = a->v, .slots = a->slots, .max_len = a->max_len,
                               .kv_heads = a->kv_heads,
                               .kv_stride = a->kv_stride ? a->kv_stride : a->kv_heads * a->q->shape[2],
                               .row_slot = a->row_slot, .row_keys = a->row_keys,
-                              .scale = a->scale, .out = a->out, .scratch = m->att};
+                              .scale = a->scale, .out = a->out, .scratch = m->att[dev]};
   dsp_cpu_attention(&c);
   return DSP_OK;
 }

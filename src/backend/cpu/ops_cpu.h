@@ -5,6 +5,10 @@
 
 dsp_status dsp_cpu_backend_impl(dsp_backend *be);
 void dsp_cpu_backend_free(dsp_backend *be);
+/* Several devices' TP communicators (a "threads" group), freed with the backend. */
+dsp_status dsp_cpu_backend_own_tp(dsp_backend *be);
+/* OpenMP threads of each device: the process's share of the host over its devices. */
+int dsp_cpu_threads_per_device(const dsp_backend *be);
 dsp_status dsp_cpu_op_alloc(dsp_backend *be, int dev, size_t bytes, void **out);
 void dsp_cpu_op_release(dsp_backend *be, int dev, void *p);
 /* upload and download alike: host to host */
