@@ -105,6 +105,7 @@ int main(int argc, char **argv) {
   /* a proposal reads the draft's layers, its fc (new context rows only: small), the LM head once for the
    * block's base logits and W2 once per drafted token */
   const double dbytes = 2.0 * (L * per_layer + V * H + G * V * R);
+  /* one rank's rates (CPU ranks in one process: measured on device 0's share of the threads) */
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   if (root) {

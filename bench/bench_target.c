@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
   const double H = (double)in->hidden, D = (double)in->head_dim, I = (double)in->intermediate;
   const double per_layer = H * (in->heads + 2.0 * in->kv_heads) * D + in->heads * D * H + 3.0 * H * I;
   const double params = (double)in->layers * per_layer + (double)in->vocab * H; /* the embedding is a gather */
+  /* one rank's rates (CPU ranks in one process: measured on device 0's share of the threads) */
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   const double kv_per_pos = 2.0 * 2.0 * (double)in->layers * in->kv_heads * D;

@@ -110,7 +110,8 @@ typedef struct {
   /* The in-place fp32 sum of x over comm, in order with device dev's work (ops.h; NULL: the comm called
    * directly, for host memory) */
   dsp_status (*allreduce)(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x);
-  /* Called once on each device's own thread before its first job (NULL: nothing to set up there) */
+  /* Called once on the thread of each device after the first before its first job (device 0 runs on the
+   * caller's thread, which the backend sets up at creation; NULL: nothing to set up) */
   void (*thread_enter)(dsp_backend *be, int dev);
 } dsp_backend_ops;
 
@@ -136,10 +137,10 @@ int dsp_backend_cuda_devices(void);
 
 /* Runs fn(ctx, dev) for every device of the backend, each on its own thread
  * when there are several (their collectives need all of them running), and
- * returns the first failure with its device named. The threads live as long
- * as the backend, one per device, so a device's thread-local state (the CPU's
- * OpenMP team, the CUDA current device) is set up once. Not reentrant: fn
- * must not call it again. */
+ * returns the first failure with its device named. Device 0 runs on the
+ * caller's thread; the others' threads live as long as the backend, so a
+ * device's thread-local state (the CPU's OpenMP team) is set up once. Not
+ * reentrant: fn must not call it again. */
 dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev), void *ctx);
 /* Ends the devices' threads (dsp_backend_free calls it). */
 void dsp_backend_each_stop(dsp_backend *be);

@@ -1,8 +1,8 @@
 /* The devices' threads of a backend that drives several devices from one
- * process: one persistent thread per device, started by the first
- * dsp_backend_each and woken for every later one (a decode step makes several
- * such calls; a thread started per call would cost tens of microseconds and,
- * on the CPU, a new OpenMP team each time). */
+ * process: the caller runs device 0, and one persistent thread each runs the
+ * others, started by the first dsp_backend_each and woken for every later one
+ * (a decode step makes several such calls; a thread started per call would
+ * cost tens of microseconds and, on the CPU, a new OpenMP team each time). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,9 +80,9 @@ static dsp_status pool_start(dsp_backend *be) {
     pool_free(p);
     return dsp_fail(DSP_ERR_NOMEM, "backend: out of memory for %d device threads", be->ndev);
   }
-  for (; p->started < p->n; p->started++) {
+  for (; p->started < p->n - 1; p->started++) {
     worker_arg *a = malloc(sizeof *a);
-    if (a) *a = (worker_arg){p, p->started};
+    if (a) *a = (worker_arg){p, p->started + 1};
     if (!a || pthread_create(&p->th[p->started], NULL, worker, a)) {
       free(a);
       pool_free(p);
@@ -100,9 +100,11 @@ dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev
   struct dsp_dev_pool *p = be->pool;
   p->fn = fn;
   p->ctx = ctx;
-  atomic_store(&p->left, p->n);
+  atomic_store(&p->left, p->n - 1);
   const unsigned seen = dsp_event_seq(&p->done);
   dsp_event_bump(&p->go);
+  p->res[0].s = fn(ctx, 0);
+  if (p->res[0].s != DSP_OK) snprintf(p->res[0].msg, sizeof p->res[0].msg, "%s", dsp_error_message());
   dsp_event_wait(&p->done, seen);
   for (int i = 0; i < p->n; i++)
     if (p->res[i].s != DSP_OK)

@@ -43,21 +43,24 @@ def main():
             harness.save_inputs(ipath, hidden, anchor, t, seed, pos)
             want, want_lg = ref.head(lm, w1, w2, V, hidden, anchor, t, seed, pos)
             first = None
-            for tp in TP_SIZES:
+            # TP ranks as processes under mpirun, and (broadcast on) as threads of one process
+            forms = [(tp, bc, False) for tp in TP_SIZES for bc in ("on", "off")]
+            forms += [(tp, "on", True) for tp in TP_SIZES if tp > 1]
+            for tp, bc, one in forms:
                 for path in PATHS:
-                    for bc in ("on", "off"):
-                        label = "%s TP%d %s broadcast %s" % (mode, tp, path, bc)
-                        got = harness.head_run(tally, wd, label, wpath, ipath, np_=tp, path=path,
-                                               broadcast=bc, want_logits=(mode == "sampling"))
-                        if got is None:
-                            continue
-                        if first is None:
-                            first = got[0]
-                        elif not tally.tokens_eq(label + " vs first run", got[0], first):
-                            continue
-                        tally.tokens_eq(label + " vs oracle", got[0], want)
-                        if mode == "sampling":
-                            tally.logits_eq(label + " logits vs oracle", got[1], want_lg)
+                    label = "%s TP%d%s %s broadcast %s" % (mode, tp, " in one process" if one else "", path, bc)
+                    got = harness.head_run(tally, wd, label, wpath, ipath, np_=1 if one else tp, path=path,
+                                           broadcast=bc, want_logits=(mode == "sampling"),
+                                           extra=("--tp", str(tp)) if one else ())
+                    if got is None:
+                        continue
+                    if first is None:
+                        first = got[0]
+                    elif not tally.tokens_eq(label + " vs first run", got[0], first):
+                        continue
+                    tally.tokens_eq(label + " vs oracle", got[0], want)
+                    if mode == "sampling":
+                        tally.logits_eq(label + " logits vs oracle", got[1], want_lg)
     return tally.finish("parity_paths")
 
 

@@ -79,8 +79,10 @@ dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) 
     be->tp_size = be->ndev;
     be->tp_rank0 = 0;
   }
+  /* the caller's thread runs device 0: with several devices it keeps only that device's share */
   dsp_threads_setup();
   const int per = dsp_cpu_threads_per_device(be);
+  if (be->ndev > 1) omp_set_num_threads(per);
   if (be->ndev == 1)
     snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s",
              dsp_cpu_kernel_name(), per, be->tp_size, be->tp_size == 1 ? "" : "es");
