@@ -16,10 +16,14 @@
  * where both models are one CUDA device's, else on the host).
  *
  * Under mpirun or with --tp N the floors are one TP rank's share (1/TP of the
- * weights, KV and flops) over its own measured rates, and rank 0 prints.
+ * weights, KV and flops) over its own measured rates, and rank 0 prints; the
+ * all-reduce and the (value, id) exchange are also timed alone, and every
+ * rank's memory in use is printed at the end.
  *
  * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C]
- *                   [--new N] [--batch 1,32] [--temperature T] */
+ *                   [--new N] [--batch 1,32] [--temperature T]
+ *                   [--path auto|original|sharded|replicated] [--broadcast on|off]
+ *   (--path and --broadcast: the draft's Markov head, as `dspark head` takes them) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,8 @@ int main(int argc, char **argv) {
   const char *model = NULL, *draft = NULL, *batches = "1,32";
   int64_t C = 1024, N = 64;
   float temp = 0.0f;
+  dsp_path path = DSP_PATH_AUTO;
+  int broadcast = 1;
   dsp_tool_backend bk;
   dsp_tool_backend_init(&bk);
   for (int i = 1; i < argc; i++) {
@@ -59,10 +65,13 @@ int main(int argc, char **argv) {
         return 2;
       }
     }
+    else if (!strcmp(o, "--path") && v) { if (dsp_tool_parse_path(v, &path)) return 2; }
+    else if (!strcmp(o, "--broadcast") && v) { if (dsp_tool_parse_onoff(o, v, &broadcast)) return 2; }
     else if ((used = 0, br = dsp_tool_backend_option(&bk, o, v, &used)) != 1) { if (br < 0) return 2; }
     else {
-      fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda] [--context C] [--new N] "
-                      "[--batch 1,32] [--temperature T]\n");
+      fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C] "
+                      "[--new N] [--batch 1,32] [--temperature T] [--path auto|original|sharded|replicated] "
+                      "[--broadcast on|off]\n");
       return 2;
     }
     i += used;
@@ -89,7 +98,8 @@ int main(int argc, char **argv) {
                           .ntaps = di.ntaps};
   dsp_target *t;
   TRY(dsp_target_load(be, model, &o, &t));
-  dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2), .max_ctx = o.max_tokens};
+  dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2), .max_ctx = o.max_tokens,
+                           .path = path, .no_broadcast = !broadcast};
   dsp_draft *d;
   TRY(dsp_draft_load(be, draft, t, &dop, &d));
   /* under TP every rank times the same calls; rank 0 prints, and the floors are one rank's share (1/TP of the
@@ -150,6 +160,20 @@ int main(int argc, char **argv) {
              round, f_dr + f_ver, round / (f_dr + f_ver));
       fflush(stdout);
     }
+    if (tp > 1) { /* the collectives alone, at the sizes a step and a verify move */
+      const double ar1 = dsp_bench_allreduce_ms(be, (int64_t)B * in->hidden);
+      const double arv = dsp_bench_allreduce_ms(be, (int64_t)B * (G + 1) * in->hidden);
+      const double ex1 = dsp_bench_exchange_ms(be, B), exv = dsp_bench_exchange_ms(be, (int64_t)B * (G + 1));
+      if (root) {
+        printf("| %d | all-reduce of a decode step's partials (%d x %lld fp32; %lld a step) | %.4f | - | - |\n", B, B,
+               (long long)in->hidden, 2LL * in->layers, ar1);
+        printf("| %d | all-reduce of a verify's partials (%d x %lld fp32) | %.4f | - | - |\n", B, B * (G + 1),
+               (long long)in->hidden, arv);
+        printf("| %d | (value, id) exchange among processes, %d and %d rows | %.4f, %.4f | - | - |\n", B, B,
+               B * (G + 1), ex1, exv);
+        fflush(stdout);
+      }
+    }
     pn += snprintf(proj + pn, sizeof proj - (size_t)pn,
                    "| %d | %.2f (%.2f) | %.2fx | %.2fx | %.2fx | %.2fx |\n", B,
                    (double)(ss.accepted + ss.rounds) / (double)ss.rounds, round / step, 6.17 * step / round,
@@ -160,6 +184,14 @@ int main(int argc, char **argv) {
          "3.21; and 5.5)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
          "|\n|---|---|---|---|---|---|\n%s",
          proj);
+  double mem[64];
+  dsp_bench_memory(be, mem);
+  if (root) {
+    printf("\nmemory in use per TP rank (%s), GB:",
+           bk.kind == DSP_BACKEND_CUDA ? "the GPU's" : "the process's peak, the rate measurement's buffers included");
+    for (int r = 0; r < (int)tp; r++) printf(" %.2f", mem[r] / 1e9);
+    printf("\n");
+  }
   for (int32_t b = 0; b < bmax; b++) free(pr[b]);
   free(pr), free(len);
   dsp_draft_free(d);

@@ -449,6 +449,7 @@ typedef struct {
   int32_t max_ctx;     /* most new context rows of one call, all sequences together */
   int32_t gamma;       /* drafted tokens, 1 .. block_size (0: block_size) */
   dsp_path path;       /* the Markov head's greedy path */
+  int32_t no_broadcast; /* 1: the head's per-step broadcast of tokens from rank 0 off (TP > 1) */
 } dsp_draft_options;
 
 typedef struct {

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "backend/ops.h"
+#include "core/status.h"
 
 #define TRY(x) DSP_BENCH_TRY(x)
 
@@ -75,6 +77,84 @@ double dsp_bench_product_rate(dsp_backend *be, int64_t m, int64_t n, int64_t k) 
   return 2.0 * (double)m * (double)n * (double)k / (best * 1e-3);
 }
 
+typedef struct {
+  dsp_backend *be;
+  int64_t n;
+  int reps;
+  void *buf[DSP_BACKEND_MAX_DEVICES];
+} reduce_job;
+
+static dsp_status reduce_dev(void *ctx, int dev) {
+  reduce_job *j = ctx;
+  dsp_tensor x = dsp_tensor_2d(j->buf[dev], DSP_F32, 1, j->n);
+  for (int r = 0; r < j->reps; r++) DSP_TRY(dsp_op_allreduce(j->be, dev, j->be->tp[dev], &x));
+  return dsp_op_sync(j->be, dev);
+}
+
+/* The slowest process's value of x. */
+static double slowest(dsp_backend *be, double x) {
+  float v = (float)x;
+  TRY(dsp_comm_allreduce(be->comm, &v, &v, 1, DSP_F32, DSP_REDUCE_MAX));
+  return (double)v;
+}
+
+double dsp_bench_allreduce_ms(dsp_backend *be, int64_t floats) {
+  if (be->tp_size == 1) return 0.0;
+  reduce_job j = {.be = be, .n = floats, .reps = 1};
+  for (int d = 0; d < be->ndev; d++) {
+    TRY(dsp_op_alloc(be, d, (size_t)floats * 4, &j.buf[d]));
+    float *h = calloc((size_t)floats, 4);
+    TRY(dsp_op_upload(be, d, j.buf[d], h, (size_t)floats * 4));
+    free(h);
+  }
+  TRY(dsp_backend_each(be, reduce_dev, &j)); /* the first call sets up the communicator's buffers */
+  j.reps = 20;
+  double ms[7];
+  for (int g = 0; g < 7; g++) {
+    TRY(dsp_comm_barrier(be->comm));
+    const double t0 = dsp_bench_now_ms();
+    TRY(dsp_backend_each(be, reduce_dev, &j));
+    ms[g] = slowest(be, (dsp_bench_now_ms() - t0) / j.reps);
+  }
+  for (int d = 0; d < be->ndev; d++) dsp_op_release(be, d, j.buf[d]);
+  return dsp_bench_median(ms, 7);
+}
+
+double dsp_bench_exchange_ms(dsp_backend *be, int64_t rows) {
+  const int procs = dsp_comm_size(be->comm);
+  if (procs == 1) return 0.0;
+  uint64_t *keys = calloc((size_t)rows, 8), *all = calloc((size_t)rows * (size_t)procs, 8);
+  if (!keys || !all) {
+    fprintf(stderr, "bench: out of memory for %lld keys\n", (long long)rows);
+    exit(1);
+  }
+  TRY(dsp_comm_allgather(be->comm, keys, all, (size_t)rows * 8));
+  double ms[7];
+  for (int g = 0; g < 7; g++) {
+    TRY(dsp_comm_barrier(be->comm));
+    const double t0 = dsp_bench_now_ms();
+    for (int r = 0; r < 20; r++) TRY(dsp_comm_allgather(be->comm, keys, all, (size_t)rows * 8));
+    ms[g] = slowest(be, (dsp_bench_now_ms() - t0) / 20);
+  }
+  free(keys);
+  free(all);
+  return dsp_bench_median(ms, 7);
+}
+
+void dsp_bench_memory(dsp_backend *be, double *bytes) {
+  const int procs = dsp_comm_size(be->comm);
+  double mine[DSP_BACKEND_MAX_DEVICES];
+  for (int d = 0; d < be->ndev; d++) {
+    size_t b = 0;
+    mine[d] = dsp_op_memory_used(be, d, &b) == DSP_OK ? (double)b : -1.0;
+  }
+  /* every process drives the same number of devices */
+  double *all = malloc((size_t)procs * (size_t)be->ndev * sizeof *all);
+  if (!all) exit(1);
+  TRY(dsp_comm_allgather(be->comm, mine, all, (size_t)be->ndev * sizeof *all));
+  for (int r = 0; r < be->tp_size; r++) bytes[r] = all[r];
+  free(all);
+}
 
 int dsp_bench_batches(const char *list, int32_t *bs, int cap, int *n, int32_t *max) {
   *n = 0, *max = 1;

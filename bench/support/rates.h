@@ -32,5 +32,16 @@ double dsp_bench_median(double *v, int n);
 double dsp_bench_copy_rate(dsp_backend *be);
 /* Flop/s of the backend's bf16 GEMM at m x n x k (best of 5); exits on failure. */
 double dsp_bench_product_rate(dsp_backend *be, int64_t m, int64_t n, int64_t k);
+/* Milliseconds per all-reduce of `floats` fp32 values in device memory over every device's TP communicator
+ * (dsp_op_allreduce, as the decoder's row-parallel sum calls it): the median of 7 timings of 20 calls, the
+ * slowest rank's. 0 at TP 1. Collective over the backend's processes. */
+double dsp_bench_allreduce_ms(dsp_backend *be, int64_t floats);
+/* Milliseconds per exchange of `rows` selection keys among the processes (the target's (value, id)
+ * exchange: every process's best key per row, 8 bytes each, gathered by every process; with one process the
+ * devices' keys meet in host memory and nothing is exchanged). Collective. */
+double dsp_bench_exchange_ms(dsp_backend *be, int64_t rows);
+/* bytes[r], r < TP size: each TP rank's memory in use (dsp_op_memory_used; -1 where not known), gathered
+ * to every process. Collective. */
+void dsp_bench_memory(dsp_backend *be, double *bytes);
 
 #endif

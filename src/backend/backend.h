@@ -113,6 +113,8 @@ typedef struct {
   /* Called once on the thread of each device after the first before its first job (device 0 runs on the
    * caller's thread, which the backend sets up at creation; NULL: nothing to set up) */
   void (*thread_enter)(dsp_backend *be, int dev);
+  /* Memory in use (ops.h; NULL: not known) */
+  dsp_status (*memory_used)(dsp_backend *be, int dev, size_t *bytes);
 } dsp_backend_ops;
 
 struct dsp_backend {

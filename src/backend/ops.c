@@ -364,6 +364,13 @@ dsp_status dsp_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor
   return dsp_comm_allreduce(comm, x->data, x->data, (size_t)(x->shape[0] * x->shape[1]), DSP_F32, DSP_REDUCE_SUM);
 }
 
+dsp_status dsp_op_memory_used(dsp_backend *be, int dev, size_t *bytes) {
+  DSP_TRY(check_dev(be, dev));
+  if (!bytes) return dsp_fail(DSP_ERR_ARG, "op memory_used: NULL output");
+  if (!be->ops->memory_used) return dsp_fail(DSP_ERR_UNSUPPORTED, "op memory_used: not known on this backend");
+  return be->ops->memory_used(be, dev, bytes);
+}
+
 dsp_status dsp_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out) {
   DSP_TRY(check_dev(be, dev));
   DSP_TRY(check_view(x, "round_add", "x", 2, 2, DSP_BF16));

@@ -302,7 +302,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     const dsp_hf_config *c = &dr->cfg;
     dsp_markov_config mc = {.vocab = c->vocab, .vocab_padded = c->vocab, .hidden = c->hidden, .rank = c->markov_rank,
                             .gamma = dr->info.gamma, .max_batch = opt->max_seqs, .path = opt->path,
-                            .contract = DSP_CONTRACT_BF16, .broadcast = 1};
+                            .contract = DSP_CONTRACT_BF16, .broadcast = !opt->no_broadcast};
     head_ctx hc = {dr};
     s = dsp_markov_head_create(be, &mc, head_weights, &hc, &dr->head);
     dr->graphs = s == DSP_OK && dsp_op_has_graphs(be) && dsp_env_get()->graphs && be->ops->markov_fused_bucket &&

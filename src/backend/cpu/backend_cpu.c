@@ -57,6 +57,7 @@ static const dsp_backend_ops cpu_ops = {
     .accept_workspace = dsp_cpu_op_accept_workspace,
     .accept = dsp_cpu_op_accept,
     .thread_enter = cpu_thread_enter,
+    .memory_used = dsp_cpu_op_memory_used,
 };
 
 dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) {

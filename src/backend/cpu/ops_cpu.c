@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backend/cpu/ops_cpu.h"
 #include "core/bf16.h"
@@ -46,6 +47,14 @@ void dsp_cpu_op_release(dsp_backend *be, int dev, void *p) {
 dsp_status dsp_cpu_op_copy(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
   (void)be, (void)dev;
   memmove(dst, src, bytes);
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_op_memory_used(dsp_backend *be, int dev, size_t *bytes) {
+  (void)be, (void)dev;
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u)) return dsp_fail(DSP_ERR_IO, "op memory_used: getrusage failed");
+  *bytes = (size_t)u.ru_maxrss * 1024; /* Linux reports kilobytes */
   return DSP_OK;
 }
 

@@ -14,6 +14,8 @@ void dsp_cpu_op_release(dsp_backend *be, int dev, void *p);
 /* upload and download alike: host to host */
 dsp_status dsp_cpu_op_copy(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes);
 dsp_status dsp_cpu_op_sync(dsp_backend *be, int dev);
+/* The process's peak resident set. */
+dsp_status dsp_cpu_op_memory_used(dsp_backend *be, int dev, size_t *bytes);
 dsp_status dsp_cpu_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
 void dsp_cpu_op_weight_free(dsp_backend *be, dsp_weight *w);
 const char *dsp_cpu_op_weight_describe(const dsp_weight *w);

@@ -48,7 +48,7 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_kda_workspace, dsp_cuda_op_kda,          dsp_cuda_op_kda_copy,
     dsp_cuda_op_add_rmsnorm,   dsp_cuda_op_attn_in,
     dsp_cuda_op_accept_workspace, dsp_cuda_op_accept, dsp_cuda_markov_logits,
-    dsp_cuda_op_allreduce,
+    dsp_cuda_op_allreduce,     NULL,                     dsp_cuda_op_memory_used,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

@@ -140,6 +140,14 @@ extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tenso
 
 /* NCCL goes on device dev's stream, behind the product that wrote x; one rank has nothing to add (its
  * communicator may be a host one, whose memmove would not see device memory). */
+extern "C" dsp_status dsp_cuda_op_memory_used(dsp_backend *be, int dev, size_t *bytes) {
+  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
+  size_t free_b = 0, total = 0;
+  DSP_CUDA_TRY(cudaMemGetInfo(&free_b, &total));
+  *bytes = total - free_b;
+  return DSP_OK;
+}
+
 extern "C" dsp_status dsp_cuda_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x) {
   if (dsp_comm_size(comm) == 1) return DSP_OK;
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));

@@ -33,6 +33,7 @@ dsp_status dsp_cuda_op_add_rmsnorm(dsp_backend *be, int dev, dsp_tensor *x, cons
                                    float eps, dsp_tensor *out);
 dsp_status dsp_cuda_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a, int *done);
 dsp_status dsp_cuda_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x);
+dsp_status dsp_cuda_op_memory_used(dsp_backend *be, int dev, size_t *bytes);
 dsp_status dsp_cuda_op_round_add(dsp_backend *be, int dev, const dsp_tensor *x, const dsp_tensor *p, dsp_tensor *out);
 dsp_status dsp_cuda_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
 dsp_status dsp_cuda_op_gather_rows(dsp_backend *be, int dev, const dsp_tensor *src, const int64_t *idx,
