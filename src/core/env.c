@@ -87,6 +87,7 @@ static void env_read(void) {
   g_env.cuda_attention_tc = env_choice("DSPARK_CUDA_ATTENTION", g_attention, 0, "tc or fp32") == 0;
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");
+  g_env.cuda_tp_unverified = env_choice("DSPARK_CUDA_TP_UNVERIFIED", g_bool, 0, "0 or 1");
   g_env.cuda_tail =
       (dsp_tail_kernel)env_choice("DSPARK_CUDA_TAIL", g_tail_names, 0, "auto, register, ring or ring-wgmma");
 }

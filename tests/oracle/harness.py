@@ -41,6 +41,32 @@ def cuda_or_skip():
         sys.exit(SKIP)
 
 
+# Lets the CUDA target run TP > 1 (refused without it until a machine with several GPUs has passed these tests).
+CUDA_TP_ENV = {"DSPARK_CUDA_TP_UNVERIFIED": "1"}
+
+
+def cuda_devices():
+    """GPUs visible to this machine's processes (nvidia-smi -L), 0 without them."""
+    try:
+        so = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in so.splitlines() if line.startswith("GPU "))
+
+
+def tp_sizes(backend, sizes):
+    """The TP sizes of `sizes` this machine can run on `backend` (CUDA: one GPU per TP rank), and the
+    environment they need; prints what is left out."""
+    if backend != "cuda":
+        return list(sizes), None
+    n = cuda_devices()
+    ok = [tp for tp in sizes if tp <= n]
+    if len(ok) < len(sizes):
+        print("TP %s on CUDA: not run (%d GPU%s visible)" % (
+            ", ".join(str(tp) for tp in sizes if tp > n), n, "" if n == 1 else "s"))
+    return ok, CUDA_TP_ENV
+
+
 def run_cases(ctx, cases, only, name):
     """Runs the named cases (all without `only`) on ctx; its tally's verdict."""
     for case in only or cases:

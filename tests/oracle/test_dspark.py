@@ -266,16 +266,16 @@ def case_tp(c):
     tdir, ddir, t, d = c.pair("conf-markov", {"layers": 3, "seed": 0},
                               {"layers": 2, "taps": [0, 1], "markov_rank": 16, "confidence": "markov",
                                "block_size": 5, "seed": 1})
-    if c.backend == "cuda":
-        print("TP: not run on CUDA (one GPU)")
+    sizes, env = harness.tp_sizes(c.backend, (2,))
+    if not sizes:
         return
     toks = token_batch(np.random.default_rng(23), t.V)
-    o = c.ok("TP2", tdir, ddir, inputs(toks), np_=2)
+    o = c.ok("TP2", tdir, ddir, inputs(toks), np_=2, env=env)
     want = reference(t, d, toks, LENS, STARTS)
     if o is not None:
         check(c, "TP2", d, o, want, d.gamma)
     # the same two TP ranks as threads of one process: the same proposals as under mpirun
-    o1 = c.ok("TP2 in one process", tdir, ddir, inputs(toks), extra=("--tp", "2"))
+    o1 = c.ok("TP2 in one process", tdir, ddir, inputs(toks), extra=("--tp", "2"), env=env)
     if o1 is not None:
         check(c, "TP2 in one process", d, o1, want, d.gamma)
         if o is not None:

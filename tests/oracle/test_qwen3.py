@@ -249,25 +249,23 @@ def case_sampling(c):
 
 
 def case_tp(c):
-    """Vocabulary-sharded head and split heads over MPI ranks (CPU: the CUDA
-    target runs TP 1 only so far)."""
-    if c.backend == "cuda":
-        print("TP cases: not run on CUDA (the CUDA target refuses TP > 1; one GPU lent)")
-        return
+    """Vocabulary-sharded head and split heads over MPI ranks (on CUDA one GPU
+    per rank, where the machine has them)."""
+    sizes, env = harness.tp_sizes(c.backend, (1, 2, 4))
     d, m = c.model("tp", form=5, seed=3, heads=8, kv_heads=4, vocab=500, layers=2)
     toks = token_batch(np.random.default_rng(14), m.V)
     taps = [0, 1]
     mask = valid_mask()
     runs = {}
-    for tp in (1, 2, 4):
-        o = c.ok_run("TP%d" % tp, d, inputs(toks, taps=taps), np_=tp)
+    for tp in sizes:
+        o = c.ok_run("TP%d" % tp, d, inputs(toks, taps=taps), np_=tp, env=env)
         if o is None:
             continue
         runs[tp] = o
         check_reference(c, "TP%d" % tp, m, toks, o, taps=taps)
     if 2 in runs:
-        same(c, "TP2 twice", c.ok_run("TP2 again", d, inputs(toks, taps=taps), np_=2), runs[2], rows=mask)
-        same(c, "TP2 decode schedule", c.ok_run("TP2 decode", d, inputs(toks, chunks=[1], taps=taps), np_=2),
+        same(c, "TP2 twice", c.ok_run("TP2 again", d, inputs(toks, taps=taps), np_=2, env=env), runs[2], rows=mask)
+        same(c, "TP2 decode schedule", c.ok_run("TP2 decode", d, inputs(toks, chunks=[1], taps=taps), np_=2, env=env),
              runs[2], rows=mask)
     if 1 in runs:
         for tp in (2, 4):
@@ -275,35 +273,41 @@ def case_tp(c):
                 agree = (runs[tp]["next"][mask] == runs[1]["next"][mask]).mean()
                 print("TP%d vs TP1: greedy ids equal at %.4f of %d positions, logits bit-equal %.4f" % (
                     tp, agree, int(mask.sum()), (runs[tp]["logits"][mask] == runs[1]["logits"][mask]).mean()))
-    expect_refusal(c, "TP3 with 4 kv heads", d, inputs(toks), "divide", np_=3)
+    if c.backend != "cuda" or harness.cuda_devices() >= 3:
+        expect_refusal(c, "TP3 with 4 kv heads", d, inputs(toks), "divide", np_=3, env=env)
+    if c.backend == "cuda" and harness.cuda_devices() >= 2:
+        expect_refusal(c, "CUDA TP2 without the switch", d, inputs(toks), "DSPARK_CUDA_TP_UNVERIFIED", np_=2)
 
 
 def case_tp_process(c):
     """TP ranks as threads of one process (`--tp N`: on the CPU a "threads"
-    communicator, on CUDA one process driving N GPUs). Its F32 sums go in rank
-    order, so at TP 2 every output equals the mpirun form's (a sum of two is
-    the same either way), and at any TP the outputs do not depend on the
-    schedule; against the reference like every TP size."""
-    if c.backend == "cuda":
-        print("one-process TP: not run on CUDA (the CUDA target refuses TP > 1; one GPU lent)")
-        return
+    communicator, on CUDA one process driving N GPUs). On the CPU its F32 sums
+    go in rank order, so at TP 2 every output equals the mpirun form's (a sum
+    of two is the same either way; on CUDA both forms sum in NCCL), and at any
+    TP the outputs do not depend on the schedule; against the reference like
+    every TP size."""
+    sizes, env = harness.tp_sizes(c.backend, (2, 4))
     d, m = c.model("tp", form=5, seed=3, heads=8, kv_heads=4, vocab=500, layers=2)
     toks = token_batch(np.random.default_rng(14), m.V)
     taps = [0, 1]
     mask = valid_mask()
-    for tp in (2, 4):
-        o = c.ok_run("TP%d in one process" % tp, d, inputs(toks, taps=taps), extra=("--tp", str(tp)))
+    for tp in sizes:
+        o = c.ok_run("TP%d in one process" % tp, d, inputs(toks, taps=taps), extra=("--tp", str(tp)), env=env)
         if o is None:
             continue
         check_reference(c, "TP%d in one process" % tp, m, toks, o, taps=taps)
         same(c, "TP%d in one process, decode schedule" % tp,
              c.ok_run("TP%d in one process, decode" % tp, d, inputs(toks, chunks=[1], taps=taps),
-                      extra=("--tp", str(tp))), o, rows=mask)
+                      extra=("--tp", str(tp)), env=env), o, rows=mask)
         if tp == 2:
             same(c, "TP2: one process vs two under mpirun", o,
-                 c.ok_run("TP2 under mpirun", d, inputs(toks, taps=taps), np_=2), rows=mask)
-    expect_refusal(c, "TP3 in one process with 4 kv heads", d, inputs(toks), "divide", extra=("--tp", "3"))
-    expect_refusal(c, "TP2 in each of two processes", d, inputs(toks), "cannot also run under mpirun", np_=2, extra=("--tp", "2"))
+                 c.ok_run("TP2 under mpirun", d, inputs(toks, taps=taps), np_=2, env=env), rows=mask)
+    if c.backend != "cuda" or harness.cuda_devices() >= 3:
+        expect_refusal(c, "TP3 in one process with 4 kv heads", d, inputs(toks), "divide", extra=("--tp", "3"),
+                       env=env)
+    if sizes:
+        expect_refusal(c, "TP2 in each of two processes", d, inputs(toks), "cannot also run under mpirun", np_=2,
+                       extra=("--tp", "2"), env=env)
 
 
 def case_row_parallel(c):
@@ -325,8 +329,8 @@ def case_row_parallel(c):
             check_reference(c, "row-parallel", m, toks, rows, taps=taps)
 
 
-def expect_refusal(c, label, model_dir, inp, needle, np_=1, extra=()):
-    rc, o, se = c.run(model_dir, inp, np_=np_, timeout=120, extra=extra)
+def expect_refusal(c, label, model_dir, inp, needle, np_=1, extra=(), env=None):
+    rc, o, se = c.run(model_dir, inp, np_=np_, timeout=120, extra=extra, env=env)
     if rc is None:
         c.tally.fail("%s: hung (killed after 120 s)" % label)
     elif rc == 0:

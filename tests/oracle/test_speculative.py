@@ -150,22 +150,17 @@ def case_greedy(t, P):
     if ra is not None and ra.get("rounds_without_drafts", 0) < len(ra["results"]):
         t.tally.fail("gamma auto: %s sequence-rounds without drafts, expected at least one per sequence"
                      % ra.get("rounds_without_drafts"))
-    if t.backend == "cpu":
-        check_same(t, "bigram pair, gamma auto, TP 2",
-                   t.gen_json("gamma-auto-tp2", ["--model", bt, "--draft", bd, "--gamma", "auto"] + base, np_=2), 1.3)
+    sizes, env = harness.tp_sizes(t.backend, (2, 3))
+    if 2 in sizes:
+        check_same(t, "bigram pair, gamma auto, TP 2", t.gen_json(
+            "gamma-auto-tp2", ["--model", bt, "--draft", bd, "--gamma", "auto"] + base, np_=2, env=env), 1.3)
     check_same(t, "random pair, confidence cut 0.5", t.gen_json(
         "p-min", ["--model", P["random"][0], "--draft", P["random"][1], "--draft-p-min", "0.5"] + base))
-    if t.backend != "cpu":
-        print("TP 2 and 3: CPU ranks only here (the CUDA target refuses TP > 1 for now)")
-    else:
-        r2 = t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2)
+    if 2 in sizes:
+        r2 = t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2, env=env)
         check_same(t, "bigram pair, TP 2", r2, 1.7)
-        check_same(t, "6-head pair, TP 3", t.gen_json("tp3", ["--model", P["tp3"][0], "--draft", P["tp3"][1]] + base,
-                                                     np_=3), 1.5)
-        check_same(t, "6-head pair, TP 3, gamma auto", t.gen_json(
-            "tp3-auto", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto"] + base, np_=3), 1.2)
-        # the TP ranks as threads of one process (what one process driving several GPUs runs)
-        r2p = t.gen_json("tp2-process", ["--model", bt, "--draft", bd, "--tp", "2"] + base)
+        # the TP ranks as threads of one process (on CUDA one process driving the GPUs)
+        r2p = t.gen_json("tp2-process", ["--model", bt, "--draft", bd, "--tp", "2"] + base, env=env)
         check_same(t, "bigram pair, TP 2 in one process", r2p, 1.7)
         if r2 is not None and r2p is not None:
             if [x["tokens"] for x in r2p["results"]] != [x["tokens"] for x in r2["results"]]:
@@ -173,9 +168,15 @@ def case_greedy(t, P):
             if r2p["acceptance_length"] != r2["acceptance_length"]:
                 t.tally.fail("TP 2: one process accepted %.4f a round, two processes under mpirun %.4f" % (
                     r2p["acceptance_length"], r2["acceptance_length"]))
-        check_same(t, "6-head pair, TP 3 in one process, gamma auto", t.gen_json(
-            "tp3-process", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto", "--tp", "3"] + base),
+    if 3 in sizes:
+        check_same(t, "6-head pair, TP 3", t.gen_json("tp3", ["--model", P["tp3"][0], "--draft", P["tp3"][1]] + base,
+                                                     np_=3, env=env), 1.5)
+        check_same(t, "6-head pair, TP 3, gamma auto", t.gen_json(
+            "tp3-auto", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto"] + base, np_=3, env=env),
             1.2)
+        check_same(t, "6-head pair, TP 3 in one process, gamma auto", t.gen_json(
+            "tp3-process", ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--gamma", "auto", "--tp", "3"] + base,
+            env=env), 1.2)
     # an end-of-sequence id the bigram pair drafts: it ends the sequence inside accepted drafts
     if r is not None:
         toks = r["results"][1]["tokens"]
@@ -344,6 +345,7 @@ def case_bad(t, P):
 
 def main():
     backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cpu"
+    only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]  # greedy, sampling, ...
     if backend == "cuda":
         harness.cuda_or_skip()
     with harness.Workdir() as wd:
@@ -351,6 +353,8 @@ def main():
         P = pairs(wd)
         for name, fn in (("greedy", lambda: case_greedy(t, P)), ("sampling", lambda: case_sampling(t, wd)),
                          ("sampling threads", lambda: case_sampling_threads(t, wd)), ("bad", lambda: case_bad(t, P))):
+            if only and name.replace(" ", "_") not in only:
+                continue
             print("== %s" % name)
             sys.stdout.flush()
             fn()
