@@ -36,3 +36,6 @@ if(DSPARK_HAVE_CUDA)
     set_tests_properties(test_ops_cuda_racecheck PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77)
   endif()
 endif()
+# The backend's plumbing: several CPU devices in one process (dsp_backend_each's threads and their
+# communicator) and the memory query.
+dsp_test(test_backend SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_backend.c LABELS unit TIMEOUT 60)

@@ -23,7 +23,7 @@ struct dsp_dev_pool {
   dev_result *res;
   dsp_event go, done;
   atomic_int left;
-  int quit;
+  int quit, busy;
   dsp_status (*fn)(void *ctx, int dev);
   void *ctx;
 };
@@ -95,9 +95,11 @@ static dsp_status pool_start(dsp_backend *be) {
 
 dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev), void *ctx) {
   if (be->ndev == 1) return fn(ctx, 0);
-  if (on_worker) return dsp_fail(DSP_ERR_ARG, "backend: a device's job started another job on every device");
+  if (on_worker || (be->pool && be->pool->busy))
+    return dsp_fail(DSP_ERR_ARG, "backend: a device's job started another job on every device");
   if (!be->pool) DSP_TRY(pool_start(be));
   struct dsp_dev_pool *p = be->pool;
+  p->busy = 1;
   p->fn = fn;
   p->ctx = ctx;
   atomic_store(&p->left, p->n - 1);
@@ -106,6 +108,7 @@ dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev
   p->res[0].s = fn(ctx, 0);
   if (p->res[0].s != DSP_OK) snprintf(p->res[0].msg, sizeof p->res[0].msg, "%s", dsp_error_message());
   dsp_event_wait(&p->done, seen);
+  p->busy = 0;
   for (int i = 0; i < p->n; i++)
     if (p->res[i].s != DSP_OK)
       return dsp_fail(p->res[i].s, "%s %d: %s", be->kind == DSP_BACKEND_CUDA ? "GPU" : "device", be->device[i],

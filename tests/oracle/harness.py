@@ -119,6 +119,17 @@ def run(args, np_=1, timeout=120, mpi=None, env=None, text=True):
     env = dict(MPI_ENV)
     env.update(os.environ)
     env.update(extra_env)
+    # Open MPI's session directory per launch: two launches sharing one (ctest -j) can fail orte_init
+    # ("orte_session_dir failed") when one removes it while the other starts
+    session = tempfile.mkdtemp(prefix="dspark-ompi-")
+    env["OMPI_MCA_orte_tmpdir_base"] = session
+    try:
+        return _run(args, env, timeout, text)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+
+
+def _run(args, env, timeout, text):
     t0 = time.time()
     # Its own process group, so a hang can be ended for mpirun and every rank.
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

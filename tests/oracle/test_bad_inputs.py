@@ -228,7 +228,8 @@ def case_list():
     add("--backend tpu", ["--backend"], with_args("--backend", "tpu"))
     add("--tp 0", ["--tp"], with_args("--tp", "0"))
     add("--tp x", ["--tp"], with_args("--tp", "x"))
-    add("--tp 2 on the CPU", ["--tp"], with_args("--tp", "2"))
+    # --tp N on the CPU runs N TP ranks as threads of one process; under mpirun too it is refused
+    add("--tp 2 under mpirun", ["cannot also run under mpirun"], with_args("--tp", "2"), modes=("np3",))
     add("--broadcast maybe", ["--broadcast"], with_args("--broadcast", "maybe"))
     add("unknown option", ["--frobnicate"], with_args("--frobnicate"))
 
