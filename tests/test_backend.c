@@ -2,7 +2,8 @@
  * one process (--tp N): every device's job runs once per call, device 0 on the
  * caller's thread and the others on threads that stay the same from call to
  * call; the first failure comes back with its device named; a job that starts
- * another round on every device is refused; the devices' collectives meet.
+ * another round on every device is refused; the devices' collectives meet, and
+ * those of devices whose peer failed alone return instead of waiting for it.
  * dsp_op_memory_used: the process's peak grows by what it touches. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -40,6 +41,15 @@ static dsp_status record(void *ctx, int dev) {
   j->sum[dev] = x;
   if (dev == j->fail_dev) return dsp_fail(DSP_ERR_RANGE, "device %d's own reason", dev);
   return DSP_OK;
+}
+
+/* Device 1 fails before the collective the others enter: they must not wait for it. */
+static dsp_status strand(void *ctx, int dev) {
+  job *j = ctx;
+  if (dev == 1) return dsp_fail(DSP_ERR_NOMEM, "device 1 ran out");
+  int32_t x = 1;
+  j->nested[dev] = dsp_comm_allreduce(j->be->tp[dev], &x, &x, 1, DSP_I32, DSP_REDUCE_SUM);
+  return j->nested[dev];
 }
 
 static dsp_status nest(void *ctx, int dev) {
@@ -81,6 +91,15 @@ static void test_each(void **st) {
   for (int d = 0; d < NDEV; d++) assert_int_equal(j.nested[d], DSP_ERR_ARG);
   j.fail_dev = -1;
   assert_int_equal(dsp_backend_each(be, record, &j), DSP_OK); /* still usable */
+  /* a device that fails alone: the others' collective returns, and the reason reported is the failing device's */
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(dsp_backend_each(be, strand, &j), DSP_ERR_NOMEM);
+    assert_non_null(strstr(dsp_error_message(), "device 1: device 1 ran out"));
+    assert_int_equal(j.nested[0], DSP_ERR_COMM);
+    assert_int_equal(j.nested[2], DSP_ERR_COMM);
+  }
+  assert_int_equal(dsp_backend_each(be, record, &j), DSP_OK); /* the group works again */
+  for (int d = 0; d < NDEV; d++) assert_int_equal(j.sum[d], NDEV * (NDEV + 1) / 2);
   dsp_backend_free(be);
 }
 

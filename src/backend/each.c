@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "comm/comm.h"
 #include "core/event.h"
 #include "core/status.h"
 
@@ -22,7 +23,7 @@ struct dsp_dev_pool {
   pthread_t *th;
   dev_result *res;
   dsp_event go, done;
-  atomic_int left;
+  atomic_int left, origin;
   int quit, busy;
   dsp_status (*fn)(void *ctx, int dev);
   void *ctx;
@@ -34,6 +35,15 @@ typedef struct {
 } worker_arg;
 
 static _Thread_local int on_worker;
+
+/* A device's job failed: its message kept, and its peers' collectives released (they would wait for it). The
+ * first device to fail is the origin; the others may have failed only because it did. */
+static void failed(struct dsp_dev_pool *p, int dev, dev_result *r) {
+  snprintf(r->msg, sizeof r->msg, "%s", dsp_error_message());
+  int none = -1;
+  atomic_compare_exchange_strong(&p->origin, &none, dev);
+  dsp_comm_poison(p->be->tp[dev], 1);
+}
 
 static void *worker(void *arg) {
   worker_arg a = *(worker_arg *)arg;
@@ -48,7 +58,7 @@ static void *worker(void *arg) {
     if (p->quit) return NULL;
     dev_result *r = &p->res[a.dev];
     r->s = p->fn(p->ctx, a.dev);
-    if (r->s != DSP_OK) snprintf(r->msg, sizeof r->msg, "%s", dsp_error_message());
+    if (r->s != DSP_OK) failed(p, a.dev, r);
     if (atomic_fetch_sub(&p->left, 1) == 1) dsp_event_bump(&p->done);
   }
 }
@@ -103,17 +113,18 @@ dsp_status dsp_backend_each(dsp_backend *be, dsp_status (*fn)(void *ctx, int dev
   p->fn = fn;
   p->ctx = ctx;
   atomic_store(&p->left, p->n - 1);
+  atomic_store(&p->origin, -1);
   const unsigned seen = dsp_event_seq(&p->done);
   dsp_event_bump(&p->go);
   p->res[0].s = fn(ctx, 0);
-  if (p->res[0].s != DSP_OK) snprintf(p->res[0].msg, sizeof p->res[0].msg, "%s", dsp_error_message());
+  if (p->res[0].s != DSP_OK) failed(p, 0, &p->res[0]);
   dsp_event_wait(&p->done, seen);
   p->busy = 0;
-  for (int i = 0; i < p->n; i++)
-    if (p->res[i].s != DSP_OK)
-      return dsp_fail(p->res[i].s, "%s %d: %s", be->kind == DSP_BACKEND_CUDA ? "GPU" : "device", be->device[i],
-                      p->res[i].msg);
-  return DSP_OK;
+  const int o = atomic_load(&p->origin);
+  if (o < 0) return DSP_OK;
+  dsp_comm_poison(be->tp[0], 0); /* every job has returned: no rank is inside a collective */
+  return dsp_fail(p->res[o].s, "%s %d: %s", be->kind == DSP_BACKEND_CUDA ? "GPU" : "device", be->device[o],
+                  p->res[o].msg);
 }
 
 void dsp_backend_each_stop(dsp_backend *be) {

@@ -77,6 +77,10 @@ dsp_status dsp_comm_set_stream(dsp_comm *c, void *stream) {
   return c->ops->set_stream(c, stream);
 }
 
+void dsp_comm_poison(dsp_comm *c, int on) {
+  if (c && c->ops->poison) c->ops->poison(c, on);
+}
+
 /* What the first failing rank tells the others. Sized like the thread's
  * message buffer in core/status.c, so a message is never cut shorter here. */
 typedef struct {

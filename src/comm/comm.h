@@ -13,6 +13,12 @@ extern "C" {
 /* NCCL only: the cudaStream_t collectives are enqueued on (so a CUDA graph can
  * capture them). Host engines: DSP_ERR_UNSUPPORTED. */
 dsp_status dsp_comm_set_stream(dsp_comm *c, void *stream);
+/* on = 1: a rank of c failed alone and will not join its next collectives:
+ * on ranks that are threads of this process, the others' collectives (those
+ * waiting now and every later one) return DSP_ERR_COMM instead of waiting for
+ * it. on = 0, once no rank is inside a collective: the group works again. No
+ * effect on engines whose ranks are processes. c may be NULL. */
+void dsp_comm_poison(dsp_comm *c, int on);
 /* 1 when an MPI launcher started this process (its environment variables). */
 int dsp_comm_launched_by_mpi(void);
 

@@ -27,6 +27,8 @@ struct dsp_comm_ops {
   void (*free)(dsp_comm *c);
   /* NULL for host backends (dsp_comm_set_stream then says unsupported). */
   dsp_status (*set_stream)(dsp_comm *c, void *stream);
+  /* NULL where a rank that fails alone ends its process (MPI, NCCL: the launcher ends the others) */
+  void (*poison)(dsp_comm *c, int on);
 };
 
 struct dsp_comm {

@@ -3,7 +3,10 @@
  * publishes every rank's buffer, passes a barrier, lets each rank read the
  * others' buffers directly, and passes a second barrier before any buffer may
  * change. Sums are taken in rank order, so results are the same on every rank
- * and on every run. */
+ * and on every run. A rank that fails alone poisons the group (the device
+ * threads do it for a failed job), so the others' collectives return an error
+ * instead of waiting for it forever; once every rank's job has returned, the
+ * group is cleared for the next. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 typedef struct {
   int n;
   atomic_int refs;
+  atomic_int failed; /* a rank failed alone: every collective from then on fails */
   dsp_barrier bar;
   const void **buf; /* [n] each rank's published buffer */
 } th_group;
@@ -27,26 +31,33 @@ typedef struct {
 
 static th_impl *impl_of(dsp_comm *c) { return (th_impl *)c->impl; }
 
+/* The group's barrier, or DSP_ERR_COMM once a rank has failed alone. */
+static dsp_status meet(dsp_comm *c) {
+  th_group *g = impl_of(c)->g;
+  if (!atomic_load(&g->failed)) dsp_barrier_wait(&g->bar);
+  if (atomic_load(&g->failed))
+    return dsp_fail(DSP_ERR_COMM, "comm threads: rank %d: another rank of this process failed alone", c->rank);
+  return DSP_OK;
+}
+
 static dsp_status th_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes) {
   th_group *g = impl_of(c)->g;
   g->buf[c->rank] = send;
-  dsp_barrier_wait(&g->bar);
+  DSP_TRY(meet(c));
   for (int j = 0; j < c->size && bytes; j++) {
     char *dst = (char *)recv + (size_t)j * bytes;
     if (j != c->rank) memcpy(dst, g->buf[j], bytes);
     else if (dst != send) memmove(dst, send, bytes); /* others read only the send buffer */
   }
-  dsp_barrier_wait(&g->bar);
-  return DSP_OK;
+  return meet(c);
 }
 
 static dsp_status th_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
   th_group *g = impl_of(c)->g;
   g->buf[c->rank] = buf;
-  dsp_barrier_wait(&g->bar);
+  DSP_TRY(meet(c));
   if (c->rank != root && bytes) memcpy(buf, g->buf[root], bytes);
-  dsp_barrier_wait(&g->bar);
-  return DSP_OK;
+  return meet(c);
 }
 
 #define TH_REDUCE(T, UT)                                                                \
@@ -82,20 +93,30 @@ static dsp_status th_allreduce(dsp_comm *c, const void *send, void *recv, size_t
   }
   if (send == recv) out = m->tmp;
   g->buf[c->rank] = send;
-  dsp_barrier_wait(&g->bar);
+  DSP_TRY(meet(c));
   if (s == DSP_OK && count) {
     if (dt == DSP_F32) reduce_float(g->buf, c->size, count, op, out);
     else if (dt == DSP_I32) reduce_int32_t(g->buf, c->size, count, op, out);
     else reduce_int64_t(g->buf, c->size, count, op, out);
   }
-  dsp_barrier_wait(&g->bar);
+  DSP_TRY(meet(c));
   if (s == DSP_OK && send == recv && count) memcpy(recv, out, bytes);
   return s;
 }
 
-static dsp_status th_barrier(dsp_comm *c) {
-  dsp_barrier_wait(&impl_of(c)->g->bar);
-  return DSP_OK;
+static dsp_status th_barrier(dsp_comm *c) { return meet(c); }
+
+/* On: wakes the ranks waiting in a collective (the barrier's count is void
+ * until it is cleared). Off: a fresh barrier, when no rank is inside one. */
+static void th_poison(dsp_comm *c, int on) {
+  th_group *g = impl_of(c)->g;
+  if (on) {
+    atomic_store(&g->failed, 1);
+    dsp_event_bump(&g->bar.ev);
+  } else {
+    atomic_store(&g->bar.arrived, 0);
+    atomic_store(&g->failed, 0);
+  }
 }
 
 __attribute__((noreturn)) static void th_abort(dsp_comm *c, int code) {
@@ -128,6 +149,7 @@ static const struct dsp_comm_ops th_ops = {
     .abort = th_abort,
     .free = th_free,
     .set_stream = NULL,
+    .poison = th_poison,
 };
 
 dsp_status dsp_comm_threads_create_group(int n, dsp_comm **out) {
@@ -144,6 +166,7 @@ dsp_status dsp_comm_threads_create_group(int n, dsp_comm **out) {
   g->buf = buf;
   dsp_barrier_init(&g->bar, n);
   atomic_init(&g->refs, 0);
+  atomic_init(&g->failed, 0);
   for (int i = 0; i < n; i++) {
     dsp_comm *c = calloc(1, sizeof *c);
     th_impl *m = calloc(1, sizeof *m);
