@@ -197,7 +197,10 @@ dsp_status dsp_comm_nccl_create(dsp_comm *mpi, int device, dsp_comm **out);
 dsp_status dsp_comm_nccl_create_group(int n, const int *devices, dsp_comm **out);
 /* n ranks that are threads of this process (the CPU backend's devices):
  * out[i] is rank i, each used from its own thread; collectives go through
- * shared memory, F32 sums in rank order. Kind "threads". */
+ * shared memory, F32 sums in rank order. Kind "threads". When a device's job
+ * of a backend fails alone, its peers' collectives in that job return
+ * DSP_ERR_COMM instead of waiting for it, and the backend reports the device
+ * that failed first. */
 dsp_status dsp_comm_threads_create_group(int n, dsp_comm **out);
 
 int dsp_comm_rank(const dsp_comm *c);
