@@ -2,7 +2,7 @@
  * states run through one Kimi-Linear KDA layer in calls given by a schedule,
  * writing every token's output (rank 0).
  *
- * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan]
+ * usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan] [--tp N]
  *   IN: x [T, hidden] BF16 (sequence 0's tokens, then sequence 1's, ...),
  *       lengths [B] I64, layer [1] I64 (0-based), chunks [C] I64 (call c brings
  *       min(chunks[c], left) tokens of every unfinished sequence; the last chunk
@@ -75,11 +75,16 @@ static void run(const runner *r, const dsp_kda_batch *kb, const dsp_tensor *xv, 
 }
 
 int main(int argc, char **argv) {
+  int32_t devices = 1; /* --tp N (the last arguments): N TP ranks in this process */
+  if (argc > 5 && !strcmp(argv[argc - 2], "--tp")) {
+    devices = atoi(argv[argc - 1]);
+    argc -= 2;
+  }
   const int plan = argc > 4 && !strcmp(argv[argc - 1], "--plan");
   if (plan) argc--;
   const int backend_arg = argc == 6 && !strcmp(argv[4], "--backend");
   if (argc != 4 && !(backend_arg && (!strcmp(argv[5], "cpu") || !strcmp(argv[5], "cuda")))) {
-    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan]\n");
+    fprintf(stderr, "usage: kda_layer_driver MODEL_DIR IN.safetensors OUT.safetensors [--backend cpu|cuda] [--plan] [--tp N]\n");
     return 2;
   }
   const dsp_backend_kind kind = backend_arg && !strcmp(argv[5], "cuda") ? DSP_BACKEND_CUDA : DSP_BACKEND_CPU;
@@ -112,7 +117,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kda_layer_driver: lengths must add up to x's rows, chunks must be given\n");
     return 1;
   }
-  dsp_backend_config bc = {.kind = kind, .comm = comm};
+  dsp_backend_config bc = {.kind = kind, .comm = comm, .devices = devices};
   dsp_backend *be;
   TRY(dsp_backend_create(&bc, &be));
   dsp_kda_layer_options o = {.layer = (int32_t)layer[0], .max_seqs = (int32_t)maxslot + 1, .max_tokens = (int32_t)cap,

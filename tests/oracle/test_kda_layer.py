@@ -85,7 +85,8 @@ class Ctx:
         self.tally = harness.Tally()
         self.n = 0
 
-    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER, extra=None, plan=False):
+    def run(self, mdir, x, lens, chunks, forms=None, slots=None, np_=1, layer=LAYER, extra=None, plan=False, tp=None,
+            env=None):
         self.n += 1
         inp, out = self.wd.file("in%d.safetensors" % self.n), self.wd.file("out%d.safetensors" % self.n)
         d = {"x": bf(x), "lengths": np.asarray(lens, np.int64), "layer": np.asarray([layer], np.int64),
@@ -97,8 +98,8 @@ class Ctx:
         d.update(extra or {})
         st.save(inp, d)
         args = [self.driver, mdir, inp, out] + (["--backend", self.backend] if self.backend else []) + \
-            (["--plan"] if plan else [])
-        rc, _, se, _ = harness.run(args, np_=np_, timeout=180)
+            (["--plan"] if plan else []) + (["--tp", str(tp)] if tp else [])
+        rc, _, se, _ = harness.run(args, np_=np_, timeout=180, env=env)
         self.tally.runs += 1
         if rc != 0:
             return rc, None, se
@@ -218,6 +219,18 @@ def case_rollback(c):
             for b in range(3)]
     lens = [len(r) for r in rows]
     f = c.ok("fresh over the accepted tokens", d, np.concatenate(rows), lens, [L0, 1], forms=[0, 1])
+    # TP 2: two ranks under mpirun and two threads of one process (on CUDA, GPUs), each on a plan: the same bits
+    sizes, env = harness.tp_sizes(c.backend, (2,))
+    if sizes:
+        om = c.ok("TP 2 under mpirun, on a plan", d, x, [L0] * 3, [L0], forms=[0], extra=extra, plan=True, np_=2,
+                  env=env)
+        o1 = c.ok("TP 2 in one process, on a plan", d, x, [L0] * 3, [L0], forms=[0], extra=extra, plan=True, tp=2,
+                  env=env)
+        o1c = c.ok("TP 2 in one process", d, x, [L0] * 3, [L0], forms=[0], extra=extra, tp=2, env=env)
+        if om is not None and o1 is not None and o1c is not None:
+            for k in ("y", "vy", "cy"):
+                same(c, "TP 2: one process vs two under mpirun, %s" % k, o1[k], om[k])
+                same(c, "TP 2 in one process: planned vs per-call, %s" % k, o1[k], o1c[k])
     if o is None or f is None:
         return
     at = np.cumsum([0] + lens)
