@@ -34,7 +34,7 @@ static th_impl *impl_of(dsp_comm *c) { return (th_impl *)c->impl; }
 /* The group's barrier, or DSP_ERR_COMM once a rank has failed alone. */
 static dsp_status meet(dsp_comm *c) {
   th_group *g = impl_of(c)->g;
-  if (!atomic_load(&g->failed)) dsp_barrier_wait(&g->bar);
+  if (!atomic_load(&g->failed)) dsp_barrier_wait_or(&g->bar, &g->failed);
   if (atomic_load(&g->failed))
     return dsp_fail(DSP_ERR_COMM, "comm threads: rank %d: another rank of this process failed alone", c->rank);
   return DSP_OK;

@@ -25,21 +25,28 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void dsp_event_wait(dsp_event *e, unsigned seen) {
+static inline int done(dsp_event *e, unsigned seen, atomic_int *stop) {
+  return atomic_load(&e->seq) != seen || (stop && atomic_load(stop));
+}
+
+void dsp_event_wait_or(dsp_event *e, unsigned seen, atomic_int *stop) {
   for (int i = 0; i < DSP_EVENT_SPINS; i++) {
-    if (atomic_load(&e->seq) != seen) return;
+    if (done(e, seen, stop)) return;
     cpu_relax();
   }
   for (int i = 0; i < DSP_EVENT_YIELDS; i++) {
-    if (atomic_load(&e->seq) != seen) return;
+    if (done(e, seen, stop)) return;
     sched_yield();
   }
-  /* the bump changes seq before it takes the lock, so a waiter that saw the
-   * old value under the lock is already waiting when the broadcast comes */
+  /* the bump changes seq (and a stop is set) before it takes the lock, so a
+   * waiter that saw neither under the lock is already waiting when the
+   * broadcast comes */
   pthread_mutex_lock(&e->mu);
-  while (atomic_load(&e->seq) == seen) pthread_cond_wait(&e->cv, &e->mu);
+  while (!done(e, seen, stop)) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
 }
+
+void dsp_event_wait(dsp_event *e, unsigned seen) { dsp_event_wait_or(e, seen, NULL); }
 
 void dsp_event_bump(dsp_event *e) {
   atomic_fetch_add(&e->seq, 1u);
@@ -56,12 +63,12 @@ void dsp_barrier_init(dsp_barrier *b, int n) {
 
 void dsp_barrier_destroy(dsp_barrier *b) { dsp_event_destroy(&b->ev); }
 
-void dsp_barrier_wait(dsp_barrier *b) {
+void dsp_barrier_wait_or(dsp_barrier *b, atomic_int *stop) {
   const unsigned seen = dsp_event_seq(&b->ev);
   if (atomic_fetch_add(&b->arrived, 1) == b->n - 1) {
     atomic_store(&b->arrived, 0); /* before the bump: nobody arrives for the next round until then */
     dsp_event_bump(&b->ev);
     return;
   }
-  dsp_event_wait(&b->ev, seen);
+  dsp_event_wait_or(&b->ev, seen, stop);
 }

@@ -23,6 +23,8 @@ void dsp_event_destroy(dsp_event *e);
 unsigned dsp_event_seq(dsp_event *e);
 /* Returns once the sequence number differs from `seen`. */
 void dsp_event_wait(dsp_event *e, unsigned seen);
+/* The same, or once *stop is non-zero (stop may be NULL); whoever sets *stop bumps e after. */
+void dsp_event_wait_or(dsp_event *e, unsigned seen, atomic_int *stop);
 /* Advances the sequence number and wakes every waiter. */
 void dsp_event_bump(dsp_event *e);
 
@@ -35,7 +37,9 @@ typedef struct {
 
 void dsp_barrier_init(dsp_barrier *b, int n);
 void dsp_barrier_destroy(dsp_barrier *b);
-void dsp_barrier_wait(dsp_barrier *b);
+/* Returns when all n have arrived, or as soon as *stop is non-zero (stop may
+ * be NULL; after a stop the count is void until arrived is reset). */
+void dsp_barrier_wait_or(dsp_barrier *b, atomic_int *stop);
 
 #ifdef __cplusplus
 }
