@@ -211,10 +211,10 @@ const char *dsp_comm_kind(const dsp_comm *c); /* "self", "mpi", "nccl", "threads
 dsp_status dsp_comm_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes);
 dsp_status dsp_comm_bcast(dsp_comm *c, void *buf, size_t bytes, int root);
 /* send == recv is allowed (in place). dt: DSP_F32, DSP_I32, DSP_I64. Every rank
- * gets the same result. An F32 SUM on the host engines (self, MPI, threads)
- * is taken in rank order, ((x0 + x1) + x2) + ..., whatever the count, so it is
- * the same on every run, message size and engine; on NCCL its order is
- * NCCL's (exact when the sum is exact). */
+ * gets the same result. An F32 SUM is taken in rank order, ((x0 + x1) + x2) +
+ * ..., whatever the count, so it is the same on every run, message size and
+ * engine (MPI and NCCL over 3 or more ranks exchange the partials and add them
+ * in that order themselves; their own reductions associate by message size). */
 dsp_status dsp_comm_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
                               dsp_reduce_op op);
 dsp_status dsp_comm_barrier(dsp_comm *c);

@@ -2,13 +2,17 @@
  * thread per rank, dsp_comm_nccl_create_group) for P = 2, 3, 4 (3 forces
  * padded shards); every path (original, sharded with and without the full W2,
  * replicated) and broadcast setting must give the single-GPU tokens and
- * logits bit for bit, greedy and sampling. Exits 77 (skipped) with fewer than
- * two CUDA devices. */
+ * logits bit for bit, greedy and sampling. Then the F32 all-reduce over every
+ * P the machine has: in rank order, ((x0 + x1) + x2) + ..., at several counts,
+ * in place, and captured in a graph after dsp_comm_reserve. Exits 77
+ * (skipped) with fewer than two CUDA devices. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <cuda_runtime.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -135,12 +139,103 @@ static void t_parity(void **st) {
   tr_model_free(&m);
 }
 
+/* Inputs where another order of the sum rounds differently: mixed signs and 48 binades. */
+static float order_in(int r, size_t i) {
+  uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 0x9e3779b9u);
+  h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+  const float m = 1.0f + (float)(h % 1000u) / 1000.0f;
+  return ldexpf((h & 0x80000000u) ? -m : m, (int)((h >> 8) % 48u) - 24);
+}
+
+typedef struct {
+  dsp_comm *comm;
+  int rank, P;
+  size_t count;
+  int graph;
+  size_t differ;
+  dsp_status s;
+  char err[512];
+} sum_job;
+
+static void *sum_main(void *arg) {
+  sum_job *j = arg;
+  cudaSetDevice(j->rank);
+  cudaStream_t st = NULL;
+  float *d = NULL, *h = malloc(j->count * sizeof *h + 4);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  j->s = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+                 cudaMalloc((void **)&d, j->count * 4 + 4) == cudaSuccess && h
+             ? DSP_OK
+             : dsp_fail(DSP_ERR_DEVICE, "rank %d: no stream or buffers", j->rank);
+  for (size_t i = 0; i < j->count && h; i++) h[i] = order_in(j->rank, i);
+  if (j->s == DSP_OK && cudaMemcpy(d, h, j->count * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    j->s = dsp_fail(DSP_ERR_DEVICE, "upload");
+  if (j->s == DSP_OK) j->s = dsp_comm_set_stream(j->comm, st);
+  if (j->s == DSP_OK && j->graph) {
+    j->s = dsp_comm_reserve(j->comm, j->count);
+    if (j->s == DSP_OK && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+      j->s = dsp_fail(DSP_ERR_DEVICE, "capture");
+    if (j->s == DSP_OK) j->s = dsp_comm_allreduce(j->comm, d, d, j->count, DSP_F32, DSP_REDUCE_SUM);
+    if (cudaStreamEndCapture(st, &g) != cudaSuccess && j->s == DSP_OK) j->s = dsp_fail(DSP_ERR_DEVICE, "end capture");
+    if (j->s == DSP_OK && (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess || cudaGraphLaunch(ge, st) != cudaSuccess))
+      j->s = dsp_fail(DSP_ERR_DEVICE, "graph");
+  } else if (j->s == DSP_OK) {
+    j->s = dsp_comm_allreduce(j->comm, d, d, j->count, DSP_F32, DSP_REDUCE_SUM);
+  }
+  if (j->s == DSP_OK && (cudaStreamSynchronize(st) != cudaSuccess ||
+                         cudaMemcpy(h, d, j->count * 4, cudaMemcpyDeviceToHost) != cudaSuccess))
+    j->s = dsp_fail(DSP_ERR_DEVICE, "download");
+  for (size_t i = 0; j->s == DSP_OK && i < j->count; i++) {
+    volatile float want = order_in(0, i);
+    for (int r = 1; r < j->P; r++) want = want + order_in(r, i);
+    j->differ += memcmp(&h[i], (const void *)&want, 4) != 0;
+  }
+  if (j->s != DSP_OK) snprintf(j->err, sizeof j->err, "%s", dsp_error_message());
+  if (ge) cudaGraphExecDestroy(ge);
+  if (g) cudaGraphDestroy(g);
+  cudaFree(d);
+  if (st) cudaStreamDestroy(st);
+  free(h);
+  return NULL;
+}
+
+static void t_sum_order(void **st) {
+  (void)st;
+  const int n = dsp_cuda_device_count() < MAXP ? dsp_cuda_device_count() : MAXP;
+  static const size_t counts[] = {7, 1000, 300001};
+  for (int P = 2; P <= n; P++)
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      for (int graph = 0; graph < 2; graph++) {
+        int dev[MAXP];
+        dsp_comm *comms[MAXP];
+        for (int r = 0; r < P; r++) dev[r] = r;
+        assert_int_equal(dsp_comm_nccl_create_group(P, dev, comms), DSP_OK);
+        sum_job jobs[MAXP];
+        pthread_t th[MAXP];
+        for (int r = 0; r < P; r++) {
+          jobs[r] = (sum_job){.comm = comms[r], .rank = r, .P = P, .count = counts[k], .graph = graph};
+          assert_int_equal(pthread_create(&th[r], NULL, sum_main, &jobs[r]), 0);
+        }
+        for (int r = 0; r < P; r++) pthread_join(th[r], NULL);
+        for (int r = 0; r < P; r++) {
+          if (jobs[r].s != DSP_OK) fail_msg("P %d, %zu floats, graph %d, rank %d: %s", P, counts[k], graph, r, jobs[r].err);
+          if (jobs[r].differ)
+            fail_msg("P %d, %zu floats, graph %d, rank %d: %zu sums not in rank order", P, counts[k], graph, r,
+                     jobs[r].differ);
+          dsp_comm_free(comms[r]);
+        }
+        printf("  F32 all-reduce over %d GPUs, %zu floats%s: in rank order\n", P, counts[k],
+               graph ? ", in a graph" : "");
+      }
+}
+
 int main(void) {
   int n = dsp_cuda_device_count();
   if (n < 2) {
     printf("%d CUDA device(s): multi-GPU NCCL parity needs 2 or more: skipped\n", n);
     return 77;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_parity)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_parity), cmocka_unit_test(t_sum_order)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

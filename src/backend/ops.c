@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "backend/backend.h"
+#include "comm/comm.h"
 #include "core/status.h"
 
 static dsp_status check_dev(const dsp_backend *be, int dev) {
@@ -362,6 +363,12 @@ dsp_status dsp_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor
                     (long long)x->stride[0], (long long)x->shape[1]);
   if (be->ops->allreduce) return be->ops->allreduce(be, dev, comm, x);
   return dsp_comm_allreduce(comm, x->data, x->data, (size_t)(x->shape[0] * x->shape[1]), DSP_F32, DSP_REDUCE_SUM);
+}
+
+dsp_status dsp_op_allreduce_reserve(dsp_backend *be, int dev, dsp_comm *comm, int64_t count) {
+  DSP_TRY(check_dev(be, dev));
+  if (!comm || count < 0) return dsp_fail(DSP_ERR_ARG, "op allreduce_reserve: no communicator or a negative count");
+  return dsp_comm_reserve(comm, (size_t)count);
 }
 
 dsp_status dsp_op_memory_used(dsp_backend *be, int dev, size_t *bytes) {

@@ -108,6 +108,8 @@ dsp_status dsp_op_attn_in(dsp_backend *be, int dev, const dsp_op_attn_in_args *a
  * row-parallel product's partials. On CUDA the NCCL call is enqueued on device
  * dev's stream after the work before it (capturable); one rank leaves x as is. */
 dsp_status dsp_op_allreduce(dsp_backend *be, int dev, dsp_comm *comm, dsp_tensor *x);
+/* After it, dsp_op_allreduce of up to count floats allocates nothing (so a graph can capture it). */
+dsp_status dsp_op_allreduce_reserve(dsp_backend *be, int dev, dsp_comm *comm, int64_t count);
 /* Memory in use for device dev: on CUDA the GPU's (total minus free: the runtime allocates up front, so after
  * loading and the first calls it is the peak); on the CPU this process's peak resident set. */
 dsp_status dsp_op_memory_used(dsp_backend *be, int dev, size_t *bytes);

@@ -77,6 +77,11 @@ dsp_status dsp_comm_set_stream(dsp_comm *c, void *stream) {
   return c->ops->set_stream(c, stream);
 }
 
+dsp_status dsp_comm_reserve(dsp_comm *c, size_t count) {
+  if (!c) return dsp_fail(DSP_ERR_ARG, "comm reserve: no communicator");
+  return c->ops->reserve ? c->ops->reserve(c, count) : DSP_OK;
+}
+
 void dsp_comm_poison(dsp_comm *c, int on) {
   if (c && c->ops->poison) c->ops->poison(c, on);
 }

@@ -19,6 +19,11 @@ dsp_status dsp_comm_set_stream(dsp_comm *c, void *stream);
  * it. on = 0, once no rank is inside a collective: the group works again. No
  * effect on engines whose ranks are processes. c may be NULL. */
 void dsp_comm_poison(dsp_comm *c, int on);
+/* Makes an F32 all-reduce of up to count elements in device memory allocate
+ * nothing later, so that it can be captured in a CUDA graph (NCCL over 3 or
+ * more ranks: the rank-order sum's scratch). Collective-free; a no-op on the
+ * host engines. */
+dsp_status dsp_comm_reserve(dsp_comm *c, size_t count);
 /* 1 when an MPI launcher started this process (its environment variables). */
 int dsp_comm_launched_by_mpi(void);
 

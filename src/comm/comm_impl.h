@@ -29,6 +29,8 @@ struct dsp_comm_ops {
   dsp_status (*set_stream)(dsp_comm *c, void *stream);
   /* NULL where a rank that fails alone ends its process (MPI, NCCL: the launcher ends the others) */
   void (*poison)(dsp_comm *c, int on);
+  /* NULL where collectives allocate nothing (dsp_comm_reserve) */
+  dsp_status (*reserve)(dsp_comm *c, size_t count);
 };
 
 struct dsp_comm {

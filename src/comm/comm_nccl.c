@@ -3,7 +3,8 @@
  * capture them. Host buffers also work (staged through a device scratch
  * buffer and synchronised), for the control plane: dsp_comm_agree and
  * barriers. Two ways in: one process per GPU bootstrapped over MPI, or one
- * process driving several GPUs (ncclCommInitAll, a thread per rank). */
+ * process driving several GPUs (ncclCommInitAll, a thread per rank). F32 sums
+ * over 3 or more ranks go in rank order (ordered_sum), as on the host engines. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,15 @@
 #include "core/status.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/device.h"
+#include "kernels/cuda/rank_sum.h"
 
 typedef struct {
   ncclComm_t nc;
   int device;
   void *scratch; /* device staging for host buffers */
   size_t scratch_bytes;
+  void *oscratch; /* a rank-order sum's: the ranks' chunks, then the chunks' sums */
+  size_t oscratch_bytes;
 } nccl_impl;
 
 static nccl_impl *impl_of(dsp_comm *c) { return (nccl_impl *)c->impl; }
@@ -79,6 +83,64 @@ static dsp_status nccl_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
   return DSP_OK;
 }
 
+/* A rank-order sum's scratch for count elements over P ranks: P chunks of ceil(count / P) floats received,
+ * then as many of the chunks' sums. */
+static size_t ordered_bytes(int P, size_t count) { return 2 * (size_t)P * ((count + (size_t)P - 1) / (size_t)P) * 4; }
+
+static dsp_status oscratch_for(dsp_comm *c, size_t bytes) {
+  nccl_impl *m = impl_of(c);
+  if (m->oscratch_bytes >= bytes) return DSP_OK;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (c->stream && cudaStreamIsCapturing((cudaStream_t)c->stream, &cs) == cudaSuccess &&
+      cs != cudaStreamCaptureStatusNone)
+    return dsp_fail(DSP_ERR_ARG, "comm nccl: a rank-order sum of %zu bytes inside a graph capture needs "
+                    "dsp_comm_reserve before it (%zu reserved)", bytes, m->oscratch_bytes);
+  if (m->oscratch) DSP_CUDA_TRY(cudaFree(m->oscratch));
+  m->oscratch = NULL;
+  m->oscratch_bytes = 0;
+  DSP_CUDA_TRY(cudaMalloc(&m->oscratch, bytes));
+  m->oscratch_bytes = bytes;
+  return DSP_OK;
+}
+
+static dsp_status nccl_reserve(dsp_comm *c, size_t count) {
+  if (c->size < 3) return DSP_OK;
+  DSP_CUDA_TRY(cudaSetDevice(impl_of(c)->device));
+  return oscratch_for(c, ordered_bytes(c->size, count));
+}
+
+/* recv = the F32 sum of every rank's send in rank order, ((x0 + x1) + x2) + ..., as the host engines take it
+ * (NCCL's own reduction associates by message size, so a row's sum would depend on the rows beside it).
+ * Bandwidth as a ring all-reduce: each rank receives its chunk from every rank (send/recv), sums it in
+ * order, and the sums are all-gathered. Device buffers, on the comm's stream; in place allowed. */
+static dsp_status ordered_sum(dsp_comm *c, const float *send, float *recv, size_t count) {
+  nccl_impl *m = impl_of(c);
+  cudaStream_t s = (cudaStream_t)c->stream;
+  const int P = c->size, me = c->rank;
+  const size_t ch = (count + (size_t)P - 1) / (size_t)P, my0 = (size_t)me * ch;
+  const size_t mylen = my0 < count ? (count - my0 < ch ? count - my0 : ch) : 0;
+  DSP_TRY(oscratch_for(c, ordered_bytes(P, count)));
+  float *parts = (float *)m->oscratch, *sums = parts + (size_t)P * ch;
+  ncclResult_t r = ncclGroupStart();
+  for (int q = 0; r == ncclSuccess && q < P; q++) {
+    if (q == me) continue;
+    const size_t q0 = (size_t)q * ch, qlen = q0 < count ? (count - q0 < ch ? count - q0 : ch) : 0;
+    if (qlen) r = ncclSend(send + q0, qlen, ncclFloat32, q, m->nc, s);
+    if (r == ncclSuccess && mylen) r = ncclRecv(parts + (size_t)q * ch, mylen, ncclFloat32, q, m->nc, s);
+  }
+  const ncclResult_t e = ncclGroupEnd();
+  if (r != ncclSuccess || e != ncclSuccess)
+    return dsp_fail(DSP_ERR_COMM, "%s:%d: the rank-order sum's exchange: %s", __FILE__, __LINE__,
+                    ncclGetErrorString(r != ncclSuccess ? r : e));
+  if (mylen) {
+    DSP_CUDA_TRY(cudaMemcpyAsync(parts + (size_t)me * ch, send + my0, mylen * 4, cudaMemcpyDeviceToDevice, s));
+    DSP_CUDA_TRY(dsp_cuda_rank_sum(parts, P, (int64_t)ch, (int64_t)mylen, sums + (size_t)me * ch, s));
+  }
+  DSP_NCCL_TRY(ncclAllGather(sums + (size_t)me * ch, sums, ch, ncclFloat32, m->nc, s));
+  DSP_CUDA_TRY(cudaMemcpyAsync(recv, sums, count * 4, cudaMemcpyDeviceToDevice, s));
+  return DSP_OK;
+}
+
 static dsp_status nccl_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
                                  dsp_reduce_op op) {
   nccl_impl *m = impl_of(c);
@@ -88,13 +150,16 @@ static dsp_status nccl_allreduce(dsp_comm *c, const void *send, void *recv, size
   size_t bytes = count * dsp_dtype_size(dt);
   DSP_CUDA_TRY(cudaSetDevice(m->device));
   if (count == 0) return DSP_OK;
+  const int ordered = dt == DSP_F32 && op == DSP_REDUCE_SUM && c->size > 2;
   if (on_device(send) && on_device(recv)) {
+    if (ordered) return ordered_sum(c, send, recv, count);
     DSP_NCCL_TRY(ncclAllReduce(send, recv, count, t, o, m->nc, s));
     return DSP_OK;
   }
   DSP_TRY(scratch_for(c, bytes));
   DSP_CUDA_TRY(cudaMemcpyAsync(m->scratch, send, bytes, cudaMemcpyDefault, s));
-  DSP_NCCL_TRY(ncclAllReduce(m->scratch, m->scratch, count, t, o, m->nc, s));
+  if (ordered) DSP_TRY(ordered_sum(c, m->scratch, m->scratch, count));
+  else DSP_NCCL_TRY(ncclAllReduce(m->scratch, m->scratch, count, t, o, m->nc, s));
   DSP_CUDA_TRY(cudaMemcpyAsync(recv, m->scratch, bytes, cudaMemcpyDefault, s));
   DSP_CUDA_TRY(cudaStreamSynchronize(s));
   return DSP_OK;
@@ -119,6 +184,7 @@ static void nccl_free(dsp_comm *c) {
     cudaSetDevice(m->device);
     if (m->nc) ncclCommDestroy(m->nc);
     if (m->scratch) cudaFree(m->scratch);
+    if (m->oscratch) cudaFree(m->oscratch);
     free(m);
   }
   free(c);
@@ -137,6 +203,8 @@ static const struct dsp_comm_ops nccl_ops = {
     .abort = nccl_abort,
     .free = nccl_free,
     .set_stream = nccl_set_stream,
+    .poison = NULL,
+    .reserve = nccl_reserve,
 };
 
 static dsp_status wrap(ncclComm_t nc, int device, int rank, int size, dsp_comm *host, dsp_comm **out) {

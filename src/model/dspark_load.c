@@ -182,6 +182,7 @@ static dsp_status load_dev(void *ctx, int di) {
   DSP_TRY(dev_alloc(d, be, cache, (void **)&d->k_cache));
   DSP_TRY(dev_alloc(d, be, cache, (void **)&d->v_cache));
   DSP_TRY(dsp_dec_act_alloc(be, d->dev, &d->s, M, &d->a, d->mem, &d->nmem));
+  if (d->s.row_parallel) DSP_TRY(dsp_op_allreduce_reserve(be, d->dev, d->comm, M * d->s.hidden));
   DSP_TRY(dev_alloc(d, be, (size_t)(C * c->ntaps * H) * 2, &m));
   d->feats = dsp_tensor_2d(m, DSP_BF16, C, c->ntaps * H);
   DSP_TRY(dev_alloc(d, be, (size_t)(C * H) * 2, &m));

@@ -116,6 +116,7 @@ static dsp_status load_dev(void *ctx, int di) {
   d->rope_sin = dsp_tensor_2d((dsp_bf16 *)m + P * half, DSP_BF16, P, half);
   /* activations and metadata for max_tokens rows */
   DSP_TRY(dsp_dec_act_alloc(t->be, d->dev, &d->s, T, &d->a, d->mem, &d->nmem));
+  if (d->s.row_parallel) DSP_TRY(dsp_op_allreduce_reserve(t->be, d->dev, d->comm, T * d->s.hidden));
   DSP_TRY(dev_alloc(t, d, (size_t)(T * d->vr) * 2, &m));
   d->logits = dsp_tensor_2d(m, DSP_BF16, T, d->vreal); /* the padding columns past this rank's real rows are never written */
   if (t->opt.ntaps) { /* every device's: a draft on it reads them there */
