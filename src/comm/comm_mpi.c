@@ -4,7 +4,8 @@
  * unless a test lowers it) are split: allgather through one derived datatype
  * (rank order in recv must hold, so no chunking there), bcast and allreduce in
  * chunks (both are element-wise); F32 sums over 3 or more ranks go in rank
- * order through gathers (mpi_sum_ordered). Calls come from one thread (FUNNELED). */
+ * order through an all-to-all and an all-gather (mpi_sum_ordered). Calls come
+ * from one thread (FUNNELED). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -106,37 +107,46 @@ static dsp_status mpi_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
 
 /* An F32 sum over 3 or more ranks in rank order: MPI's own reductions pick
  * their association by message size and rank count, so the same row could
- * round differently in a prefill and in a decode step. Each chunk's inputs are
- * gathered and summed here, ((x0 + x1) + x2) + ..., the same on every rank
- * (two ranks need nothing: x0 + x1 is x1 + x0). */
-#define MPI_ORDERED_CHUNK ((size_t)1 << 16)
+ * round differently in a prefill and in a decode step. Per segment of at most
+ * P x max_count elements: each rank receives its chunk of every rank's values
+ * (MPI_Alltoall), adds them ((x0 + x1) + x2) + ..., and the sums are
+ * all-gathered; a ring all-reduce's traffic. Two ranks need none of this:
+ * x0 + x1 is x1 + x0. */
 static dsp_status mpi_sum_ordered(dsp_comm *c, const float *send, float *recv, size_t count) {
-  const size_t P = (size_t)c->size, max = max_of(c) < MPI_ORDERED_CHUNK ? max_of(c) : MPI_ORDERED_CHUNK;
-  const size_t chunk = count < max ? count : max;
-  float *all = malloc(P * chunk * sizeof *all), *mine = malloc(chunk * sizeof *mine);
+  const size_t P = (size_t)c->size, me = (size_t)c->rank, max = max_of(c);
+  const size_t seg = P * max < count ? P * max : count; /* elements per segment */
+  const size_t ch_max = (seg + P - 1) / P;
+  float *pad = malloc(P * ch_max * sizeof *pad + 4), *parts = malloc(P * ch_max * sizeof *parts + 4);
   dsp_status s = DSP_OK;
-  if (!all || !mine) s = dsp_fail(DSP_ERR_NOMEM, "comm mpi: no buffer for an ordered sum of %zu floats", count);
+  if (!pad || !parts) s = dsp_fail(DSP_ERR_NOMEM, "comm mpi: no buffer for an ordered sum of %zu floats", count);
   /* the ranks agree before a collective, so one rank's missing buffer cannot strand the others */
   int ok = s == DSP_OK, all_ok = 0;
   int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_of(c));
   if (rc != MPI_SUCCESS && s == DSP_OK) s = mpi_fail(rc, "MPI_Allreduce(ok)", __FILE__, __LINE__);
   if (s == DSP_OK && !all_ok) s = dsp_fail(DSP_ERR_NOMEM, "comm mpi: a rank had no buffer for an ordered sum");
-  for (size_t off = 0; s == DSP_OK && off < count; off += chunk) {
-    const size_t n = count - off < chunk ? count - off : chunk;
-    memcpy(mine, send + off, n * sizeof *mine); /* send may be recv */
-    rc = MPI_Allgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, comm_of(c));
+  for (size_t off = 0; s == DSP_OK && off < count; off += seg) {
+    const size_t n = count - off < seg ? count - off : seg, ch = (n + P - 1) / P;
+    memcpy(pad, send + off, n * sizeof *pad); /* send may be recv */
+    memset(pad + n, 0, (P * ch - n) * sizeof *pad);
+    rc = MPI_Alltoall(pad, (int)ch, MPI_FLOAT, parts, (int)ch, MPI_FLOAT, comm_of(c));
+    if (rc != MPI_SUCCESS) {
+      s = mpi_fail(rc, "MPI_Alltoall(sum)", __FILE__, __LINE__);
+      break;
+    }
+    for (size_t j = 0; j < ch; j++) {
+      float acc = parts[j];
+      for (size_t r = 1; r < P; r++) acc += parts[r * ch + j];
+      pad[me * ch + j] = acc;
+    }
+    rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pad, (int)ch, MPI_FLOAT, comm_of(c));
     if (rc != MPI_SUCCESS) {
       s = mpi_fail(rc, "MPI_Allgather(sum)", __FILE__, __LINE__);
       break;
     }
-    for (size_t i = 0; i < n; i++) {
-      float acc = all[i];
-      for (size_t r = 1; r < P; r++) acc += all[r * n + i];
-      recv[off + i] = acc;
-    }
+    memcpy(recv + off, pad, n * sizeof *pad);
   }
-  free(all);
-  free(mine);
+  free(pad);
+  free(parts);
   return s;
 }
 
