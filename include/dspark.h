@@ -232,7 +232,8 @@ void dsp_comm_free(dsp_comm *c);
 
 /* ---- the backend ------------------------------------------------------------
  * Where components run their operations: the CPU (OpenMP threads; tensor
- * parallelism over the ranks of an MPI communicator), or CUDA GPUs (one GPU
+ * parallelism over the ranks of an MPI communicator, or over threads of this
+ * process), or CUDA GPUs (one GPU
  * per process with NCCL bootstrapped over MPI, or several GPUs driven by one
  * process with an NCCL group of its own). The tensor-parallel group is the
  * communicator's processes times the GPUs each drives; TP rank r owns the
@@ -246,7 +247,9 @@ typedef struct {
    * this process alone. */
   dsp_comm *comm;
   /* CUDA: GPUs this process drives (0 or 1: one GPU, under mpirun the local
-   * rank's, else GPU 0; N > 1: GPUs 0..N-1, not under mpirun). CPU: 0 or 1. */
+   * rank's, else GPU 0; N > 1: GPUs 0..N-1, not under mpirun). CPU: 0 or 1,
+   * or N > 1 TP ranks as threads of this process sharing its cores (not
+   * under mpirun; the caller's thread runs rank 0). */
   int32_t devices;
 } dsp_backend_config;
 
