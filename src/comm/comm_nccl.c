@@ -36,15 +36,20 @@ static int on_device(const void *p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* A device buffer *p of *have bytes grown to at least `bytes`. */
+static dsp_status grow(void **p, size_t *have, size_t bytes) {
+  if (*have >= bytes) return DSP_OK;
+  if (*p) DSP_CUDA_TRY(cudaFree(*p));
+  *p = NULL;
+  *have = 0;
+  DSP_CUDA_TRY(cudaMalloc(p, bytes));
+  *have = bytes;
+  return DSP_OK;
+}
+
 static dsp_status scratch_for(dsp_comm *c, size_t bytes) {
   nccl_impl *m = impl_of(c);
-  if (m->scratch_bytes >= bytes) return DSP_OK;
-  if (m->scratch) DSP_CUDA_TRY(cudaFree(m->scratch));
-  m->scratch = NULL;
-  m->scratch_bytes = 0;
-  DSP_CUDA_TRY(cudaMalloc(&m->scratch, bytes));
-  m->scratch_bytes = bytes;
-  return DSP_OK;
+  return grow(&m->scratch, &m->scratch_bytes, bytes);
 }
 
 static dsp_status nccl_allgather(dsp_comm *c, const void *send, void *recv, size_t bytes) {
@@ -95,12 +100,7 @@ static dsp_status oscratch_for(dsp_comm *c, size_t bytes) {
       cs != cudaStreamCaptureStatusNone)
     return dsp_fail(DSP_ERR_ARG, "comm nccl: a rank-order sum of %zu bytes inside a graph capture needs "
                     "dsp_comm_reserve before it (%zu reserved)", bytes, m->oscratch_bytes);
-  if (m->oscratch) DSP_CUDA_TRY(cudaFree(m->oscratch));
-  m->oscratch = NULL;
-  m->oscratch_bytes = 0;
-  DSP_CUDA_TRY(cudaMalloc(&m->oscratch, bytes));
-  m->oscratch_bytes = bytes;
-  return DSP_OK;
+  return grow(&m->oscratch, &m->oscratch_bytes, bytes);
 }
 
 static dsp_status nccl_reserve(dsp_comm *c, size_t count) {
