@@ -45,12 +45,7 @@
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
 MODE=${1:-run}
-OUT=${OUT:-/tmp/dspark_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 if [ "$MODE" = build ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > "$OUT/info.txt" 2>&1

@@ -1,7 +1,14 @@
 # Sourced on the GPU machine (Ubuntu image without jansson/cmocka headers and
 # with NCCL only inside PyTorch's wheels): unpacks the Debian packages carried
 # in .devdeps/ into /tmp/devroot and points CMake and pkg-config at them and at
-# that NCCL. Here (Debian with the packages installed) it is not needed.
+# that NCCL. Here (Debian with the packages installed) it is not needed. It
+# also sets up what every device script uses: $OUT (made), and stamp, which
+# prints a line with the seconds since sourcing.
+OUT=${OUT:-/tmp/dspark_out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 mkdir -p /tmp/devroot
 for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/devroot; done
 export PKG_CONFIG_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu/pkgconfig

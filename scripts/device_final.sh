@@ -6,12 +6,7 @@
 # driving all of them), bench_cuda_head with floors and the PyTorch peer.
 # Logs go to $OUT; the last lines printed are the summary.
 set -u
-OUT=${OUT:-/tmp/dspark_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 NG=$(nvidia-smi -L | wc -l)
 { nvidia-smi -L; nvidia-smi topo -m; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } > "$OUT/topo.txt" 2>&1
 stamp "build ($NG GPUs)"

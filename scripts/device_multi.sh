@@ -11,12 +11,7 @@
 # Logs go to $OUT; the summary is printed.
 set -u
 MODE=${1:-test}
-OUT=${OUT:-/tmp/dspark_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export DSPARK_CUDA_TP_UNVERIFIED=1
 NGPU=$(nvidia-smi -L | grep -c '^GPU ')
 { nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/topo.txt" 2>&1

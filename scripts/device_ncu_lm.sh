@@ -3,8 +3,6 @@
 # (one full-size launch each) with ncu: single blocks against clusters of two
 # (VARIANTS: mangled-name fragments; each skips the creation check's small launch).
 set -u
-OUT=${OUT:-/tmp/dspark_out}
-mkdir -p "$OUT"
 source scripts/device_env.sh
 if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
        cmake --build build-gpu -j16 --target bench_lm; } > "$OUT/build.log" 2>&1; then

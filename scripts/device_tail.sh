@@ -10,11 +10,7 @@
 # bench_lm, the cuBLASLt sweep, with these arguments; "-" for defaults). Logs go to
 # $OUT; the last lines printed are the summary.
 set -u
-OUT=${OUT:-/tmp/dspark_out}
 MODE=${MODE:-tail}
-mkdir -p "$OUT"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
 stamp build
 if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&

@@ -4,12 +4,7 @@
 # (TP2 runs the multi-segment original path), the TP1 head benchmark with the
 # PyTorch peer, and the TP2 benchmark under mpirun. Logs go to $OUT.
 set -u
-OUT=${OUT:-/tmp/dspark_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 source scripts/device_env.sh
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 stamp build
 if ! { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
