@@ -2,19 +2,21 @@
 # dspark against llama.cpp on this CPU, in one call (bench/llama_peer.py says
 # how the peer runs). Installs the peer on first use: llama-cpp-python from
 # PyPI, built from source for this CPU (about 10 minutes on 2 cores), and gguf.
-#   scripts/cpu_peer.sh calls    the mid-size random model (hidden 1024, 8 layers,
-#                                vocabulary 32000): decode, verify 8 and prefill at
-#                                batch 1, bench_target --backend cpu against the peer
+#   scripts/cpu_peer.sh calls    a random model, SHAPE mid (default; hidden 1024, 8 layers,
+#                                vocabulary 32000) or qwen3-0.6b (the published shape:
+#                                28 layers, vocabulary 151936, tied): decode, verify 8 and prefill at
+#                                batch 1 and 4, bench_target --backend cpu against the peer
 #                                (BF16 as dspark, and Q8_0), alternated (ROUNDS, default 3)
 #   scripts/cpu_peer.sh generate the shipped target (and its draft): greedy decoding of
-#                                make run's held-out prompt, dspark plain and speculative
-#                                against the peer, the tokens compared
+#                                make run's held-out prompt and of its batch of 16, dspark
+#                                plain and speculative against the peer, the tokens compared
 # BUILD (default build) holds dspark's release build; WORK (default a new temporary
 # folder) the models and GGUFs.
 set -euo pipefail
 MODE=${1:-calls}
 BUILD=${BUILD:-build}
 ROUNDS=${ROUNDS:-3}
+SHAPE=${SHAPE:-mid}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$WORK"
 if ! python3 -c "import llama_cpp, gguf" 2>/dev/null; then
@@ -27,16 +29,21 @@ python3 -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, '
 
 case "$MODE" in
 calls)
-  M="$WORK/mid"
-  [ -f "$M/config.json" ] || python3 tests/oracle/make_qwen3.py "$M" --hidden 1024 --intermediate 3072 --layers 8 \
-    --heads 16 --kv-heads 8 --head-dim 64 --vocab 32000 --seed 3 >/dev/null
+  M="$WORK/$SHAPE"
+  case "$SHAPE" in
+  mid) SIZE=(--layers 8 --head-dim 64 --vocab 32000) ;;
+  qwen3-0.6b) SIZE=(--layers 28 --head-dim 128 --vocab 151936 --tied --theta 1000000) ;;
+  *) echo "cpu_peer: SHAPE is mid or qwen3-0.6b" >&2; exit 2 ;;
+  esac
+  [ -f "$M/config.json" ] || python3 tests/oracle/make_qwen3.py "$M" --hidden 1024 --intermediate 3072 \
+    --heads 16 --kv-heads 8 "${SIZE[@]}" --seed 3 >/dev/null
   for r in $(seq "$ROUNDS"); do
     echo "== round $r"
-    "$BUILD/bench/bench_target" --model "$M" --backend cpu --context 1024 --prefill 512 --batch 1 2>/dev/null | grep "^|"
+    "$BUILD/bench/bench_target" --model "$M" --backend cpu --context 1024 --prefill 512 --batch 1,4 2>/dev/null | grep "^|"
     for ty in bf16 q8_0; do
       for fa in on off; do
-        python3 bench/llama_peer.py --model "$M" --gguf "$WORK/mid_$ty.gguf" --mode calls --context 1024 \
-          --prefill 512 --flash-attn $fa --type $ty | grep "^|"
+        python3 bench/llama_peer.py --model "$M" --gguf "$WORK/${SHAPE}_$ty.gguf" --mode calls --context 1024 \
+          --prefill 512 --batch 1,4 --flash-attn $fa --type $ty | grep "^|"
       done
     done
   done
@@ -45,33 +52,46 @@ generate)
   T=models/kjv-target
   D=models/kjv-draft
   PROMPT=$(sed -n 20p models/heldout.txt)
+  python3 - models/heldout.txt "$WORK/prompts.json" <<'PY'
+import json, sys  # make run's batch: 16 held-out lines
+lines = [l for l in open(sys.argv[1], encoding="utf-8").read().splitlines() if len(l) > 60]
+json.dump(lines[0:400:25], open(sys.argv[2], "w"))
+PY
+  ids() { python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["tokens"])))' "$1"; }
   for r in $(seq "$ROUNDS"); do
     echo "== round $r"
-    "$BUILD/dspark" generate --model $T --prompt "$PROMPT" --max-new 128 --json 2>/dev/null | tail -1 >"$WORK/plain.json"
-    "$BUILD/dspark" generate --model $T --draft $D --gamma auto --prompt "$PROMPT" --max-new 128 --json 2>/dev/null |
-      tail -1 >"$WORK/spec.json"
-    for fa in on off; do
-      python3 bench/llama_peer.py --model $T --gguf "$WORK/kjv.gguf" --mode generate --prompt "$PROMPT" --new 128 \
-        --flash-attn $fa --teacher "$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["tokens"])))' \
-        "$WORK/plain.json")" >"$WORK/peer_$fa.json"
+    for in in one batch; do
+      P=(--prompt "$PROMPT"); [ $in = batch ] && P=(--prompts "$WORK/prompts.json")
+      "$BUILD/dspark" generate --model $T "${P[@]}" --max-new 128 --json 2>/dev/null | tail -1 >"$WORK/plain_$in.json"
+      "$BUILD/dspark" generate --model $T --draft $D --gamma auto "${P[@]}" --max-new 128 --json 2>/dev/null |
+        tail -1 >"$WORK/spec_$in.json"
+      TEACH=(); [ $in = one ] && TEACH=(--teacher "$(ids "$WORK/plain_one.json")")
+      for fa in on off; do
+        python3 bench/llama_peer.py --model $T --gguf "$WORK/kjv.gguf" --mode generate "${P[@]}" --new 128 \
+          --flash-attn $fa "${TEACH[@]}" >"$WORK/peer_${in}_$fa.json"
+      done
     done
     python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
-plain, spec, peer, peer_off = (json.load(open("%s/%s.json" % (w, n))) for n in ("plain", "spec", "peer_on", "peer_off"))
-same = 0
-for a, b in zip(plain["tokens"], peer["tokens"]):
-    if a != b:
-        break
-    same += 1
-print("| dspark plain | %.0f tok/s | ttft %.2f ms |" % (plain["tok_per_s"], plain["ttft_ms"]))
-print("| dspark --draft --gamma auto | %.0f tok/s | acceptance length %.2f |" % (spec["tok_per_s"], spec["acceptance_length"]))
-for p in (peer, peer_off):
-    print("| llama.cpp bf16, flash-attn %s | %.0f tok/s | ttft %.2f ms |" % (p["flash_attn"], p["tok_per_s"], p["ttft_ms"]))
-print("| greedy tokens | dspark plain and speculative %s; llama.cpp's free run equal to dspark's for the first %d "
-      "of %d; llama.cpp's argmax teacher-forced on dspark's: %d of %d |"
-      % ("equal" if plain["tokens"] == spec["tokens"] else "DIFFER", same, len(plain["tokens"]),
-         peer["teacher_forced_agree"], peer["teacher_forced_of"]))
+for run in ("one", "batch"):
+    plain, spec, on, off = (json.load(open("%s/%s.json" % (w, n)))
+                            for n in ("plain_" + run, "spec_" + run, "peer_%s_on" % run, "peer_%s_off" % run))
+    what = "one prompt" if run == "one" else "%d prompts as one batch" % len(plain["results"])
+    print("| %s: dspark plain | %.0f tok/s | ttft %.2f ms |" % (what, plain["tok_per_s"], plain["ttft_ms"]))
+    print("| %s: dspark --draft --gamma auto | %.0f tok/s | acceptance length %.2f |"
+          % (what, spec["tok_per_s"], spec["acceptance_length"]))
+    for p in (on, off):
+        print("| %s: llama.cpp bf16, flash-attn %s | %.0f tok/s | ttft %.2f ms |"
+              % (what, p["flash_attn"], p["tok_per_s"], p["ttft_ms"]))
+    same = "equal" if [r["tokens"] for r in plain["results"]] == [r["tokens"] for r in spec["results"]] else "DIFFER"
+    free = sum(a["tokens"] == b["tokens"] for a, b in zip(plain["results"], off["results"]))
+    line = "| %s: greedy tokens | dspark plain and speculative %s; llama.cpp's free run (flash-attn off) equal to " \
+           "dspark's in %d of %d sequences" % (what, same, free, len(plain["results"]))
+    if run == "one":
+        line += "; llama.cpp's argmax teacher-forced on dspark's: %d of %d" % (on["teacher_forced_agree"],
+                                                                             on["teacher_forced_of"])
+    print(line + " |")
 PY
   done
   ;;
