@@ -13,7 +13,8 @@
  *
  * --temperature T samples (seed 1) in both: the round then also pays the
  * acceptance's softmaxes of the target's and the draft's rows (on the device
- * where both models are one CUDA device's, else on the host).
+ * where both models are one CUDA device's, else on the host); with --verify
+ * exact it compares the drafts with the target's own draws instead.
  *
  * Under mpirun or with --tp N the floors are one TP rank's share (1/TP of the
  * weights, KV and flops) over its own measured rates, and rank 0 prints; the
@@ -21,7 +22,7 @@
  * rank's memory in use is printed at the end.
  *
  * usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C]
- *                   [--new N] [--batch 1,32] [--temperature T]
+ *                   [--new N] [--batch 1,32] [--temperature T [--verify rejection|exact]]
  *                   [--path auto|original|sharded|replicated] [--broadcast on|off]
  *   (--path and --broadcast: the draft's Markov head, as `dspark head` takes them) */
 #include <stdio.h>
@@ -46,7 +47,7 @@ int main(int argc, char **argv) {
   int64_t C = 1024, N = 64;
   float temp = 0.0f;
   dsp_path path = DSP_PATH_AUTO;
-  int broadcast = 1;
+  int broadcast = 1, verify = DSP_VERIFY_REJECTION;
   dsp_tool_backend bk;
   dsp_tool_backend_init(&bk);
   for (int i = 1; i < argc; i++) {
@@ -67,10 +68,13 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(o, "--path") && v) { if (dsp_tool_parse_path(v, &path)) return 2; }
     else if (!strcmp(o, "--broadcast") && v) { if (dsp_tool_parse_onoff(o, v, &broadcast)) return 2; }
+    else if (!strcmp(o, "--verify") && v && (!strcmp(v, "rejection") || !strcmp(v, "exact")))
+      verify = strcmp(v, "exact") ? DSP_VERIFY_REJECTION : DSP_VERIFY_EXACT;
     else if ((used = 0, br = dsp_tool_backend_option(&bk, o, v, &used)) != 1) { if (br < 0) return 2; }
     else {
       fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C] "
-                      "[--new N] [--batch 1,32] [--temperature T] [--path auto|original|sharded|replicated] "
+                      "[--new N] [--batch 1,32] [--temperature T [--verify rejection|exact]] "
+                      "[--path auto|original|sharded|replicated] "
                       "[--broadcast on|off]\n");
       return 2;
     }
@@ -120,9 +124,10 @@ int main(int argc, char **argv) {
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   if (root) {
     printf("# bench_spec: %s + %s (%s, TP %.0f): target %.2f G parameters in products, draft %lld layers, block %d, "
-           "Markov rank %lld; context %lld, %lld new tokens, temperature %g; copy %.0f GB/s, bf16 products %.1f "
+           "Markov rank %lld; context %lld, %lld new tokens, temperature %g%s; copy %.0f GB/s, bf16 products %.1f "
            "TFLOP/s%s\n", model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, tparams / 1e9,
-           (long long)di.layers, G, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp, bw / 1e9,
+           (long long)di.layers, G, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp,
+           temp > 0 ? (verify == DSP_VERIFY_EXACT ? " (exact verification)" : " (rejection)") : "", bw / 1e9,
            rate / 1e12, tp > 1 ? " (rank 0's; floors per rank)" : "");
     printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
   }
@@ -139,7 +144,7 @@ int main(int argc, char **argv) {
   for (int bi = 0; bi < nb; bi++) {
     const int32_t B = bs[bi];
     dsp_generate_options go = {.max_new = (int32_t)N, .ignore_eos = 1, .temperature = temp, .seed = 1};
-    dsp_spec_options so = {.gen = go};
+    dsp_spec_options so = {.gen = go, .verify = verify};
     dsp_generate_stats ps, ss;
     for (int rep = 0; rep < 2; rep++) /* the first run captures the graphs */
       TRY(dsp_generate(t, B, (const int32_t *const *)pr, len, &go, NULL, NULL, NULL, &ps));

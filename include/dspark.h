@@ -550,7 +550,10 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
  * min(1, p(d) / q(d)) (p, q: softmax of the target's and the Markov head's
  * corrected logits over T), on a rejection draw from normalize(max(p - q, 0))
  * (p when that mass is 0), after a full accept the bonus from p; uniforms keyed
- * by (seed, position, purpose): the target's distribution, reproducibly. The
+ * by (seed, position, purpose): the target's distribution, reproducibly.
+ * Sampling with verify DSP_VERIFY_EXACT instead: the longest prefix equal to
+ * the target's own Gumbel-max draws (contract 5's noise, the draft's too),
+ * then its draw: exactly plain sampled decoding's tokens, whatever gamma. The
  * target must be loaded with the draft's taps. Any number of prompts: the
  * running batch holds as many as both models have slots; a finished sequence
  * leaves it and the next prompt is prefilled into its slot (the tokens are the
@@ -558,12 +561,18 @@ dsp_status dsp_generate(dsp_target *t, int32_t nseq, const int32_t *const *promp
  * calls count in prefill_calls and their time in decode_ms. */
 /* dsp_spec_options.gamma: verify as many of the draft's tokens per round as
  * pay, from the acceptance so far and the verify's measured cost per token
- * (greedy only, where the tokens do not depend on it). */
+ * (greedy or DSP_VERIFY_EXACT, where the tokens do not depend on it). */
 #define DSP_GAMMA_AUTO (-1)
+/* dsp_spec_options.verify, for sampled rows: DSP_VERIFY_REJECTION accepts a
+ * draft with probability min(1, p / q) (the target's distribution); EXACT
+ * accepts it where it equals the target's own draw at its position (the
+ * target's tokens: those of dsp_generate with the same seed). */
+enum { DSP_VERIFY_REJECTION = 0, DSP_VERIFY_EXACT = 1 };
 typedef struct {
   dsp_generate_options gen;
   int32_t gamma;   /* drafted tokens per round, 1 .. the draft's gamma (0: the draft's; DSP_GAMMA_AUTO) */
   float p_min;     /* confidence threshold in [0, 1): a proposal is cut before its first slot below it (0: none) */
+  int32_t verify;  /* sampled rows' acceptance: DSP_VERIFY_REJECTION (0) or DSP_VERIFY_EXACT */
 } dsp_spec_options;
 
 /* One sequence's round, for traces. */

@@ -17,7 +17,7 @@ typedef struct {
   const char *model, *prompt, *prompt_ids, *prompts, *draft;
   int64_t max_new, max_tokens, seed, gamma, max_batch;
   float temperature, p_min;
-  int ignore_eos, ids, json, chat, no_think, compare, trace;
+  int ignore_eos, ids, json, chat, no_think, compare, trace, verify;
   dsp_tool_backend backend;
 } gen_args;
 
@@ -26,7 +26,8 @@ static void gen_usage(FILE *f) {
           "usage: dspark generate --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompts FILE)\n"
           "                       [--max-new N] [--temperature T] [--seed S] [--ignore-eos]\n"
           "                       [--chat [--no-think]] [--max-tokens N] [--max-batch N] [--ids] [--json]\n"
-          "                       [--draft DIR [--gamma N|auto] [--draft-p-min P] [--compare] [--trace]]\n"
+          "                       [--draft DIR [--gamma N|auto] [--draft-p-min P] [--verify rejection|exact]\n"
+          "                                    [--compare] [--trace]]\n"
           "                       [--backend cpu|cuda [--tp N]]\n"
           "  DIR: a Hugging Face Qwen3 directory (config.json, safetensors, tokenizer.json)\n"
           "  --prompts FILE: a JSON array of prompts, each a string or an array of token ids\n"
@@ -43,11 +44,14 @@ static void gen_usage(FILE *f) {
           "         finish (eos|length), ttft_ms, tok_per_s (decode rate after the first token), and\n"
           "         results (every prompt's tokens, text, finish) with --prompts\n"
           "  --draft DIR: speculative decoding with a DSpark draft (DeepSpec's layout); --gamma N drafted\n"
-          "         tokens per round (default: the draft's block size; auto, greedy only: as many of the\n"
-          "         block's as pay, from the acceptance so far and the verify's measured cost per token);\n"
+          "         tokens per round (default: the draft's block size; auto, greedy or --verify exact: as many\n"
+          "         of the block's as pay, from the acceptance so far and the verify's measured cost per token);\n"
+          "         --verify, when sampling: rejection (default) accepts a draft with probability min(1, p/q),\n"
+          "         exact where it equals the target's own draw at its position, so the tokens are those of\n"
+          "         plain sampled decoding with the same seed;\n"
           "         --draft-p-min P cuts a proposal\n"
           "         before its first slot whose confidence is below P; --compare also decodes the prompts\n"
-          "         plainly and reports the speedup (and, greedy, whether the tokens are the same), both\n"
+          "         plainly and reports the speedup (and, greedy or exact, whether the tokens are the same), both\n"
           "         timed runs after an untimed one of each over 16 tokens;\n"
           "         --trace adds every round to the JSON\n"
           "  Run under `mpirun -np N` for tensor parallelism over N ranks, or give --tp N for N TP ranks\n"
@@ -90,6 +94,14 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
         return -1;
       }
     }
+    else if (!strcmp(o, "--verify") && v) {
+      if (!strcmp(v, "rejection")) a->verify = DSP_VERIFY_REJECTION;
+      else if (!strcmp(v, "exact")) a->verify = DSP_VERIFY_EXACT;
+      else {
+        fprintf(stderr, "dspark generate: --verify wants rejection or exact, got '%s'\n", v);
+        return -1;
+      }
+    }
     else if (!strcmp(o, "--compare")) { a->compare = 1; used = 0; }
     else if (!strcmp(o, "--trace")) { a->trace = 1; used = 0; }
     else if (!strcmp(o, "--ignore-eos")) { a->ignore_eos = 1; used = 0; }
@@ -117,13 +129,13 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
     fprintf(stderr, "dspark generate: --chat wraps text prompts, not --prompt-ids\n");
     return -1;
   }
-  if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace)) {
-    fprintf(stderr, "dspark generate: --gamma, --draft-p-min, --compare and --trace go with --draft\n");
+  if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace || a->verify)) {
+    fprintf(stderr, "dspark generate: --gamma, --draft-p-min, --verify, --compare and --trace go with --draft\n");
     return -1;
   }
-  if (a->gamma == DSP_GAMMA_AUTO && a->temperature >= 1e-5f) {
-    fprintf(stderr, "dspark generate: --gamma auto is for greedy decoding (--temperature 0): a sampled run's tokens "
-                    "would depend on its timings\n");
+  if (a->gamma == DSP_GAMMA_AUTO && a->temperature >= 1e-5f && a->verify != DSP_VERIFY_EXACT) {
+    fprintf(stderr, "dspark generate: --gamma auto is for greedy decoding (--temperature 0) or --verify exact: a "
+                    "sampled run's tokens under rejection would depend on its timings\n");
     return -1;
   }
   if (a->no_think && !a->chat) {
@@ -283,7 +295,7 @@ static void on_round(void *ctx, const dsp_spec_round *r) {
 typedef struct {
   int done;
   double ms, tok_per_s;
-  int same; /* greedy: every sequence's tokens equal the speculative run's */
+  int same; /* greedy or exact: every sequence's tokens equal the speculative run's (-1: not compared) */
 } plain_run;
 
 /* Decode rate: the tokens after each sequence's first, per second of decode. */
@@ -371,7 +383,7 @@ static void print_stats(const dsp_generate_stats *st, int32_t nseq, int spec, co
   if (pr && pr->done)
     fprintf(stderr, "dspark: plain decoding of the same prompts %.1f ms (%.1f tokens/s): speedup %.2fx%s\n", pr->ms,
             pr->tok_per_s, pr->ms / (st->prefill_ms + st->decode_ms),
-            pr->same < 0 ? "" : pr->same ? "; the same tokens" : "; TOKENS DIFFER (greedy: a bug)");
+            pr->same < 0 ? "" : pr->same ? "; the same tokens" : "; TOKENS DIFFER (a bug)");
 }
 
 /* More prompts than slots: dsp_generate runs them in waves, dsp_speculate admits
@@ -415,8 +427,8 @@ static dsp_status warm_up(dsp_target *t, dsp_draft *d, const prompt_set *p, cons
 }
 
 /* --compare: the prompts decoded plainly on the same target. */
-static dsp_status plain_compare(dsp_target *t, const prompt_set *p, const dsp_generate_options *go, const sink *k,
-                                plain_run *pr) {
+static dsp_status plain_compare(dsp_target *t, const prompt_set *p, const dsp_generate_options *go, int exact,
+                                const sink *k, plain_run *pr) {
   sink c;
   dsp_generate_stats st;
   dsp_status s = quiet_sink(k, p->n, &c) ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "out of memory");
@@ -425,7 +437,7 @@ static dsp_status plain_compare(dsp_target *t, const prompt_set *p, const dsp_ge
     pr->done = 1;
     pr->ms = st.prefill_ms + st.decode_ms;
     pr->tok_per_s = decode_rate(&st, p->n);
-    pr->same = go->temperature > 0.0f ? -1 : 1;
+    pr->same = go->temperature >= 1e-5f && !exact ? -1 : 1;
     for (int32_t q = 0; pr->same == 1 && q < p->n; q++)
       pr->same = c.nout[q] == k->nout[q] && !memcmp(c.out[q], k->out[q], (size_t)c.nout[q] * 4);
   }
@@ -511,14 +523,14 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     for (int32_t q = 0; seeds && q < p.n; q++) seeds[q] = (uint64_t)a->seed + (uint64_t)q;
     dsp_generate_options go = {.max_new = (int32_t)a->max_new, .temperature = a->temperature,
                                .seed = (uint64_t)a->seed, .seeds = seeds, .ignore_eos = a->ignore_eos};
-    dsp_spec_options so = {.gen = go, .gamma = (int32_t)a->gamma, .p_min = a->p_min};
+    dsp_spec_options so = {.gen = go, .gamma = (int32_t)a->gamma, .p_min = a->p_min, .verify = a->verify};
     if (a->compare) s = dsp_comm_agree(comm, warm_up(t, d, &p, &go, &so, &k));
     if (s == DSP_OK) s = run_all(t, d, &p, &go, &so, &k, finished, &st);
     if (s == DSP_OK && k.failed) s = dsp_fail(DSP_ERR_NOMEM, "out of memory for the output");
     s = dsp_comm_agree(comm, s);
     if (s == DSP_OK && a->compare) {
       k.stream = 0; /* the plain run streams nothing */
-      s = dsp_comm_agree(comm, plain_compare(t, &p, &go, &k, &pr));
+      s = dsp_comm_agree(comm, plain_compare(t, &p, &go, a->verify == DSP_VERIFY_EXACT, &k, &pr));
       k.stream = p.n == 1 && !a->json;
     }
     free(seeds);

@@ -34,6 +34,7 @@ typedef struct {
   dsp_gamma_auto ag;
   int64_t V;
   int sampling;
+  int rejection; /* sampled rows accepted by min(1, p / q) (else exact: equal to the target's own draws) */
   seq_state *s;
   int32_t *slot, *count, *tok, *which, *anchor, *row0, *ccount;
   float *temp, *conf;
@@ -214,7 +215,8 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
   return DSP_OK;
 }
 
-/* Greedy: the longest prefix of the drafts equal to the target's argmax, then its argmax as the bonus. */
+/* Greedy: the longest prefix of the drafts equal to the target's argmax, then its argmax as the bonus (exact
+ * sampling: the same with the target's Gumbel-max draws, which plain sampled decoding would commit). */
 static int32_t accept_greedy(const spec *c, int32_t r, int32_t vrow, int32_t k, int32_t *bonus) {
   const int64_t *dr = c->drafts + (int64_t)r * c->G;
   int32_t a = 0;
@@ -326,7 +328,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
                           .append_only = kmax == 0, .ctx_target = 1};
-    dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->sampling && !c->q_dev ? &qv : NULL,
+    dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->rejection && !c->q_dev ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
     if (!(c->lazy && kmax == 0)) DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
@@ -347,7 +349,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_tensor lv = dsp_tensor_2d(c->tlog, DSP_BF16, nt, c->V);
     dsp_target_batch vb = {.nseq = ns, .slot = c->slot, .count = c->count, .tokens = c->tok,
                            .temperature = c->sampling ? c->temp : NULL, .seed = c->seed};
-    dsp_target_outputs vo = {.next = c->next, .logits = c->sampling && !c->t_dev ? &lv : NULL};
+    dsp_target_outputs vo = {.next = c->next, .logits = c->rejection && !c->t_dev ? &lv : NULL};
     t0 = dsp_now_ms();
     DSP_TRY(dsp_target_forward(t, &vb, &vo));
     const double verify_ms = dsp_now_ms() - t0;
@@ -355,8 +357,8 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     st->decode_calls++;
     if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, verify_ms, draft_ms));
     /* accept, commit, roll back */
-    if (c->sampling) DSP_TRY(accept_sampled(c, ns));
-    else
+    if (c->rejection) DSP_TRY(accept_sampled(c, ns));
+    else /* greedy, or exact sampling: c->next holds the target's own draws */
       for (int32_t r = 0; r < ns; r++) c->acc[r] = accept_greedy(c, r, c->row0[r], c->count[r] - 1, &c->bonus[r]);
     for (int32_t r = 0; r < ns; r++) {
       const int32_t q = c->which[r], k = c->count[r] - 1;
@@ -409,9 +411,12 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   const dsp_target_info *ti = dsp_target_info_of(t);
   if (d->target != t) return dsp_fail(DSP_ERR_ARG, "speculate: the draft was loaded for another target");
   const int32_t G = o->gamma > 0 ? o->gamma : (int32_t)di->gamma;
-  if (o->gamma == DSP_GAMMA_AUTO && o->gen.temperature >= 1e-5f)
-    return dsp_fail(DSP_ERR_ARG, "speculate: gamma auto is for greedy decoding (a sampled run's tokens would "
-                    "depend on its timings)");
+  if (o->verify != DSP_VERIFY_REJECTION && o->verify != DSP_VERIFY_EXACT)
+    return dsp_fail(DSP_ERR_ARG, "speculate: verify %d is neither DSP_VERIFY_REJECTION nor DSP_VERIFY_EXACT",
+                    o->verify);
+  if (o->gamma == DSP_GAMMA_AUTO && o->gen.temperature >= 1e-5f && o->verify == DSP_VERIFY_REJECTION)
+    return dsp_fail(DSP_ERR_ARG, "speculate: gamma auto is for greedy decoding or exact verification (a sampled "
+                    "run's tokens under rejection would depend on its timings)");
   if (o->gamma < DSP_GAMMA_AUTO || G < 1 || G > di->gamma)
     return dsp_fail(DSP_ERR_RANGE, "speculate: gamma %d outside 1 .. %lld (the draft's gamma; its block_size is %lld)",
                     G, (long long)di->gamma, (long long)di->block_size);
@@ -435,7 +440,9 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                       "draft holds %d", q, o->gen.max_new, (long long)lens[q] + o->gen.max_new + di->block_size,
                       d->opt.max_len);
   spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
-            .sampling = o->gen.temperature >= 1e-5f, .nslots = W, .ag = {.on = o->gamma == DSP_GAMMA_AUTO},
+            .sampling = o->gen.temperature >= 1e-5f,
+            .rejection = o->gen.temperature >= 1e-5f && o->verify == DSP_VERIFY_REJECTION, .nslots = W,
+            .ag = {.on = o->gamma == DSP_GAMMA_AUTO},
             .nthreads = omp_get_max_threads()};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens;
   c.s = calloc((size_t)nseq, sizeof *c.s);
@@ -450,7 +457,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                          c.bonus
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
-  if (s == DSP_OK && c.sampling) s = dsp_comm_agree(t->be->comm, accept_setup(&c, W));
+  if (s == DSP_OK && c.rejection) s = dsp_comm_agree(t->be->comm, accept_setup(&c, W));
   if (s == DSP_OK && c.ag.on) { /* room for one verification's rows and 32 decode steps' */
     c.lazy = 1;
     c.pend_cap = G + 33 < d->opt.max_ctx ? G + 33 : d->opt.max_ctx;
@@ -475,6 +482,6 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
   free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n), free(c.taps_host);
-  if (c.sampling) accept_free(&c);
+  if (c.rejection) accept_free(&c);
   return s;
 }

@@ -17,6 +17,12 @@ Checked:
   target's own, computed exactly with the numpy reference (chi-square at
   p = 1e-4), and the same test rejects a sampler that takes q from the
   uncorrected base logits (its exact distribution, sampled);
+- exact verification (--verify exact): sampled tokens equal plain sampled
+  decoding's token for token for the batch, at two temperatures, with gamma
+  3 and auto, on the random pair and at TP 2 (equal to TP 1's too); over
+  1500 seeds, each first draft and whether it is accepted are the numpy
+  reference's (the draft's draw and the target's share the noise of
+  contract 5), and a draft keyed apart would be told apart;
 - refusals: gamma above the block size, a threshold outside [0, 1) or on a
   draft without a confidence head, a target directory as the draft, a draft
   made for another target, a negative temperature."""
@@ -34,6 +40,7 @@ import harness  # noqa: E402
 import make_dspark  # noqa: E402
 import make_qwen3  # noqa: E402
 import qwen3_ref  # noqa: E402
+import ref  # noqa: E402
 
 PROMPTS = [[5, 9, 3], [17, 2, 8, 8, 40, 11, 3, 90, 1], [7, 7, 7, 7, 7], [100, 3, 2, 1, 9, 4, 4, 8, 2, 60, 61, 62, 3, 5]]
 CHI_P = 1e-4
@@ -89,7 +96,7 @@ def check_same(t, label, r, min_accept=None):
     if r is None:
         return
     if r.get("same_as_plain") is not True:
-        t.tally.fail("%s: speculative tokens differ from plain greedy decoding's" % label)
+        t.tally.fail("%s: speculative tokens differ from plain decoding's" % label)
     t.tally.tokens += sum(len(x["tokens"]) for x in r["results"])
     acc = r["acceptance_length"]
     print("%s: acceptance length %.2f, per position %s, same as plain: %s" % (
@@ -317,6 +324,83 @@ def case_sampling_threads(t, wd):
         t.tally.fail("sampling, vocabulary 8192: no draft accepted, so no acceptance was tested")
 
 
+def case_exact(t, P, wd):
+    """--verify exact: sampled rows accept a draft where it equals the target's own Gumbel-max draw, so the tokens
+    are plain sampled decoding's (the same seed), whatever gamma, gamma auto or TP."""
+    pf = t.prompts_file(PROMPTS)
+    bt, bd = P["bigram"]
+    rt, rd = P["random"]
+    base = ["--prompts", pf, "--max-new", "40", "--ignore-eos", "--compare", "--verify", "exact", "--seed", "11"]
+    runs = {}
+    for label, args in (
+            ("bigram pair, exact, T 0.9", ["--model", bt, "--draft", bd, "--temperature", "0.9"]),
+            ("bigram pair, exact, T 0.9, gamma 3", ["--model", bt, "--draft", bd, "--temperature", "0.9", "--gamma",
+                                                   "3"]),
+            ("bigram pair, exact, T 0.9, gamma auto", ["--model", bt, "--draft", bd, "--temperature", "0.9", "--gamma",
+                                                      "auto"]),
+            ("bigram pair, exact, T 0.3", ["--model", bt, "--draft", bd, "--temperature", "0.3"]),
+            ("random pair, exact, T 0.9", ["--model", rt, "--draft", rd, "--temperature", "0.9"])):
+        runs[label] = r = t.gen_json(label, args + base)
+        check_same(t, label, r)
+    r03 = runs["bigram pair, exact, T 0.3"]
+    if r03 is not None and r03["acceptance_length"] < 1.5:
+        t.tally.fail("exact, T 0.3: acceptance length %.2f; the bigram pair should reach 1.5" % r03["acceptance_length"])
+    sizes, env = harness.tp_sizes(t.backend, (2,))
+    if 2 in sizes:
+        label = "bigram pair, exact, T 0.9, TP 2"
+        r2 = t.gen_json(label, ["--model", bt, "--draft", bd, "--temperature", "0.9"] + base, np_=2, env=env)
+        check_same(t, label, r2)
+        r1 = runs["bigram pair, exact, T 0.9"]
+        if r1 is not None and r2 is not None and \
+                [x["tokens"] for x in r1["results"]] != [x["tokens"] for x in r2["results"]]:
+            t.tally.fail("exact: TP 2's sampled tokens differ from TP 1's")
+    # which first drafts are accepted, seed by seed, against the reference: the draft's slot-0 draw and the
+    # target's draw at the same position share contract 5's noise (seed, position, id); keyed apart they
+    # would agree far less often
+    tt, dd = wd.file("v16x-t"), wd.file("v16x-d")
+    make_qwen3.make(tt, layers=3, seed=5, vocab=16, residual_scale=0.05, bos=14, eos=15)
+    make_dspark.make(tt, dd, layers=2, taps=[0, 1], bigram_scale=4, seed=5, block_size=4, mask_token_id=13)
+    T_, N, prompt, seed0 = 0.9, 1500, [3, 1, 4, 1, 5], 2000
+    r = t.gen_json("exact, first drafts", ["--model", tt, "--draft", dd, "--prompts",
+                                           t.prompts_file([prompt] * N, "same-exact.json"), "--max-new", "2",
+                                           "--ignore-eos", "--temperature", str(T_), "--seed", str(seed0),
+                                           "--verify", "exact", "--trace"])
+    if r is None:
+        return
+    m = qwen3_ref.Qwen3.from_dir(tt)
+    d = dspark_ref.DSparkDraft.from_dir(dd, target=m)
+    V, n = m.V, len(prompt)
+    last = m.logits(prompt)[0][-1]
+    per_anchor = {}
+    for x0 in range(V):
+        lg, taps = m.logits(prompt + [x0], taps=d.taps)
+        out = d.propose([d.new_context()], [d.features({k: v[:n] for k, v in taps.items()})], [x0], [n])
+        per_anchor[x0] = (lg[-1], qwen3_ref.f32(out["logits"][0][0]))
+    first = {x["sequence"]: x for x in r["rounds"]}
+    agree = accepted = want_acc = wrong = apart = 0
+    for q in range(N):
+        s_ = seed0 + q
+        x0 = ref.select(last, V, T_, s_, n)
+        pl, ql = per_anchor[x0]
+        d0, t1 = ref.select(ql, V, T_, s_, n + 1), ref.select(pl, V, T_, s_, n + 1)
+        rd = first.get(q)
+        if rd is None:
+            wrong += 1
+            continue
+        agree += rd["anchor"] == x0 and rd["draft"][0] == d0
+        accepted += rd["accepted"] > 0
+        want_acc += d0 == t1
+        wrong += (rd["accepted"] > 0) != (d0 == t1)
+        apart += (ref.select(ql, V, T_, s_ + 7919, n + 1) == t1) != (d0 == t1)  # the draft's noise keyed apart
+    print("exact, first drafts over %d seeds: anchor and draft as the reference's in %d; accepted %d, the reference "
+          "%d, seeds that differ %d; the draft's noise keyed apart would change %d seeds' outcome" % (
+              N, agree, accepted, want_acc, wrong, apart))
+    if agree < 0.99 * N or wrong > 0.01 * N:
+        t.tally.fail("exact: the first drafts and their acceptance are not the reference's (%d seeds differ)" % wrong)
+    if apart < 0.05 * N:
+        t.tally.fail("exact: the test has no power (noise keyed apart changes only %d seeds)" % apart)
+
+
 def case_bad(t, P):
     rt, rd = P["random"]
     bt, bd = P["bigram"]
@@ -335,7 +419,10 @@ def case_bad(t, P):
             ("--gamma without a draft", ["--model", rt, "--gamma", "3"] + pid, "--draft"),
             ("gamma auto with sampling", ["--model", rt, "--draft", rd, "--gamma", "auto", "--temperature", "0.8"] + pid,
              "auto is for greedy"),
-            ("gamma neither a count nor auto", ["--model", rt, "--draft", rd, "--gamma", "many"] + pid, "got 'many'")):
+            ("gamma neither a count nor auto", ["--model", rt, "--draft", rd, "--gamma", "many"] + pid, "got 'many'"),
+            ("--verify without a draft", ["--model", rt, "--verify", "exact"] + pid, "--draft"),
+            ("--verify neither rejection nor exact", ["--model", rt, "--draft", rd, "--verify", "close"] + pid,
+             "got 'close'")):
         rc, so, se = t.gen(args)
         if rc in (0, None) or rc > 128 or rc < 0 or needle.lower() not in se.lower() or so.strip():
             t.tally.fail("%s: exit %s, stdout %r, stderr %s" % (label, rc, so[:100], se.strip()[-300:]))
@@ -352,7 +439,8 @@ def main():
         t = T(wd, backend)
         P = pairs(wd)
         for name, fn in (("greedy", lambda: case_greedy(t, P)), ("sampling", lambda: case_sampling(t, wd)),
-                         ("sampling threads", lambda: case_sampling_threads(t, wd)), ("bad", lambda: case_bad(t, P))):
+                         ("sampling threads", lambda: case_sampling_threads(t, wd)), ("exact", lambda: case_exact(t, P, wd)),
+                         ("bad", lambda: case_bad(t, P))):
             if only and name.replace(" ", "_") not in only:
                 continue
             print("== %s" % name)
