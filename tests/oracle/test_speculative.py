@@ -19,7 +19,8 @@ Checked:
   uncorrected base logits (its exact distribution, sampled);
 - exact verification (--verify exact): sampled tokens equal plain sampled
   decoding's token for token for the batch, at two temperatures, with gamma
-  3 and auto, on the random pair and at TP 2 (equal to TP 1's too); over
+  3 and auto, on the random pair (also with the confidence cut) and at TP 2
+  (equal to TP 1's too); over
   1500 seeds, each first draft and whether it is accepted are the numpy
   reference's (the draft's draw and the target's share the noise of
   contract 5), and a draft keyed apart would be told apart;
@@ -339,7 +340,9 @@ def case_exact(t, P, wd):
             ("bigram pair, exact, T 0.9, gamma auto", ["--model", bt, "--draft", bd, "--temperature", "0.9", "--gamma",
                                                       "auto"]),
             ("bigram pair, exact, T 0.3", ["--model", bt, "--draft", bd, "--temperature", "0.3"]),
-            ("random pair, exact, T 0.9", ["--model", rt, "--draft", rd, "--temperature", "0.9"])):
+            ("random pair, exact, T 0.9", ["--model", rt, "--draft", rd, "--temperature", "0.9"]),
+            ("random pair, exact, T 0.9, confidence cut 0.5", ["--model", rt, "--draft", rd, "--temperature", "0.9",
+                                                              "--draft-p-min", "0.5"])):
         runs[label] = r = t.gen_json(label, args + base)
         check_same(t, label, r)
     r03 = runs["bigram pair, exact, T 0.3"]
