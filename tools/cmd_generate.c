@@ -305,8 +305,10 @@ static double decode_rate(const dsp_generate_stats *st, int32_t nseq) {
 
 /* One JSON object on one line: the first (or only) sequence's fields at the
  * top, every sequence's in "results", and the timings. */
-static void spec_json(json_t *root, const sink *k, const dsp_generate_stats *st, const plain_run *pr) {
+static void spec_json(json_t *root, const sink *k, const dsp_generate_stats *st, const plain_run *pr,
+                      const char *verify) {
   const double rounds = st->rounds ? (double)st->rounds : 1.0;
+  json_object_set_new(root, "verify", json_string(verify));
   json_object_set_new(root, "acceptance_length", json_real((double)(st->accepted + st->rounds) / rounds));
   json_t *pos = json_array(), *cum = json_array();
   for (int i = 0; i < 64 && st->tried[i]; i++) {
@@ -331,7 +333,7 @@ static void spec_json(json_t *root, const sink *k, const dsp_generate_stats *st,
 }
 
 static void print_json(const sink *k, const prompt_set *p, const int32_t *finished, const dsp_generate_stats *st,
-                       const plain_run *pr, int spec) {
+                       const plain_run *pr, const char *verify) {
   json_t *root = json_object(), *res = json_array();
   for (int32_t q = 0; q < k->n; q++) {
     json_t *r = json_object(), *ids = json_array();
@@ -357,7 +359,7 @@ static void print_json(const sink *k, const prompt_set *p, const int32_t *finish
   json_object_set_new(root, "prefill_calls", json_integer(st->prefill_calls));
   json_object_set_new(root, "decode_calls", json_integer(st->decode_calls));
   json_object_set_new(root, "all_prompt_tokens", json_integer(st->prompt_tokens));
-  if (spec) spec_json(root, k, st, pr);
+  if (verify) spec_json(root, k, st, pr, verify);
   json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
   fputc('\n', stdout);
   json_decref(root);
@@ -539,7 +541,8 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     if (k.stream) {
       fputc('\n', stdout);
     } else if (a->json) {
-      print_json(&k, &p, finished, &st, &pr, d != NULL);
+      print_json(&k, &p, finished, &st, &pr,
+                 !d ? NULL : a->temperature < 1e-5f ? "greedy" : a->verify == DSP_VERIFY_EXACT ? "exact" : "rejection");
     } else {
       for (int32_t q = 0; q < p.n; q++) {
         printf("== %d (%s)\n", q, finished[q] ? "eos" : "length");

@@ -109,7 +109,10 @@ def check_same(t, label, r, min_accept=None):
 def case_greedy(t, P):
     pf = t.prompts_file(PROMPTS)
     base = ["--prompts", pf, "--max-new", "40", "--ignore-eos", "--compare"]
-    check_same(t, "random pair", t.gen_json("random", ["--model", P["random"][0], "--draft", P["random"][1]] + base))
+    rr = t.gen_json("random", ["--model", P["random"][0], "--draft", P["random"][1]] + base)
+    check_same(t, "random pair", rr)
+    if rr is not None and rr.get("verify") != "greedy":
+        t.tally.fail("random pair, greedy: the JSON says verify %r" % rr.get("verify"))
     bt, bd = P["bigram"]
     r = t.gen_json("bigram", ["--model", bt, "--draft", bd, "--trace"] + base)
     check_same(t, "bigram pair", r, min_accept=1.7)
@@ -345,6 +348,9 @@ def case_exact(t, P, wd):
                                                               "--draft-p-min", "0.5"])):
         runs[label] = r = t.gen_json(label, args + base)
         check_same(t, label, r)
+    for label, r in runs.items():
+        if r is not None and r.get("verify") != "exact":
+            t.tally.fail("%s: the JSON says verify %r" % (label, r.get("verify")))
     r03 = runs["bigram pair, exact, T 0.3"]
     if r03 is not None and r03["acceptance_length"] < 1.5:
         t.tally.fail("exact, T 0.3: acceptance length %.2f; the bigram pair should reach 1.5" % r03["acceptance_length"])
