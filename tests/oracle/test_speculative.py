@@ -19,8 +19,8 @@ Checked:
   uncorrected base logits (its exact distribution, sampled);
 - exact verification (--verify exact): sampled tokens equal plain sampled
   decoding's token for token for the batch, at two temperatures, with gamma
-  3 and auto, on the random pair (also with the confidence cut) and at TP 2
-  (equal to TP 1's too); over
+  3 and auto, on the random pair (also with the confidence cut), at TP 2
+  (equal to TP 1's too) and at TP 3 in one process; over
   1500 seeds, each first draft and whether it is accepted are the numpy
   reference's (the draft's draw and the target's share the noise of
   contract 5), and a draft keyed apart would be told apart;
@@ -354,7 +354,11 @@ def case_exact(t, P, wd):
     r03 = runs["bigram pair, exact, T 0.3"]
     if r03 is not None and r03["acceptance_length"] < 1.5:
         t.tally.fail("exact, T 0.3: acceptance length %.2f; the bigram pair should reach 1.5" % r03["acceptance_length"])
-    sizes, env = harness.tp_sizes(t.backend, (2,))
+    sizes, env = harness.tp_sizes(t.backend, (2, 3))
+    if 3 in sizes:  # three TP ranks as threads of one process, with gamma auto
+        label = "6-head pair, exact, T 0.9, TP 3 in one process, gamma auto"
+        check_same(t, label, t.gen_json(label, ["--model", P["tp3"][0], "--draft", P["tp3"][1], "--temperature",
+                                                "0.9", "--gamma", "auto", "--tp", "3"] + base, env=env))
     if 2 in sizes:
         label = "bigram pair, exact, T 0.9, TP 2"
         r2 = t.gen_json(label, ["--model", bt, "--draft", bd, "--temperature", "0.9"] + base, np_=2, env=env)
