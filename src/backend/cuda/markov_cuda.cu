@@ -79,6 +79,7 @@ struct dsp_markov_exec {
   uint16_t *d_w2p_local, *d_w2p_full; /* W2 packed for ring kernel 4 (cuda/markov.h); NULL in strict mode */
   uint16_t *d_base_local, *d_base_all;
   void *d_logits;
+  float *d_noise; /* sampling's Gumbel noise in d_logits' layout (tune.noise), else NULL */
   unsigned long long *d_keys, *d_keys_all;
   int32_t *d_tokens;
   unsigned int *d_barrier;
@@ -115,6 +116,7 @@ extern "C" void dsp_cuda_tuning_default(dsp_cuda_tuning *t) {
   t->resident = -1;
   t->lm_choice = 0;
   t->pdl = -1;
+  t->noise = -1;
 }
 
 static dsp_status dev_alloc(dsp_cuda_head *h, void **p, size_t bytes) {
@@ -241,14 +243,6 @@ static dsp_status enqueue_on(dsp_cuda_head *h, cu_bucket *bk, int sampling, int 
   const size_t es = logit_size(h);
   const cu_plan p = plan_of(h, sampling);
   if (h->comm) DSP_TRY(dsp_comm_set_stream(h->comm, s)); /* a shared communicator: ours while we enqueue */
-  /* one memset node clears the barrier, the claim counters and the keys (they share an allocation);
-     before the LM head's product, so that the tail's launch follows the product directly (PDL) */
-  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
-  if (!tail_only) {
-    DSP_TRY(dsp_cuda_gemm_run(h->lm, bk->hidden, h->hp, h->d_lm, h->d_base_local, M, h->vrp, s));
-    if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
-  }
-
   dsp_mk_args a;
   memset(&a, 0, sizeof a);
   if (p.full) {
@@ -291,6 +285,18 @@ static dsp_status enqueue_on(dsp_cuda_head *h, cu_bucket *bk, int sampling, int 
   a.pause = !sampling && bq <= 32 && h->ring == 5 && !a.fp32_add;
   if (sampling)
     a.logits = (p.full || !h->multi) ? h->d_logits : (char *)h->d_logits + (size_t)h->rank * (size_t)(M * h->vrp) * es;
+  if (sampling && h->d_noise) { /* drawn before the memset and the product: the tail follows the product (PDL) */
+    DSP_TRY(dsp_cuda_markov_noise(&a, (int32_t)G, h->d_noise, s));
+    a.noise = h->d_noise;
+  }
+  /* one memset node clears the barrier, the claim counters and the keys (they share an allocation);
+     before the LM head's product, so that the tail's launch follows the product directly (PDL) */
+  DSP_CUDA_TRY(cudaMemsetAsync(h->d_barrier, 0, sync_bytes(h) + (size_t)(G * bq) * sizeof(unsigned long long), s));
+  if (!tail_only) {
+    DSP_TRY(dsp_cuda_gemm_run(h->lm, bk->hidden, h->hp, h->d_lm, h->d_base_local, M, h->vrp, s));
+    if (p.full) DSP_TRY(dsp_comm_allgather(h->comm, h->d_base_local, h->d_base_all, (size_t)(M * h->vrp) * 2));
+  }
+
   dsp_mk_launch l = {sampling, h->strict, h->ring, bk->grid[sampling], h->coop, 0};
   /* PDL only where the product is the kernel right before (no collective in between) */
   l.pdl = h->pdl && !tail_only && !p.full && !p.per_step;
@@ -406,7 +412,7 @@ extern "C" void dsp_cuda_head_free(dsp_cuda_head *h) {
   }
   void *dev[] = {h->d_lm, h->d_w1, h->w2_local_owned && h->d_w2_local != h->d_w2_full ? h->d_w2_local : NULL,
                  h->d_w2_full, h->d_w2p_local, h->d_w2p_full == h->d_w2p_local ? NULL : h->d_w2p_full,
-                 h->d_base_local, h->d_base_all, h->d_logits, h->d_keys_all, h->d_tokens, h->d_barrier};
+                 h->d_base_local, h->d_base_all, h->d_logits, h->d_noise, h->d_keys_all, h->d_tokens, h->d_barrier};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i]) cudaFree(dev[i]);
   void *host[] = {h->h_hidden, h->h_meta, h->h_tokens, h->h_logits};
@@ -483,6 +489,7 @@ static dsp_status alloc_buffers(dsp_cuda_head *h) {
   DSP_TRY(dev_alloc(h, (void **)&h->d_base_local, (size_t)(Mmax * h->vrp) * 2));
   if (h->multi && h->has_full) DSP_TRY(dev_alloc(h, (void **)&h->d_base_all, (size_t)(h->P * Mmax * h->vrp) * 2));
   DSP_TRY(dev_alloc(h, &h->d_logits, (size_t)(segs * Mmax * h->vrp) * logit_size(h)));
+  if (h->tune.noise) DSP_TRY(dev_alloc(h, (void **)&h->d_noise, (size_t)(segs * Mmax * h->vrp) * 4));
   /* [barrier, claims: 1 + gamma u32, padded to 16 bytes][keys: gamma x bq u64] */
   DSP_TRY(dev_alloc(h, (void **)&h->d_barrier, sync_bytes(h) + (size_t)Mmax * 8));
   h->d_keys = (unsigned long long *)((char *)h->d_barrier + sync_bytes(h));
@@ -739,6 +746,7 @@ extern "C" dsp_status dsp_cuda_head_create(const dsp_markov_config *cfg, dsp_com
   if (h->tune.prefetch < 0) h->tune.prefetch = DEFAULT_PREFETCH;
   if (h->tune.serpentine < 0) h->tune.serpentine = 1;
   if (h->tune.pdl < 0) h->tune.pdl = 1;
+  if (h->tune.noise < 0) h->tune.noise = env->cuda_noise != 0;
   if (h->tune.kernel < 0) h->tune.kernel = env->cuda_tail;
   if (h->tune.kernel > DSP_TAIL_RING_WGMMA) {
     const int k = h->tune.kernel;

@@ -46,6 +46,8 @@ typedef struct {
   int pdl;               /* 0: the persistent tail waits for the LM head's product to end before it
                             launches; -1 / 1: it launches as the product finishes (programmatic dependent
                             launch, where this device can capture it) */
+  int noise;             /* 1: a sampled tail reads the Gumbel noise of its steps from a buffer that a kernel
+                            of full occupancy fills before it; 0: the tail draws it itself; -1: DSPARK_CUDA_NOISE */
 } dsp_cuda_tuning;
 
 void dsp_cuda_tuning_default(dsp_cuda_tuning *t);

@@ -1,7 +1,9 @@
-/* Fused Markov step: instance dispatch, the token select, and the probes for
- * cooperative and programmatic (PDL) launches inside CUDA graphs (see markov.h). */
+/* Fused Markov step: instance dispatch, the sampled tail's noise, the token
+ * select, and the probes for cooperative and programmatic (PDL) launches
+ * inside CUDA graphs (see markov.h). */
 #include <string.h>
 
+#include "core/philox.h"
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/markov.h"
@@ -31,6 +33,28 @@ dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, 
   size_t smem;
   int occ[2];
   return mk_family(l->sampling, l->strict, l->ring && !l->strict)(a, l, s, 0, &smem, occ);
+}
+
+/* Block (x, r = k * bq + b, segment): a strip of row r's ids, one noise value per thread and pass. */
+__global__ void mk_noise_kernel(const dsp_mk_args a, float *noise) {
+  const int r = blockIdx.y, b = r % a.bq, seg = blockIdx.z;
+  const float T = a.temp[b];
+  if (!(T > 0.0f)) return;
+  const uint64_t seed = a.seed[b];
+  const int64_t p = a.pos[b] + 1 + r / a.bq, id0 = (int64_t)(a.seg_rank0 + seg) * a.vr;
+  float *out = noise + (size_t)seg * a.seg_stride + (size_t)r * a.ld;
+  for (int64_t l = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; l < a.vr && id0 + l < a.vocab;
+       l += (int64_t)gridDim.x * blockDim.x)
+    out[l] = dsp_gumbel(seed, p, id0 + l);
+}
+
+dsp_status dsp_cuda_markov_noise(const dsp_mk_args *a, int32_t steps, float *noise, cudaStream_t s) {
+  if (steps < 1 || a->bq < 1 || a->nseg < 1) return dsp_fail(DSP_ERR_ARG, "cuda markov noise: empty launch");
+  const int64_t strips = (a->vr + 255) / 256;
+  const dim3 grid((unsigned)(strips < 1024 ? strips : 1024), (unsigned)(steps * a->bq), (unsigned)a->nseg);
+  mk_noise_kernel<<<grid, 256, 0, s>>>(*a, noise);
+  DSP_CUDA_TRY_LAUNCH();
+  return DSP_OK;
 }
 
 __global__ void mk_select_kernel(const unsigned long long *keys, int nranks, int bq, int32_t *tokens) {

@@ -57,6 +57,8 @@ typedef struct {
   const uint16_t *w1;       /* [Vp][RP] */
   const uint16_t *base;     /* see above */
   void *logits;             /* same layout as base, BF16 or F32 (fp32_add); sampling only */
+  const float *noise;       /* sampling: NULL (the tail draws the Gumbel noise), or the noise of every real
+                               element of rows with T > 0 in base's layout (dsp_cuda_markov_noise) */
   int64_t seg_stride;       /* elements between segments of base / logits */
   int64_t vr;               /* real rows per rank before padding */
   int64_t vocab;
@@ -138,6 +140,10 @@ typedef struct {
 dsp_status dsp_cuda_markov_prepare(int bq, int sampling, int strict, int ring, size_t *smem, int *blocks_per_sm,
                                    int *stages);
 dsp_status dsp_cuda_markov_launch(const dsp_mk_args *a, const dsp_mk_launch *l, cudaStream_t s);
+/* noise[(s, k, b, l)] = dsp_gumbel(seed[b], pos[b] + 1 + k, id) in base's layout for steps k < steps, the
+ * rows b with temp[b] > 0 and every real (s, l) of a's rows; other elements are left as they are. The tail
+ * reads it (a->noise) with the bits it would have drawn, where at batch 1 it drew with one lane in eight. */
+dsp_status dsp_cuda_markov_noise(const dsp_mk_args *a, int32_t steps, float *noise, cudaStream_t s);
 /* tokens[b] = id of max_r keys[r * bq + b] (0 when no candidate), b < bq. */
 dsp_status dsp_cuda_markov_select(const unsigned long long *keys, int nranks, int bq, int32_t *tokens,
                                   cudaStream_t s);

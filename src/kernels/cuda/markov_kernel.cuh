@@ -306,7 +306,11 @@ __device__ __forceinline__ void mk_epi_pair(const dsp_mk_args &a, int k, int b, 
     else
       *(uint32_t *)((uint16_t *)a.logits + lo) = (__float_as_uint(lg0) >> 16) | (__float_as_uint(lg1) & 0xFFFF0000u);
     const float T = st[b];
-    if (T > 0.0f) {
+    if (T > 0.0f && a.noise) { /* lo is even: the pair's noise is one aligned 8-byte load, read once */
+      const float2 g = __ldcs((const float2 *)(a.noise + lo));
+      if (ok0) sc0 = __fadd_rn(__fdiv_rn(lg0, T), g.x);
+      if (ok1) sc1 = __fadd_rn(__fdiv_rn(lg1, T), g.y);
+    } else if (T > 0.0f) {
       const int64_t p = spos[b] + 1 + k;
       if (ok0) sc0 = __fadd_rn(__fdiv_rn(lg0, T), dsp_gumbel(sseed[b], p, id));
       if (ok1) sc1 = __fadd_rn(__fdiv_rn(lg1, T), dsp_gumbel(sseed[b], p, id + 1));
