@@ -86,7 +86,7 @@ static void env_read(void) {
   g_env.gemm_small = env_choice("DSPARK_GEMM_SMALL", g_small, 2, "0, 1 or auto");
   g_env.cuda_attention_tc = env_choice("DSPARK_CUDA_ATTENTION", g_attention, 0, "tc or fp32") == 0;
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
-  g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 1, "0 or 1");
+  g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 0, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");
   g_env.cuda_tp_unverified = env_choice("DSPARK_CUDA_TP_UNVERIFIED", g_bool, 0, "0 or 1");
   g_env.cuda_tail =

@@ -30,7 +30,7 @@ typedef struct {
   int gemm_small;         /* DSPARK_GEMM_SMALL: the mma.sync kernel for few token rows (M <= 16): 0 never; 1 and 2 (auto) always */
   int cuda_attention_tc;  /* DSPARK_CUDA_ATTENTION=tc (the default): attention on the tensor cores where its shapes allow */
   int cuda_pdl;           /* DSPARK_CUDA_PDL=1 (the default): captured products launch programmatically (PDL) */
-  int cuda_noise;         /* DSPARK_CUDA_NOISE=1 (the default): a sampled Markov tail reads Gumbel noise drawn before it */
+  int cuda_noise;         /* DSPARK_CUDA_NOISE=1: a sampled Markov tail reads Gumbel noise drawn before it (opt-in until timed) */
   int cuda_tp_unverified; /* DSPARK_CUDA_TP_UNVERIFIED=1: the CUDA target runs TP > 1, a path no machine has run yet */
   int row_parallel;       /* DSPARK_ROW_PARALLEL=1: o and down as at TP > 1 even at TP 1 (fp32 partials, all-reduce, one rounding) */
   const char *error;      /* NULL, or why a variable was refused */
