@@ -41,6 +41,10 @@
 #                                   KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter with DECODE=batch adds one instance's sections
+#   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
+#                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
+#                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
+#                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, then greedy
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -65,17 +69,18 @@ if [ "$MODE" = build ]; then
   stamp "built"; exit 0
 fi
 
-# bench_spec on a random Qwen3-8B target and draft, once per value $2.. of the variable $1
+# bench_spec on a random Qwen3-8B target and draft, once per value $2.. of the variable $1 (TEMP: a temperature;
+# KEEP=1 keeps the pair for the next call)
 spec_pair() {
   local var=$1; shift
-  { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+  [ -d /tmp/d8 ] || { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
     python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > /dev/null 2>&1 || { echo "make failed"; return 1; }
   for v in "$@"; do
     stamp "bench_spec, $var=$v"
     env "$var=$v" timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
-      --context 1024 --batch 1,32 2>&1 | grep -E "^\|" | head -14
+      --context 1024 --batch 1,32 ${TEMP:+--temperature $TEMP} 2>&1 | grep -E "^\|" | head -14
   done
-  rm -rf /tmp/t8 /tmp/d8
+  [ "${KEEP:-0}" = 1 ] || rm -rf /tmp/t8 /tmp/d8
 }
 
 # The random Qwen3-8B pair in the background (/tmp/made once written), this tree's build (CUDA_FLAGS: extra nvcc
@@ -122,6 +127,23 @@ if [ "$MODE" = gemm ]; then
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   stamp "random Qwen3-8B target and draft"
   spec_pair DSPARK_GEMM_SPLIT ${SPLIT_SPEC-0 1} || exit 1
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = noise ]; then
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j16; } \
+    > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  stamp "test_cuda_head, its sampling case under memcheck"
+  timeout 150 build-gpu/tests/test_cuda_head > "$OUT/head_tests.log" 2>&1
+  echo "test_cuda_head: rc $?"; grep -E "ERROR|FAILED|PASSED|differ" "$OUT/head_tests.log" | head -8
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_head t_grid_sampling \
+    > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc $?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
+  stamp "CUDA model tests with the noise buffer"
+  DSPARK_CUDA_NOISE=1 model_tests
+  stamp "random Qwen3-8B target and draft"
+  KEEP=1 TEMP=${TEMP:-0.8} spec_pair DSPARK_CUDA_NOISE 1 0 || exit 1
+  TEMP= spec_pair DSPARK_CUDA_NOISE 1 || exit 1
   stamp "done"; exit 0
 fi
 if [ "$MODE" = gsmall ]; then
