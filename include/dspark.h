@@ -444,8 +444,9 @@ void dsp_target_free(dsp_target *t);
  * positions start .. start+gamma-1 (start = the context's length) runs the
  * draft's layers (non-causal over the context and the whole block), and the
  * Markov head drafts gamma tokens from its final-normed states; slot k
- * predicts position start+k+1. The block always has block_size rows, as in
- * training: a smaller gamma drafts its first gamma slots. The block's K/V never stay in the cache. The
+ * predicts position start+k+1. By default the block has block_size rows, as in
+ * training, and a smaller gamma drafts its first gamma slots; with block_gamma it
+ * has gamma rows (fewer rows to run, slightly different states). The block's K/V never stay in the cache. The
  * draft embeds and projects with its target's embedding and LM head. */
 typedef struct dsp_draft dsp_draft;
 
@@ -454,6 +455,7 @@ typedef struct {
   int32_t max_len;     /* positions per slot: the context plus a block of block_size */
   int32_t max_ctx;     /* most new context rows of one call, all sequences together */
   int32_t gamma;       /* drafted tokens, 1 .. block_size (0: block_size) */
+  int32_t block_gamma; /* 1: blocks of gamma rows [anchor, mask x (gamma-1)]; 0: of block_size rows */
   dsp_path path;       /* the Markov head's greedy path */
   int32_t no_broadcast; /* 1: the head's per-step broadcast of tokens from rank 0 off (TP > 1) */
 } dsp_draft_options;

@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
   int64_t *seed = read_t(in, "seed", DSP_I64, &n, NULL, 0), *g = read_t(in, "gamma", DSP_I64, &n, NULL, 0);
   int64_t *slots = read_t(in, "slots", DSP_I64, &n, NULL, 0);
   int64_t *tonly = read_t(in, "tokens_only", DSP_I64, &n, NULL, 0);
+  int64_t *bgam = read_t(in, "block_gamma", DSP_I64, &n, NULL, 0);
   const int64_t B = tsh[0], L = tsh[1], J = ssh[1];
   dsp_backend *be;
   int32_t devices = 1; /* --tp N: N TP ranks in this process */
@@ -100,7 +101,7 @@ int main(int argc, char **argv) {
       memcpy(all + (j * B * L + b * L) * H, one + j * lens[b] * H, (size_t)(lens[b] * H) * 2);
   }
   dsp_draft_options o = {.max_seqs = (int32_t)(B + 2), .max_len = (int32_t)(L + 16), .max_ctx = (int32_t)(B * L),
-                         .gamma = g ? (int32_t)g[0] : 0};
+                         .gamma = g ? (int32_t)g[0] : 0, .block_gamma = bgam ? (int32_t)bgam[0] : 0};
   dsp_draft *d;
   TRY(dsp_draft_load(be, argv[2], t, &o, &d));
   if (dsp_comm_rank(comm) == 0) fprintf(stderr, "%s\n", dsp_draft_report(d));
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
   }
   free(all), free(one), free(ids), free(otok), free(olog), free(oconf), free(slot), free(row0), free(count);
   free(anchor), free(ctemp), free(cseed), free(tk), free(lg), free(cf2), free(toks), free(lens), free(starts);
-  free(temp), free(seed), free(g), free(slots), free(tonly);
+  free(temp), free(seed), free(g), free(slots), free(tonly), free(bgam);
   if (dsp_comm_rank(comm) == 0) fprintf(stderr, "draft_driver: %d captured proposals\n", (int)dsp_draft_graphs(d));
   dsp_draft_free(d);
   dsp_target_free(t);

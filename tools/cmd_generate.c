@@ -17,7 +17,7 @@ typedef struct {
   const char *model, *prompt, *prompt_ids, *prompts, *draft;
   int64_t max_new, max_tokens, seed, gamma, max_batch;
   float temperature, p_min;
-  int ignore_eos, ids, json, chat, no_think, compare, trace, verify;
+  int ignore_eos, ids, json, chat, no_think, compare, trace, verify, block_gamma;
   dsp_tool_backend backend;
 } gen_args;
 
@@ -26,8 +26,8 @@ static void gen_usage(FILE *f) {
           "usage: dspark generate --model DIR (--prompt TEXT | --prompt-ids ID,ID,... | --prompts FILE)\n"
           "                       [--max-new N] [--temperature T] [--seed S] [--ignore-eos]\n"
           "                       [--chat [--no-think]] [--max-tokens N] [--max-batch N] [--ids] [--json]\n"
-          "                       [--draft DIR [--gamma N|auto] [--draft-p-min P] [--verify rejection|exact]\n"
-          "                                    [--compare] [--trace]]\n"
+          "                       [--draft DIR [--gamma N|auto] [--draft-block full|gamma] [--draft-p-min P]\n"
+          "                                    [--verify rejection|exact] [--compare] [--trace]]\n"
           "                       [--backend cpu|cuda [--tp N]]\n"
           "  DIR: a Hugging Face Qwen3 directory (config.json, safetensors, tokenizer.json)\n"
           "  --prompts FILE: a JSON array of prompts, each a string or an array of token ids\n"
@@ -49,6 +49,9 @@ static void gen_usage(FILE *f) {
           "         --verify, when sampling: rejection (default) accepts a draft with probability min(1, p/q),\n"
           "         exact where it equals the target's own draw at its position, so the tokens are those of\n"
           "         plain sampled decoding with the same seed;\n"
+          "         --draft-block: the draft's block has the checkpoint's block_size rows (full, the default,\n"
+          "         as in training) or only gamma rows, [anchor, mask x (gamma-1)] (gamma: fewer rows to run,\n"
+          "         a little less acceptance; it pays where drafting costs in proportion to its rows, as on CPUs);\n"
           "         --draft-p-min P cuts a proposal\n"
           "         before its first slot whose confidence is below P; --compare also decodes the prompts\n"
           "         plainly and reports the speedup (and, greedy or exact, whether the tokens are the same), both\n"
@@ -85,6 +88,13 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
     else if (!strcmp(o, "--gamma") && v) {
       if (!strcmp(v, "auto")) a->gamma = DSP_GAMMA_AUTO;
       else if (dsp_tool_parse_i64(o, v, 1, 64, &a->gamma)) return -1;
+    }
+    else if (!strcmp(o, "--draft-block") && v) {
+      if (!strcmp(v, "full") || !strcmp(v, "gamma")) a->block_gamma = !strcmp(v, "gamma");
+      else {
+        fprintf(stderr, "dspark generate: --draft-block wants full or gamma, got '%s'\n", v);
+        return -1;
+      }
     }
     else if (!strcmp(o, "--draft-p-min") && v) {
       char *end;
@@ -129,8 +139,14 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
     fprintf(stderr, "dspark generate: --chat wraps text prompts, not --prompt-ids\n");
     return -1;
   }
-  if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace || a->verify)) {
-    fprintf(stderr, "dspark generate: --gamma, --draft-p-min, --verify, --compare and --trace go with --draft\n");
+  if (!a->draft && (a->gamma || a->p_min > 0.0f || a->compare || a->trace || a->verify || a->block_gamma)) {
+    fprintf(stderr, "dspark generate: --gamma, --draft-block, --draft-p-min, --verify, --compare and --trace go with "
+                    "--draft\n");
+    return -1;
+  }
+  if (a->block_gamma && a->gamma <= 0) {
+    fprintf(stderr, "dspark generate: --draft-block gamma needs a number for --gamma (the block's rows; gamma auto "
+                    "chooses its drafts after the block has run)\n");
     return -1;
   }
   if (a->gamma == DSP_GAMMA_AUTO && a->temperature >= 1e-5f && a->verify != DSP_VERIFY_EXACT) {
@@ -495,7 +511,8 @@ static dsp_status run_generate(const gen_args *a, dsp_comm *comm) {
     s = dsp_target_load(be, a->model, &o, &t);
     if (s == DSP_OK && a->draft) {
       dsp_draft_options dop = {.max_seqs = W, .max_len = (int32_t)(need + di.block_size + 1),
-                               .max_ctx = dsp_target_info_of(t)->max_tokens, .gamma = (int32_t)(a->gamma > 0 ? a->gamma : 0)};
+                               .max_ctx = dsp_target_info_of(t)->max_tokens, .gamma = (int32_t)(a->gamma > 0 ? a->gamma : 0),
+                               .block_gamma = a->block_gamma};
       s = dsp_draft_load(be, a->draft, t, &dop, &d);
     }
   }

@@ -19,7 +19,7 @@
 
 static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
   const dsp_draft_options *o = &dr->opt;
-  const int64_t H = dr->cfg.hidden, G = dr->cfg.block_size;
+  const int64_t H = dr->cfg.hidden, G = dr->blk;
   if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || (!b->anchor && !b->append_only) || !b->ctx_count ||
       !b->ctx_row0)
     return dsp_fail(DSP_ERR_ARG, "draft: a batch needs 1 .. %d sequences with slots, anchors and context rows",
@@ -69,7 +69,7 @@ static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
 static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   dr_dev *d0 = &dr->d[0];
   dr_meta *m = &d0->hm;
-  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->cfg.block_size, P = dr->opt.max_len;
+  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->blk, P = dr->opt.max_len;
   int64_t n = 0, r = 0;
   for (int32_t s = 0; s < b->nseq; s++) {
     const int64_t sl = b->slot[s], p0 = dr->len[sl];
@@ -162,7 +162,7 @@ static dsp_status block_rows(dsp_draft *dr, int di, int64_t M) {
   dsp_dec_io io = {.kv_stride = L * Wk, .slots = dr->opt.max_seqs + 1, .max_len = dr->opt.max_len,
                    .rows = d->dm.brows, .pos = d->dm.bpos, .rslot = d->dm.bslot, .rkeys = d->dm.bkeys,
                    .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm,
-                   .row_group = (int)c->block_size};
+                   .row_group = (int)dr->blk};
   for (int64_t l = 0; l < L; l++) {
     io.k_cache = d->k_cache + l * Wk;
     io.v_cache = d->v_cache + l * Wk;
@@ -237,7 +237,7 @@ static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_o
   for (int32_t s = 0; s < b->nseq; s++) nctx += b->ctx_count[s];
   dsp_markov_fused fb;
   if (dr->be->ops->markov_fused_bucket(dr->head->x[0], b->nseq, &fb) != DSP_OK) return 0;
-  const int64_t K = dr->cfg.block_size;
+  const int64_t K = dr->blk;
   if (fb.index >= DR_GRAPHS || fb.size > dr->rows_cap || fb.size * (K + 1) > dr->ctx_cap ||
       nctx > fb.size * (K + 1))
     return 0;
@@ -276,7 +276,7 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
     return dsp_fail(DSP_ERR_ARG, "draft propose: confidence asked of a checkpoint without a confidence head");
   const int fused = pick_fused(dr, b, out);
   stage(dr, b);
-  const int64_t G = dr->info.gamma, K = dr->cfg.block_size, H = dr->cfg.hidden;
+  const int64_t G = dr->info.gamma, K = dr->blk, H = dr->cfg.hidden;
   for (int32_t q = 0; !b->append_only && q < b->nseq; q++) {
     dr->anchor64[q] = b->anchor[q];
     dr->pos64[q] = dr->len[b->slot[q]] + b->ctx_count[q];

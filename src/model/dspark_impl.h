@@ -48,6 +48,7 @@ struct dsp_draft {
   dsp_hf_config cfg;
   dsp_draft_options opt;
   dsp_draft_info info;
+  int64_t blk;                      /* rows of a block: block_size, or gamma (opt.block_gamma) */
   int32_t tp;
   dr_dev d[DSP_BACKEND_MAX_DEVICES];
   int nd;
@@ -58,7 +59,7 @@ struct dsp_draft {
   dsp_bf16 *conf_w;                 /* [H (+ R)] host, or NULL */
   float conf_b;
   int64_t *len;                     /* [max_seqs] context positions per slot */
-  dsp_bf16 *h_hidden;               /* [max_seqs * block, H] pinned: the block's final states (head, confidence) */
+  dsp_bf16 *h_hidden;               /* [max_seqs * blk, H] pinned: the block's final states (head, confidence) */
   int graphs;                       /* proposals are captured per head bucket (CUDA, one device, TP 1, DSPARK_GRAPHS) */
   int32_t rows_cap;                 /* sequences the block's buffers hold: max_seqs, or with graphs the head's bucket
                                        for it (a captured proposal's padded rows) */

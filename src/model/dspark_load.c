@@ -124,7 +124,7 @@ static dsp_status load_dev(void *ctx, int di) {
   dr_dev *d = &dr->d[di];
   dsp_backend *be = dr->be;
   const dsp_hf_config *c = &dr->cfg;
-  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, G = c->block_size;
+  const int64_t H = c->hidden, D = c->head_dim, L = c->layers, Wk = d->s.hkv * D, G = dr->blk;
   const int64_t M = (int64_t)dr->rows_cap * G, C = dr->ctx_cap, P = dr->opt.max_len;
   d->layer = calloc((size_t)L, sizeof *d->layer);
   d->k_norms = calloc((size_t)L, sizeof *d->k_norms);
@@ -268,7 +268,7 @@ static dsp_status load_all(dsp_draft *dr, const char *dir) {
   if (c->kv_heads % P || c->intermediate % P)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "draft: TP size %d does not divide the %lld kv heads or intermediate_size "
                     "%lld", P, (long long)c->kv_heads, (long long)c->intermediate);
-  const size_t S = (size_t)dr->opt.max_seqs, G = (size_t)c->block_size;
+  const size_t S = (size_t)dr->opt.max_seqs, G = (size_t)dr->blk;
   dr->len = calloc(S, sizeof *dr->len);
   DSP_TRY(dsp_op_host_alloc(dr->be, 0, S * G * (size_t)H * 2, (void **)&dr->h_hidden));
   dr->anchor64 = malloc(S * 8);
@@ -296,6 +296,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
                                 .gamma = opt->gamma ? opt->gamma : c->block_size, .mask_token_id = c->mask_token_id,
                                 .markov_rank = c->markov_rank, .ntaps = c->ntaps, .confidence = c->confidence};
     memcpy(dr->info.taps, c->taps, sizeof dr->info.taps);
+    dr->blk = opt->block_gamma ? dr->info.gamma : c->block_size; /* a gamma above block_size fails in load_all */
     s = load_all(dr, dir);
   }
   s = dsp_comm_agree(be->comm, s);
@@ -313,7 +314,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     if (dr->graphs && be->ops->markov_fused_bucket(dr->head->x[0], opt->max_seqs, &fb) == DSP_OK &&
         fb.size > dr->rows_cap)
       dr->rows_cap = fb.size;
-    const int64_t blk = (int64_t)dr->rows_cap * (c->block_size + 1);
+    const int64_t blk = (int64_t)dr->rows_cap * (dr->blk + 1);
     dr->ctx_cap = dr->graphs && blk > opt->max_ctx ? blk : opt->max_ctx;
   }
   if (s == DSP_OK) s = dsp_comm_agree(be->comm, dsp_backend_each(be, load_dev, dr));
@@ -324,10 +325,11 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     return dsp_fail(s, "%s", msg);
   }
   snprintf(dr->report, sizeof dr->report,
-           "dspark: draft Qwen3DSparkModel (%s): %lld layers, block %lld (gamma %lld), %d taps from layer %d, Markov "
-           "rank %lld%s; the target's embedding and LM head%s; context %d slots x %d positions\n%s",
+           "dspark: draft Qwen3DSparkModel (%s): %lld layers, block %lld (gamma %lld%s), %d taps from layer %d, "
+           "Markov rank %lld%s; the target's embedding and LM head%s; context %d slots x %d positions\n%s",
            dsp_backend_kind_name(be->kind), (long long)dr->cfg.layers, (long long)dr->cfg.block_size,
-           (long long)dr->info.gamma, dr->cfg.ntaps, dr->cfg.taps[0], (long long)dr->cfg.markov_rank,
+           (long long)dr->info.gamma, dr->blk < dr->cfg.block_size ? ", blocks of gamma rows" : "", dr->cfg.ntaps,
+           dr->cfg.taps[0], (long long)dr->cfg.markov_rank,
            dr->cfg.confidence ? ", confidence head" : "",
            dr->info.own_embeddings_differ ? " (the draft's own copies differ from them and are not used)" : "",
            opt->max_seqs, opt->max_len, dsp_markov_head_report(dr->head));

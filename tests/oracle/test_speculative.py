@@ -128,6 +128,9 @@ def case_greedy(t, P):
                 t.tally.fail("trace: sequence %d's rounds do not rebuild its tokens" % q)
     check_same(t, "bigram pair, gamma 3", t.gen_json("gamma3", ["--model", bt, "--draft", bd, "--gamma", "3"] + base),
                min_accept=1.5)
+    # blocks of gamma rows: other proposals, the same greedy tokens
+    rb = t.gen_json("gamma3-block", ["--model", bt, "--draft", bd, "--gamma", "3", "--draft-block", "gamma"] + base)
+    check_same(t, "bigram pair, gamma 3 in blocks of 3 rows", rb, min_accept=1.5)
     # gamma auto: a different count of drafts verified per round, the same greedy tokens; on the TP 2 ranks too
     ra = t.gen_json("gamma-auto", ["--model", bt, "--draft", bd, "--gamma", "auto", "--trace"] + base)
     check_same(t, "bigram pair, gamma auto", ra, min_accept=1.3)
@@ -170,6 +173,9 @@ def case_greedy(t, P):
     if 2 in sizes:
         r2 = t.gen_json("tp2", ["--model", bt, "--draft", bd] + base, np_=2, env=env)
         check_same(t, "bigram pair, TP 2", r2, 1.7)
+        check_same(t, "bigram pair, TP 2, gamma 2 in blocks of 2 rows", t.gen_json(
+            "tp2-block", ["--model", bt, "--draft", bd, "--gamma", "2", "--draft-block", "gamma"] + base, np_=2,
+            env=env), 1.5)
         # the TP ranks as threads of one process (on CUDA one process driving the GPUs)
         r2p = t.gen_json("tp2-process", ["--model", bt, "--draft", bd, "--tp", "2"] + base, env=env)
         check_same(t, "bigram pair, TP 2 in one process", r2p, 1.7)
@@ -435,7 +441,14 @@ def case_bad(t, P):
             ("gamma neither a count nor auto", ["--model", rt, "--draft", rd, "--gamma", "many"] + pid, "got 'many'"),
             ("--verify without a draft", ["--model", rt, "--verify", "exact"] + pid, "--draft"),
             ("--verify neither rejection nor exact", ["--model", rt, "--draft", rd, "--verify", "close"] + pid,
-             "got 'close'")):
+             "got 'close'"),
+            ("--draft-block neither full nor gamma", ["--model", rt, "--draft", rd, "--gamma", "2", "--draft-block",
+                                                      "half"] + pid, "got 'half'"),
+            ("--draft-block gamma without a gamma", ["--model", rt, "--draft", rd, "--draft-block", "gamma"] + pid,
+             "needs a number for --gamma"),
+            ("--draft-block gamma with gamma auto", ["--model", rt, "--draft", rd, "--gamma", "auto", "--draft-block",
+                                                     "gamma"] + pid, "needs a number for --gamma"),
+            ("--draft-block without a draft", ["--model", rt, "--draft-block", "gamma"] + pid, "--draft")):
         rc, so, se = t.gen(args)
         if rc in (0, None) or rc > 128 or rc < 0 or needle.lower() not in se.lower() or so.strip():
             t.tally.fail("%s: exit %s, stdout %r, stderr %s" % (label, rc, so[:100], se.strip()[-300:]))
