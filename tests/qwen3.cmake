@@ -50,3 +50,7 @@ dsp_cmd_test(oracle_shipped_cuda COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/or
   LABELS gpu oracle TIMEOUT 600)
 dsp_cmd_test(oracle_speculative_cuda COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_speculative.py --backend cuda
   LABELS gpu oracle TIMEOUT 600)
+
+# MPI ranks and thread teams on a 2-core machine: under ctest -j these run alone (overlapping other heavy
+# oracles, their spinning ranks slowed each other up to 10x in the ASan suite)
+set_tests_properties(oracle_speculative oracle_shipped oracle_rollback PROPERTIES PROCESSORS 2)
