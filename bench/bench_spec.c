@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
   int64_t C = 1024, N = 64;
   float temp = 0.0f;
   dsp_path path = DSP_PATH_AUTO;
-  int broadcast = 1, verify = DSP_VERIFY_REJECTION;
+  int broadcast = 1, verify = DSP_VERIFY_REJECTION, block_gamma = 0;
+  int64_t gamma = 0;
   dsp_tool_backend bk;
   dsp_tool_backend_init(&bk);
   for (int i = 1; i < argc; i++) {
@@ -66,6 +67,9 @@ int main(int argc, char **argv) {
         return 2;
       }
     }
+    else if (!strcmp(o, "--gamma") && v) { if (dsp_tool_parse_i64(o, v, 1, 64, &gamma)) return 2; }
+    else if (!strcmp(o, "--draft-block") && v && (!strcmp(v, "full") || !strcmp(v, "gamma")))
+      block_gamma = !strcmp(v, "gamma");
     else if (!strcmp(o, "--path") && v) { if (dsp_tool_parse_path(v, &path)) return 2; }
     else if (!strcmp(o, "--broadcast") && v) { if (dsp_tool_parse_onoff(o, v, &broadcast)) return 2; }
     else if (!strcmp(o, "--verify") && v && (!strcmp(v, "rejection") || !strcmp(v, "exact")))
@@ -73,7 +77,8 @@ int main(int argc, char **argv) {
     else if ((used = 0, br = dsp_tool_backend_option(&bk, o, v, &used)) != 1) { if (br < 0) return 2; }
     else {
       fprintf(stderr, "usage: bench_spec --model TARGET --draft DRAFT [--backend cpu|cuda [--tp N]] [--context C] "
-                      "[--new N] [--batch 1,32] [--temperature T [--verify rejection|exact]] "
+                      "[--new N] [--batch 1,32] [--gamma N [--draft-block full|gamma]] "
+                      "[--temperature T [--verify rejection|exact]] "
                       "[--path auto|original|sharded|replicated] "
                       "[--broadcast on|off]\n");
       return 2;
@@ -96,14 +101,21 @@ int main(int argc, char **argv) {
   TRY(dsp_tool_backend_create(&bk, comm, &be));
   dsp_draft_info di;
   TRY(dsp_draft_read_info(draft, &di));
-  const int32_t G = (int32_t)di.block_size, chunk = 2048;
-  dsp_target_options o = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2),
+  if (gamma > di.block_size) {
+    fprintf(stderr, "bench_spec: --gamma %lld is above the draft's block_size %lld\n", (long long)gamma,
+            (long long)di.block_size);
+    return 2;
+  }
+  /* G drafted (and verified) tokens a round; Gb rows in the draft's block */
+  const int32_t G = (int32_t)(gamma ? gamma : di.block_size), Gb = block_gamma ? G : (int32_t)di.block_size;
+  const int32_t K = (int32_t)di.block_size, chunk = 2048;
+  dsp_target_options o = {.max_seqs = bmax, .max_len = (int32_t)(C + N + K + 2),
                           .max_tokens = chunk > bmax * (G + 1) ? chunk : bmax * (G + 1), .taps = di.taps,
                           .ntaps = di.ntaps};
   dsp_target *t;
   TRY(dsp_target_load(be, model, &o, &t));
-  dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + G + 2), .max_ctx = o.max_tokens,
-                           .path = path, .no_broadcast = !broadcast};
+  dsp_draft_options dop = {.max_seqs = bmax, .max_len = (int32_t)(C + N + K + 2), .max_ctx = o.max_tokens,
+                           .gamma = G, .block_gamma = block_gamma, .path = path, .no_broadcast = !broadcast};
   dsp_draft *d;
   TRY(dsp_draft_load(be, draft, t, &dop, &d));
   /* under TP every rank times the same calls; rank 0 prints, and the floors are one rank's share (1/TP of the
@@ -123,10 +135,11 @@ int main(int argc, char **argv) {
   const double bw = dsp_bench_copy_rate(be);
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   if (root) {
-    printf("# bench_spec: %s + %s (%s, TP %.0f): target %.2f G parameters in products, draft %lld layers, block %d, "
-           "Markov rank %lld; context %lld, %lld new tokens, temperature %g%s; copy %.0f GB/s, bf16 products %.1f "
+    printf("# bench_spec: %s + %s (%s, TP %.0f): target %.2f G parameters in products, draft %lld layers, gamma %d in "
+           "blocks of %d rows, Markov rank %lld; context %lld, %lld new tokens, temperature %g%s; copy %.0f GB/s, bf16 "
+           "products %.1f "
            "TFLOP/s%s\n", model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, tparams / 1e9,
-           (long long)di.layers, G, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp,
+           (long long)di.layers, G, Gb, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp,
            temp > 0 ? (verify == DSP_VERIFY_EXACT ? " (exact verification)" : " (rejection)") : "", bw / 1e9,
            rate / 1e12, tp > 1 ? " (rank 0's; floors per rank)" : "");
     printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
@@ -144,7 +157,7 @@ int main(int argc, char **argv) {
   for (int bi = 0; bi < nb; bi++) {
     const int32_t B = bs[bi];
     dsp_generate_options go = {.max_new = (int32_t)N, .ignore_eos = 1, .temperature = temp, .seed = 1};
-    dsp_spec_options so = {.gen = go, .verify = verify};
+    dsp_spec_options so = {.gen = go, .gamma = G, .verify = verify};
     dsp_generate_stats ps, ss;
     for (int rep = 0; rep < 2; rep++) /* the first run captures the graphs */
       TRY(dsp_generate(t, B, (const int32_t *const *)pr, len, &go, NULL, NULL, NULL, &ps));
@@ -156,7 +169,8 @@ int main(int argc, char **argv) {
     const double ctx = (double)B * (double)(C + N / 2);
     const double f_dec = floor_ms((2.0 * tparams + kv_pos * ctx) / tp, 2.0 * tparams * B / tp, bw, rate);
     const double f_ver = floor_ms((2.0 * tparams + kv_pos * ctx) / tp, 2.0 * tparams * B * (G + 1) / tp, bw, rate);
-    const double f_dr = floor_ms((dbytes + dkv_pos * ctx) / tp, 2.0 * (L * per_layer + V * H) * B * G / tp, bw, rate);
+    const double f_dr = floor_ms((dbytes + dkv_pos * ctx) / tp, 2.0 * (L * per_layer * Gb + V * H * G) * B / tp, bw,
+                                 rate);
     if (root) {
       printf("| %d | plain decode step | %.3f | %.3f | %.2fx |\n", B, step, f_dec, step / f_dec);
       printf("| %d | draft proposal (%d tokens) | %.3f | %.3f | %.2fx |\n", B, G, dr, f_dr, dr / f_dr);
@@ -179,14 +193,16 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
     }
+    const double amax = G + 1.0; /* a round commits at most gamma + 1 tokens */
+    const double a1 = 6.17 < amax ? 6.17 : amax, a2 = 3.21 < amax ? 3.21 : amax, a3 = 5.5 < amax ? 5.5 : amax;
     pn += snprintf(proj + pn, sizeof proj - (size_t)pn,
                    "| %d | %.2f (%.2f) | %.2fx | %.2fx | %.2fx | %.2fx |\n", B,
-                   (double)(ss.accepted + ss.rounds) / (double)ss.rounds, round / step, 6.17 * step / round,
-                   3.21 * step / round, 5.5 * step / round, 5.5 * f_dec / (f_dr + f_ver));
+                   (double)(ss.accepted + ss.rounds) / (double)ss.rounds, round / step, a1 * step / round,
+                   a2 * step / round, a3 * step / round, a3 * f_dec / (f_dr + f_ver));
   }
   if (root)
     printf("\nprojected speedups (acceptance lengths: the DSpark paper's Qwen3-8B, gamma 7: GSM8K 6.17, Arena-Hard "
-         "3.21; and 5.5)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
+         "3.21; and 5.5; each at most gamma + 1)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
          "|\n|---|---|---|---|---|---|\n%s",
          proj);
   double mem[64];

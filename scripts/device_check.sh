@@ -44,7 +44,8 @@
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
-#                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, then greedy
+#                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, greedy gamma 3 with the draft's
+#                                   full block and blocks of 3 rows, then greedy
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
 set -u
@@ -143,6 +144,11 @@ if [ "$MODE" = noise ]; then
   DSPARK_CUDA_NOISE=1 model_tests
   stamp "random Qwen3-8B target and draft"
   KEEP=1 TEMP=${TEMP:-0.8} spec_pair DSPARK_CUDA_NOISE 1 0 || exit 1
+  for blk in full gamma; do
+    stamp "bench_spec, greedy, gamma 3, --draft-block $blk"
+    timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 \
+      --batch 1,32 --gamma 3 --draft-block $blk 2>&1 | grep -E "^\|" | head -14
+  done
   TEMP= spec_pair DSPARK_CUDA_NOISE 1 || exit 1
   stamp "done"; exit 0
 fi
