@@ -202,7 +202,8 @@ int main(int argc, char **argv) {
   }
   if (root)
     printf("\nprojected speedups (acceptance lengths: the DSpark paper's Qwen3-8B, gamma 7: GSM8K 6.17, Arena-Hard "
-         "3.21; and 5.5; each at most gamma + 1)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 | at 5.5 | at 5.5, floors "
+         "3.21; and 5.5; each at most gamma + 1)\n| batch | measured acceptance (round / step) | at 6.17 | at 3.21 "
+         "| at 5.5 | at 5.5, floors "
          "|\n|---|---|---|---|---|---|\n%s",
          proj);
   double mem[64];

@@ -147,15 +147,16 @@ static void t_grid_sampling(void **st) {
   expect_reference(h, &m, &in, 1, 0, "grid sampling");
   expect_reference(h, &m, &in, 1, 1, "grid sampling + logits");
   dsp_cuda_head_free(h);
-  /* the tail drawing its own noise (DSPARK_CUDA_NOISE=0) and reading it from the buffer drawn before it
-     (the default) against the same reference, persistent and per step */
+  /* the tail drawing its own noise (the default) and reading it from the buffer drawn before it
+     (DSPARK_CUDA_NOISE=1) against the same reference, persistent and per step */
   for (int v = 0; v < 4; v++) {
     dsp_cuda_tuning t;
     dsp_cuda_tuning_default(&t);
     t.noise = v & 1;
     t.per_step = v >> 1;
     h = make_head(&m, &t);
-    expect_reference(h, &m, &in, 1, 1, v & 1 ? "grid sampling, noise drawn before" : "grid sampling, noise in the tail");
+    expect_reference(h, &m, &in, 1, 1,
+                     v & 1 ? "grid sampling, noise drawn before" : "grid sampling, noise in the tail");
     dsp_cuda_head_free(h);
   }
   tr_inputs_free(&in);
