@@ -1,6 +1,8 @@
 # The op-parity harness (tests/test_ops.c): the CPU side in every build; the
 # CUDA side (label gpu) exits 77, skipped, where no GPU is visible.
 dsp_test(test_ops_cpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.c ${CMAKE_CURRENT_LIST_DIR}/test_ops_kda.c ${CMAKE_CURRENT_LIST_DIR}/test_ops_fused.c ${CMAKE_CURRENT_LIST_DIR}/test_ops_accept.c LABELS unit ARGS cpu TIMEOUT 300)
+# test_ops_cpu keeps the fmaf chain (the default takes AMX where the CPU has it).
+set_property(TEST test_ops_cpu APPEND PROPERTY ENVIRONMENT "DSPARK_CPU_KERNEL=chain")
 # The same CPU cases with the products on AMX tiles (exit 77, skipped, without them).
 add_test(NAME test_ops_cpu_amx COMMAND test_ops_cpu cpu)
 set_tests_properties(test_ops_cpu_amx PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "DSPARK_CPU_KERNEL=amx" SKIP_RETURN_CODE 77)

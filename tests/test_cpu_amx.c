@@ -205,6 +205,17 @@ static void test_errors(void **st) {
   dsp_cpu_amx_free(p);
 }
 
+/* Which weights take AMX: auto (the default) and amx where it can run, never
+ * chain or a named ISA. ctest runs this program with DSPARK_CPU_KERNEL unset and
+ * set to chain. */
+static void test_choice(void **state) {
+  (void)state;
+  const char *k = getenv("DSPARK_CPU_KERNEL");
+  const int want = (!k || !*k || !strcmp(k, "auto") || !strcmp(k, "amx")) && dsp_cpu_amx_usable();
+  print_message("  DSPARK_CPU_KERNEL=%s: AMX %s\n", k ? k : "(unset)", want ? "chosen" : "not chosen");
+  assert_int_equal(dsp_cpu_amx_chosen(), want);
+}
+
 int main(void) {
   if (!dsp_cpu_amx_usable()) { /* ctest reports 77 as skipped */
     printf("test_cpu_amx: this CPU or OS has no AMX tiles: skipped\n");
@@ -215,6 +226,7 @@ int main(void) {
       cmocka_unit_test(test_invariance),
       cmocka_unit_test(test_guard),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_choice),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,7 +66,7 @@ static const char *env_buckets(const char *name, const char *dflt) {
 }
 
 static const char *const g_tail_names[] = {"auto", "register", "ring", "ring-wgmma", NULL};
-static const char *const g_cpu_kernels[] = {"auto", "amx", "avx512bf16", "avx512", "avx2", "scalar", NULL};
+static const char *const g_cpu_kernels[] = {"auto", "amx", "chain", "avx512bf16", "avx512", "avx2", "scalar", NULL};
 static const char *const g_bool[] = {"0", "1", NULL};
 static const char *const g_gemm_tiles[] = {"auto", "32", "64", "112", "224", NULL};
 static const int g_gemm_tile_n[] = {0, 32, 64, 112, 224};
@@ -75,7 +75,7 @@ static const char *const g_small[] = {"0", "1", "auto", NULL};
 
 static void env_read(void) {
   g_env.threads = env_int("DSPARK_THREADS", 0, 0, 4096, "an integer in [0, 4096] (0: the default share of the cores)");
-  g_env.cpu_kernel = g_cpu_kernels[env_choice("DSPARK_CPU_KERNEL", g_cpu_kernels, 0, "auto, amx, avx512bf16, avx512, avx2 or scalar")];
+  g_env.cpu_kernel = g_cpu_kernels[env_choice("DSPARK_CPU_KERNEL", g_cpu_kernels, 0, "auto, amx, chain, avx512bf16, avx512, avx2 or scalar")];
   g_env.quiet = env_choice("DSPARK_QUIET", g_bool, 0, "0 or 1");
   g_env.verbose = env_choice("DSPARK_VERBOSE", g_bool, 0, "0 or 1");
   g_env.buckets = env_buckets("DSPARK_BUCKETS", "1,2,4,8,16,32,64,128");

@@ -18,7 +18,7 @@ typedef enum {
 
 typedef struct {
   int threads;            /* DSPARK_THREADS: CPU threads per process (0 = the default share of the cores) */
-  const char *cpu_kernel; /* DSPARK_CPU_KERNEL: auto|amx|avx512bf16|avx512|avx2|scalar */
+  const char *cpu_kernel; /* DSPARK_CPU_KERNEL: auto|amx|chain|avx512bf16|avx512|avx2|scalar */
   int quiet;              /* DSPARK_QUIET=1: no start-up report lines */
   int verbose;            /* DSPARK_VERBOSE=1: kernel choices and check counts in the report */
   const char *buckets;    /* DSPARK_BUCKETS: CUDA graph batch buckets, e.g. "1,2,4,8,16,32,64" */

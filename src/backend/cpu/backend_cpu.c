@@ -10,6 +10,7 @@
 #include "backend/cpu/ops_cpu.h"
 #include "core/status.h"
 #include "core/threads.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 
 /* A device's OpenMP team: the process's threads shared among its devices. */
@@ -84,11 +85,13 @@ dsp_status dsp_backend_cpu_init(dsp_backend *be, const dsp_backend_config *cfg) 
   dsp_threads_setup();
   const int per = dsp_cpu_threads_per_device(be);
   if (be->ndev > 1) omp_set_num_threads(per);
+  char kern[48];
+  snprintf(kern, sizeof kern, "%s%s", dsp_cpu_amx_chosen() ? "amx (linear layers) and " : "", dsp_cpu_kernel_name());
   if (be->ndev == 1)
-    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s",
-             dsp_cpu_kernel_name(), per, be->tp_size, be->tp_size == 1 ? "" : "es");
+    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d threads per process, %d process%s", kern, per,
+             be->tp_size, be->tp_size == 1 ? "" : "es");
   else
-    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d TP ranks in one process, %d thread%s each",
-             dsp_cpu_kernel_name(), be->ndev, per, per == 1 ? "" : "s");
+    snprintf(be->desc, sizeof be->desc, "cpu: %s kernels, %d TP ranks in one process, %d thread%s each", kern,
+             be->ndev, per, per == 1 ? "" : "s");
   return DSP_OK;
 }

@@ -8,8 +8,9 @@
  * of a tile, the split of N or the thread count, so the product stays batch-
  * and shard-invariant. It is not the fmaf chain of kernel.h (measured here:
  * closer to the exact sum), so AMX weights are a backend choice like the
- * GPU's tensor cores, taken with DSPARK_CPU_KERNEL=amx (strict weights keep
- * the chain).
+ * GPU's tensor cores: DSPARK_CPU_KERNEL auto or amx takes it where the CPU
+ * has it, chain (or a named ISA) keeps the fmaf chain everywhere; strict
+ * weights keep the chain.
  *
  * tdpbf16ps reads subnormal inputs as zero and flushes subnormal results. An
  * output whose A row or weight row holds a subnormal, an inf or a NaN, or
@@ -42,7 +43,7 @@ typedef struct {
 /* 1 where AMX products can run here (CPU features, the OS's permission for
  * tile data, granted once per process). */
 int dsp_cpu_amx_usable(void);
-/* 1 where AMX is usable and DSPARK_CPU_KERNEL=amx asks for it. */
+/* 1 where AMX is usable and DSPARK_CPU_KERNEL is auto or amx. */
 int dsp_cpu_amx_chosen(void);
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out);

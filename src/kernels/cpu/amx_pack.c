@@ -37,10 +37,14 @@ int dsp_cpu_amx_usable(void) {
   return g_usable;
 }
 
-/* Opt-in: on the machines measured (bench/RESULTS.md) AMX wins from about 8
- * rows up but streams a weight slower than the chain at 1 row, and decode runs
- * 1 row; the path cannot change with M (batch invariance). */
-int dsp_cpu_amx_chosen(void) { return !strcmp(dsp_env_get()->cpu_kernel, "amx") && dsp_cpu_amx_usable(); }
+/* auto takes AMX where it can run: with the weight prefetched ahead it streams
+ * one row as fast as the chain and runs several rows far faster (bench/RESULTS.md,
+ * thirty-second session); the path cannot change with M (batch invariance), so
+ * it is one choice per process. chain and the named ISAs keep the fmaf chain. */
+int dsp_cpu_amx_chosen(void) {
+  const char *k = dsp_env_get()->cpu_kernel;
+  return (!strcmp(k, "amx") || !strcmp(k, "auto")) && dsp_cpu_amx_usable();
+}
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
   if (!w || !out) return dsp_fail(DSP_ERR_ARG, "cpu amx pack: NULL argument");

@@ -33,7 +33,8 @@ static void isa_detect(void) {
   g_have_dot = g_have[DSP_CPU_ISA_AVX512] && __builtin_cpu_supports("avx512bf16") && dsp_cpu_dot_check();
   const char *want = dsp_env_get()->cpu_kernel;
   int isa = -1;
-  g_dot = g_have_dot && (!strcmp(want, "auto") || !strcmp(want, "avx512bf16") || !strcmp(want, "amx"));
+  g_dot = g_have_dot && (!strcmp(want, "auto") || !strcmp(want, "chain") || !strcmp(want, "avx512bf16") ||
+                         !strcmp(want, "amx"));
   if (!strcmp(want, "avx512bf16")) {
     isa = DSP_CPU_ISA_AVX512;
     if (!g_have_dot) {
