@@ -1,6 +1,7 @@
 /* The Markov head on the CPU (DESIGN §1-§3).
  *
- * One proposal: base = bf16(hidden @ lm_local^T) for this rank's vocabulary rows,
+ * One proposal: base = bf16(hidden @ lm_local^T) for this rank's vocabulary rows
+ * (on AMX tiles where the models' products take them, amx.h; else the chain),
  * then gamma Markov steps, each adding bias = bf16(W2 @ W1[prev]) and selecting.
  * The three greedy paths give identical tokens because every per-element value is
  * computed by the same kernel in the same order whatever rows a rank owns
@@ -28,6 +29,7 @@
 #include "core/select.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/markov_step.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sample.h"
@@ -36,7 +38,8 @@ struct dsp_markov_exec {
   dsp_markov_plan plan;
   dsp_comm *comm;
   dsp_tensor w1;               /* [Vp, R] BF16: a private copy (the caller's views need not outlive create) */
-  dsp_cpu_packed *lm;          /* local LM-head rows */
+  dsp_cpu_packed *lm;          /* local LM-head rows, for the fmaf chain ... */
+  dsp_cpu_amx *lm_amx;         /* ... or on AMX tiles, as the models' products where AMX is chosen (amx.h) */
   dsp_cpu_packed *w2_local;    /* local W2 rows (own, or chunk `rank` of w2_chunks) */
   int own_w2_local;
   dsp_cpu_packed **w2_chunks;  /* full W2 as tp_size chunks of vr rows (original/replicated) */
@@ -139,7 +142,7 @@ dsp_status dsp_cpu_markov_create(dsp_backend *be, int dev, const dsp_markov_plan
         for (int64_t r = 0; r < R; r++) h->w1_data[v * R + r] = src[r * w->w1.stride[1]];
     }
     h->w1 = dsp_tensor_2d(h->w1_data, DSP_BF16, plan->cfg.vocab_padded, plan->cfg.rank);
-    s = dsp_cpu_pack(&w->lm_local, &h->lm);
+    s = dsp_cpu_amx_chosen() ? dsp_cpu_amx_pack(&w->lm_local, &h->lm_amx) : dsp_cpu_pack(&w->lm_local, &h->lm);
   }
   if (s == DSP_OK && plan->has_full) {
     /* TP 1 without a separate full W2: the local rows are all of it */
@@ -165,6 +168,7 @@ void dsp_cpu_markov_free(dsp_markov_exec *h) {
   }
   if (h->own_w2_local) dsp_cpu_packed_free(h->w2_local);
   dsp_cpu_packed_free(h->lm);
+  dsp_cpu_amx_free(h->lm_amx);
   dsp_arena_free(h->arena);
   free(h);
 }
@@ -265,7 +269,7 @@ dsp_status dsp_cpu_markov_propose(dsp_markov_exec *h, const dsp_markov_inputs *i
   DSP_TRY(dsp_tensor_flatten2d(in->hidden, &hid));
   dsp_tensor base = {.data = h->base_local, .dtype = DSP_BF16, .ndim = 2,
                      .shape = {(int64_t)B * G, p->rows_real}, .stride = {p->vr, 1}};
-  DSP_TRY(dsp_cpu_matmul_nt(&hid, h->lm, &base, 0));
+  DSP_TRY(h->lm_amx ? dsp_cpu_amx_matmul_nt(&hid, h->lm_amx, &base, 0) : dsp_cpu_matmul_nt(&hid, h->lm, &base, 0));
   if (full && p->tp_size > 1)
     DSP_TRY(dsp_comm_allgather(h->comm, h->base_local, h->base_all, M * (size_t)p->vr * 2));
 
