@@ -10,7 +10,7 @@
 # length is about 2: the full block of 7 costs more than it commits on a CPU);
 # then a batch of 16 held-out prompts, greedy, --gamma auto (as many drafts
 # per round as pay on this CPU). The
-# speedups depend on the CPU (bench/RESULTS.md: AVX-512 against AVX2-only).
+# speedups depend on the CPU (bench/RESULTS.md: AMX tiles against the AVX-512 or AVX2 chain).
 set -euo pipefail
 BUILD=${1:-build}
 D="$BUILD/dspark"
