@@ -41,3 +41,11 @@ endif()
 # The backend's plumbing: several CPU devices in one process (dsp_backend_each's threads and their
 # communicator) and the memory query.
 dsp_test(test_backend SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_backend.c LABELS unit TIMEOUT 60)
+# The harness compares CUDA with the CPU backend's fmaf chain (bit for bit in strict mode): every run but
+# test_ops_cpu_amx keeps the chain on a CPU where the default would take AMX tiles.
+foreach(t test_ops_cuda test_ops_cuda_gemm_rows test_ops_cuda_attention_tc test_ops_cuda_attention_fp32
+          test_ops_cuda_racecheck)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "DSPARK_CPU_KERNEL=chain")
+  endif()
+endforeach()
