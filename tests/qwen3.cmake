@@ -23,6 +23,16 @@ endif()
 dsp_cmd_test(oracle_dspark
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver>
   LABELS oracle TIMEOUT 600)
+# The target and the draft again with the fmaf chain: where the CPU has AMX the two above run AMX tiles.
+dsp_cmd_test(oracle_qwen3_chain
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_qwen3.py --driver $<TARGET_FILE:target_driver>
+  LABELS oracle TIMEOUT 600)
+dsp_cmd_test(oracle_dspark_chain
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver>
+  LABELS oracle TIMEOUT 600)
+foreach(t oracle_qwen3_chain oracle_dspark_chain)
+  set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "DSPARK_CPU_KERNEL=chain")
+endforeach()
 dsp_cmd_test(oracle_dspark_cuda
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/oracle/test_dspark.py --driver $<TARGET_FILE:draft_driver> --backend cuda
   LABELS gpu oracle TIMEOUT 600)
