@@ -142,6 +142,7 @@ int main(int argc, char **argv) {
            (long long)di.layers, G, Gb, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp,
            temp > 0 ? (verify == DSP_VERIFY_EXACT ? " (exact verification)" : " (rejection)") : "", bw / 1e9,
            rate / 1e12, tp > 1 ? " (rank 0's; floors per rank)" : "");
+    printf("# backend: %s\n", dsp_backend_describe(be)); /* the kernels the figures come from (AMX or the chain) */
     printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");
   }
   int32_t **pr = malloc((size_t)bmax * sizeof *pr), *len = malloc((size_t)bmax * 4);

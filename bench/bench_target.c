@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
     printf("# bench_target: %s (%s, TP %.0f), %.2f G parameters in products; copy %.0f GB/s, bf16 products %.1f "
            "TFLOP/s%s\n", model, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, params / 1e9, bw / 1e9, rate / 1e12,
            tp > 1 ? " (rank 0's; floors per rank)" : "");
+    printf("# backend: %s\n", dsp_backend_describe(be)); /* the kernels the figures come from (AMX or the chain) */
     printf("| call | batch | context | ms per call | floor ms | of floor | tokens/s |\n|---|---|---|---|---|---|---|\n");
   }
   int32_t *slot = malloc((size_t)bmax * 4), *count = malloc((size_t)bmax * 4);
