@@ -258,33 +258,28 @@ DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
   }
 }
 
-/* Pass 2: z of n <= 16 q vectors, vector v's e at e + v * es over its nk[v]
- * keys, lane v adding them in key order from +0. */
-DSP_AVX512 static void softmax_z_avx512(const float *e, int64_t es, const int64_t *nk, int n, float *z) {
-  int64_t most = 0;
-  for (int v = 0; v < n; v++) most = nk[v] > most ? nk[v] : most;
-  if (n <= 4) { /* a decode step's few chains: scalar adds in key order, interleaved, beat a gather per key */
-    float zs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t j = 0; j < most; j++)
-      for (int v = 0; v < 4; v++)
-        if (v < n && j < nk[v]) zs[v] += e[v * es + j];
-    for (int v = 0; v < n; v++) z[v] = zs[v];
-    return;
+/* Pass 2: z of n <= 8 q vectors, vector v's e at e + v * es over its nk[v]
+ * keys, each a chain of adds in key order from +0: eight chains in registers,
+ * interleaved over the keys all of them have (a chain's add waits on the one
+ * before, so one chain alone runs at the add's latency), then each one's own. */
+static void softmax_z(const float *e, int64_t es, const int64_t *nk, int n, float *z) {
+  int64_t common = INT64_MAX;
+  const float *p[8];
+  for (int v = 0; v < 8; v++) {
+    p[v] = e + (v < n ? v : 0) * es; /* the missing ones repeat vector 0, their sums unused */
+    if (v < n) common = nk[v] < common ? nk[v] : common;
   }
-  __m512i idx = _mm512_setzero_si512(), cnt = _mm512_setzero_si512();
+  float z0 = 0.0f, z1 = 0.0f, z2 = 0.0f, z3 = 0.0f, z4 = 0.0f, z5 = 0.0f, z6 = 0.0f, z7 = 0.0f;
+  for (int64_t j = 0; j < common; j++) {
+    z0 += p[0][j], z1 += p[1][j], z2 += p[2][j], z3 += p[3][j];
+    z4 += p[4][j], z5 += p[5][j], z6 += p[6][j], z7 += p[7][j];
+  }
+  const float zs[8] = {z0, z1, z2, z3, z4, z5, z6, z7};
   for (int v = 0; v < n; v++) {
-    idx = _mm512_mask_set1_epi32(idx, (__mmask16)(1u << v), (int)(v * es));
-    cnt = _mm512_mask_set1_epi32(cnt, (__mmask16)(1u << v), (int)nk[v]);
+    float t = zs[v];
+    for (int64_t j = common; j < nk[v]; j++) t += p[v][j];
+    z[v] = t;
   }
-  __m512 zv = _mm512_setzero_ps();
-  for (int64_t j = 0; j < most; j++) {
-    const __mmask16 live = _mm512_cmpgt_epi32_mask(cnt, _mm512_set1_epi32((int)j));
-    const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, e + j, 4);
-    zv = _mm512_mask_add_ps(zv, live, zv, x);
-  }
-  float t[16];
-  _mm512_storeu_ps(t, zv);
-  for (int v = 0; v < n; v++) z[v] = t[v];
 }
 
 /* Pass 3: p = bf16(e / z). */
@@ -301,13 +296,35 @@ DSP_AVX512 static void softmax_div_avx512(float *e, int64_t nk, float z) {
 static void softmax_run_avx512(const item *it, int64_t nr, const int64_t *row_nk, float scale) {
   const int64_t nv = nr * it->rep;
   for (int64_t v = 0; v < nv; v++) softmax_exp_avx512(it->e + v * it->es, row_nk[v / it->rep], scale);
-  for (int64_t v0 = 0; v0 < nv; v0 += 16) {
-    const int n = (int)(nv - v0 < 16 ? nv - v0 : 16);
-    int64_t nk[16];
-    float z[16];
+  for (int64_t v0 = 0; v0 < nv; v0 += 8) {
+    const int n = (int)(nv - v0 < 8 ? nv - v0 : 8);
+    int64_t nk[8];
+    float z[8];
     for (int v = 0; v < n; v++) nk[v] = row_nk[(v0 + v) / it->rep];
-    softmax_z_avx512(it->e + v0 * it->es, it->es, nk, n, z);
+    softmax_z(it->e + v0 * it->es, it->es, nk, n, z);
     for (int v = 0; v < n; v++) softmax_div_avx512(it->e + (v0 + v) * it->es, nk[v], z[v]);
+  }
+}
+
+/* A q row to fp32 and an output row to bf16, 16 dims at a time (the scalar
+ * conversions' bits, a NaN keeping its sign and payload, quieted). */
+DSP_AVX512 static void row_to_f32(const dsp_bf16 *src, float *dst, int64_t D) {
+  for (int64_t d = 0; d < D; d += 16) {
+    const __mmask16 m = dsp_avx512_lanes(D - d);
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + d));
+    _mm512_mask_storeu_ps(dst + d, m, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)));
+  }
+}
+DSP_AVX512 static void row_to_bf16(const float *src, dsp_bf16 *dst, int64_t D) {
+  for (int64_t d = 0; d < D; d += 16) {
+    const __mmask16 m = dsp_avx512_lanes(D - d);
+    const __m512 v = _mm512_maskz_loadu_ps(m, src + d);
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF))), 16);
+    const __m512i q = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
+    const __m512i b = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), q);
+    _mm256_mask_storeu_epi16(dst + d, m, _mm512_cvtepi32_epi16(b));
   }
 }
 
@@ -346,7 +363,9 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
         for (int64_t r = 0; r < nr; r++)
           for (int64_t h = 0; h < rep; h++) {
             const dsp_bf16 *qr = (const dsp_bf16 *)q->data + (t0 + r) * q->stride[0] + (g * rep + h) * q->stride[1];
-            for (int64_t d = 0; d < D; d++) it.qf[(r * rep + h) * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
+            if (vec == 2) row_to_f32(qr, it.qf + (r * rep + h) * D, D); /* q's dims are contiguous (ops.c) */
+            else
+              for (int64_t d = 0; d < D; d++) it.qf[(r * rep + h) * D + d] = dsp_bf16_to_f32(qr[d * q->stride[2]]);
           }
         int64_t row_nk[RUN];
         for (int64_t r = 0; r < nr; r++) row_nk[r] = clamp_keys(a, t0 + r);
@@ -374,7 +393,9 @@ void dsp_cpu_attention(const dsp_cpu_attention_args *a) {
                                  ? (dsp_bf16 *)a->out->data + (t0 + r) * a->out->stride[0] + hq * a->out->stride[1]
                                  : (dsp_bf16 *)a->out->data + (t0 + r) * a->out->stride[0] + hq * D;
             const int64_t oc = a->out->stride[a->out->ndim - 1];
-            for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(ir.acc[h * D + d]);
+            if (vec == 2 && oc == 1) row_to_bf16(ir.acc + h * D, orow, D);
+            else
+              for (int64_t d = 0; d < D; d++) orow[d * oc] = dsp_f32_to_bf16(ir.acc[h * D + d]);
           }
         }
       }
