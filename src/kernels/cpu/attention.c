@@ -4,9 +4,11 @@
  * so each key's q.k is still one fp32 chain in order over d, and p.v puts 16
  * dims in the lanes, each a chain in key order: bit-identical to the scalar
  * path, which stays for CPUs without AVX-512 and for odd head dims. q.k runs
- * the rows of a run on one slot together (one key gather for all their heads),
- * p.v every head of a KV head at once (one load of a value row for all), and
- * the softmax's rounding passes 16 keys at a time. */
+ * the rows of a run on one slot together (one key gather for all their heads;
+ * a few q vectors against several blocks of keys at once, so that enough
+ * chains are in flight), p.v every head of a KV head at once (one load of a
+ * value row for all), the softmax's rounding passes 16 keys at a time and its
+ * sums eight q vectors at a time. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -139,11 +141,79 @@ DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, const 
     if (i < rc) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->es + j0, live, acc[i]);
 }
 
+/* q vectors r0 .. r0 + rc - 1 (rc <= RC) against nbk <= NB transposed blocks
+ * of 16 keys from key j0 (kt: block b at kt + b * D * 8): NB x RC chains in
+ * flight, so that a decode's few q vectors do not wait on one FMA chain per
+ * block. Each chain still runs in order over d; NB and RC are constants at
+ * every call site. */
+DSP_AVX512_INLINE void scores_blocks(const item *it, const int32_t *kt, const int NB, const int RC, int nbk,
+                                     const __mmask16 *live, int64_t j0, int64_t r0, int rc) {
+  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  const float *q = it->qf + r0 * it->D;
+  for (int64_t d = 0; d < it->D; d += 2) {
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++)
+      if (b < nbk) {
+        const __m512i x = _mm512_load_si512(kt + b * it->D * 8 + d * 8);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+#pragma GCC unroll 8
+        for (int i = 0; i < RC; i++)
+          if (i < rc) {
+            acc[b * RC + i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d]), lo, acc[b * RC + i]);
+            acc[b * RC + i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d + 1]), hv, acc[b * RC + i]);
+          }
+      }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; b++)
+#pragma GCC unroll 8
+    for (int i = 0; i < RC; i++)
+      if (b < nbk && i < rc) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->es + j0 + 16 * b, live[b], acc[b * RC + i]);
+}
+
+/* Few q vectors (a decode row's heads, a short run): NB blocks of keys
+ * transposed, then every q vector against all of them. */
+DSP_AVX512_INLINE void scores_few(const item *it, const int NB, const int RC) {
+  int32_t kt[4 * 16 * 128] __attribute__((aligned(64))); /* NB <= 4 blocks, D <= 256 */
+  for (int64_t j0 = 0; j0 < it->nk; j0 += 16 * NB) {
+    const int nbk = (int)((it->nk - j0 + 15) / 16 < NB ? (it->nk - j0 + 15) / 16 : NB);
+    __mmask16 live[4];
+    for (int b = 0; b < nbk; b++) {
+      const int64_t jb = j0 + 16 * b, nb = it->nk - jb < 16 ? it->nk - jb : 16;
+      const dsp_bf16 *base = it->kb + jb * it->kst;
+      live[b] = dsp_avx512_lanes(nb);
+      /* the same block of the next group: a head's keys lie one cache row apart, too far for the hardware */
+      for (int64_t j = 16 * NB; j < 16 * NB + 16 && jb + j < it->nk; j++)
+        for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
+      keys_transposed(it, base, nb, kt + b * it->D * 8);
+    }
+    for (int64_t r0 = 0; r0 < it->nq; r0 += RC) /* a full group's count a constant: no per-step tests */
+      if (it->nq - r0 >= RC) scores_blocks(it, kt, NB, RC, nbk, live, j0, r0, RC);
+      else scores_blocks(it, kt, NB, RC, nbk, live, j0, r0, (int)(it->nq - r0));
+  }
+}
+
 DSP_AVX512 static void scores_avx512(const item *it) {
+  const int tr = it->D % 32 == 0 && it->D <= 256;
+  if (tr && it->nq <= 2) {
+    scores_few(it, 4, 2);
+    return;
+  }
+  if (tr && it->nq <= 4) {
+    scores_few(it, 4, 4);
+    return;
+  }
+  if (tr && it->nq <= 8) {
+    scores_few(it, 2, 8);
+    return;
+  }
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)it->kst));
   int32_t kt[16 * 128] __attribute__((aligned(64))); /* D <= 256 */
-  const int tr = it->D % 32 == 0 && it->D <= 256;
   for (int64_t j0 = 0; j0 < it->nk; j0 += 16) {
     const int64_t nb = it->nk - j0 < 16 ? it->nk - j0 : 16;
     const __mmask16 live = dsp_avx512_lanes(nb);
@@ -153,7 +223,8 @@ DSP_AVX512 static void scores_avx512(const item *it) {
       for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
     if (tr) keys_transposed(it, base, nb, kt);
     for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
-      scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
+      if (it->nq - r0 >= 16) scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, 16);
+      else scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, (int)(it->nq - r0));
   }
 }
 
@@ -198,19 +269,36 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
 
 /* q vectors v0 .. v0 + nq - 1 over keys [j0, j1) (j0 > 0: continuing their
  * chains from it->acc), 64 dims at a time. */
+/* q vectors v0 .. v0 + nq - 1 over keys [j0, j1) (j0 > 0: continuing their
+ * chains from it->acc), 64 dims at a time, in groups whose size is a constant
+ * of the call (a full group, then 8, 4, 2, 1): no per-key test of which
+ * vectors are live. */
 DSP_AVX512 static void pv_range(const item *it, int64_t v0, int64_t nq, int64_t j0, int64_t j1) {
   for (int64_t d0 = 0; d0 < it->D; d0 += 64) {
     const int64_t n = it->D - d0 < 64 ? it->D - d0 : 64;
-    const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, q vectors per group */
+    const int nv = (int)((n + 15) / 16), hg = 16 / nv; /* vectors per value row, q vectors per full group */
     __mmask16 m[4];
     for (int c = 0; c < 4; c++) m[c] = dsp_avx512_lanes(n - 16 * c);
-    for (int64_t r0 = v0; r0 < v0 + nq; r0 += hg) {
-      const int rc = (int)(v0 + nq - r0 < hg ? v0 + nq - r0 : hg);
-      switch (nv) {
-        case 4: pv_group(it, d0, 4, 4, r0, rc, m, j0, j1); break;
-        case 3: pv_group(it, d0, 3, 5, r0, rc, m, j0, j1); break;
-        case 2: pv_group(it, d0, 2, 8, r0, rc, m, j0, j1); break;
-        default: pv_group(it, d0, 1, 16, r0, rc, m, j0, j1); break;
+    for (int64_t r0 = v0, g; r0 < v0 + nq; r0 += g) {
+      const int64_t rem = v0 + nq - r0;
+      g = rem >= hg ? hg : rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+      switch (nv * 32 + (int)g) {
+        case 4 * 32 + 4: pv_group(it, d0, 4, 4, r0, 4, m, j0, j1); break;
+        case 4 * 32 + 2: pv_group(it, d0, 4, 2, r0, 2, m, j0, j1); break;
+        case 4 * 32 + 1: pv_group(it, d0, 4, 1, r0, 1, m, j0, j1); break;
+        case 3 * 32 + 5: pv_group(it, d0, 3, 5, r0, 5, m, j0, j1); break;
+        case 3 * 32 + 4: pv_group(it, d0, 3, 4, r0, 4, m, j0, j1); break;
+        case 3 * 32 + 2: pv_group(it, d0, 3, 2, r0, 2, m, j0, j1); break;
+        case 3 * 32 + 1: pv_group(it, d0, 3, 1, r0, 1, m, j0, j1); break;
+        case 2 * 32 + 8: pv_group(it, d0, 2, 8, r0, 8, m, j0, j1); break;
+        case 2 * 32 + 4: pv_group(it, d0, 2, 4, r0, 4, m, j0, j1); break;
+        case 2 * 32 + 2: pv_group(it, d0, 2, 2, r0, 2, m, j0, j1); break;
+        case 2 * 32 + 1: pv_group(it, d0, 2, 1, r0, 1, m, j0, j1); break;
+        case 1 * 32 + 16: pv_group(it, d0, 1, 16, r0, 16, m, j0, j1); break;
+        case 1 * 32 + 8: pv_group(it, d0, 1, 8, r0, 8, m, j0, j1); break;
+        case 1 * 32 + 4: pv_group(it, d0, 1, 4, r0, 4, m, j0, j1); break;
+        case 1 * 32 + 2: pv_group(it, d0, 1, 2, r0, 2, m, j0, j1); break;
+        default: pv_group(it, d0, 1, 1, r0, 1, m, j0, j1); break;
       }
     }
   }
@@ -282,6 +370,27 @@ static void softmax_z(const float *e, int64_t es, const int64_t *nk, int n, floa
   }
 }
 
+/* Pass 2 for 9 to 16 q vectors: lane v adds vector v's e in key order from
+ * +0, one gather a key. */
+DSP_AVX512 static void softmax_z_lanes(const float *e, int64_t es, const int64_t *nk, int n, float *z) {
+  int64_t most = 0;
+  for (int v = 0; v < n; v++) most = nk[v] > most ? nk[v] : most;
+  __m512i idx = _mm512_setzero_si512(), cnt = _mm512_setzero_si512();
+  for (int v = 0; v < n; v++) {
+    idx = _mm512_mask_set1_epi32(idx, (__mmask16)(1u << v), (int)(v * es));
+    cnt = _mm512_mask_set1_epi32(cnt, (__mmask16)(1u << v), (int)nk[v]);
+  }
+  __m512 zv = _mm512_setzero_ps();
+  for (int64_t j = 0; j < most; j++) {
+    const __mmask16 live = _mm512_cmpgt_epi32_mask(cnt, _mm512_set1_epi32((int)j));
+    const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, e + j, 4);
+    zv = _mm512_mask_add_ps(zv, live, zv, x);
+  }
+  float t[16];
+  _mm512_storeu_ps(t, zv);
+  for (int v = 0; v < n; v++) z[v] = t[v];
+}
+
 /* Pass 3: p = bf16(e / z). */
 DSP_AVX512 static void softmax_div_avx512(float *e, int64_t nk, float z) {
   const __m512 zv = _mm512_set1_ps(z);
@@ -296,12 +405,13 @@ DSP_AVX512 static void softmax_div_avx512(float *e, int64_t nk, float z) {
 static void softmax_run_avx512(const item *it, int64_t nr, const int64_t *row_nk, float scale) {
   const int64_t nv = nr * it->rep;
   for (int64_t v = 0; v < nv; v++) softmax_exp_avx512(it->e + v * it->es, row_nk[v / it->rep], scale);
-  for (int64_t v0 = 0; v0 < nv; v0 += 8) {
-    const int n = (int)(nv - v0 < 8 ? nv - v0 : 8);
-    int64_t nk[8];
-    float z[8];
+  for (int64_t v0 = 0; v0 < nv; v0 += 16) {
+    const int n = (int)(nv - v0 < 16 ? nv - v0 : 16);
+    int64_t nk[16];
+    float z[16];
     for (int v = 0; v < n; v++) nk[v] = row_nk[(v0 + v) / it->rep];
-    softmax_z(it->e + v0 * it->es, it->es, nk, n, z);
+    if (n > 8) softmax_z_lanes(it->e + v0 * it->es, it->es, nk, n, z);
+    else softmax_z(it->e + v0 * it->es, it->es, nk, n, z);
     for (int v = 0; v < n; v++) softmax_div_avx512(it->e + (v0 + v) * it->es, nk[v], z[v]);
   }
 }
