@@ -268,8 +268,6 @@ DSP_AVX512_INLINE void pv_group(const item *it, int64_t d0, const int NV, const 
 }
 
 /* q vectors v0 .. v0 + nq - 1 over keys [j0, j1) (j0 > 0: continuing their
- * chains from it->acc), 64 dims at a time. */
-/* q vectors v0 .. v0 + nq - 1 over keys [j0, j1) (j0 > 0: continuing their
  * chains from it->acc), 64 dims at a time, in groups whose size is a constant
  * of the call (a full group, then 8, 4, 2, 1): no per-key test of which
  * vectors are live. */
