@@ -314,14 +314,14 @@ static void pv_run(const item *it, int64_t nr, const int64_t *row_nk, pv_range_f
     if (row_nk[r] > common) range(it, r * it->rep, it->rep, common, row_nk[r]);
 }
 
-/* softmax_scalar's bits in three passes, so that the z sums, each a chain in
- * key order, run 16 q vectors at once (one per lane) instead of one after
- * another. Pass 1 (one q vector): the rounding passes 16 keys at a time, the
- * max over lanes (equal values may differ only in the sign of a zero, which no
- * e = expf(s - max) sees), expf 16 keys at a time (expf_avx512.h: the scalar
- * one's bits). A vector with a NaN score gets NaN everywhere, as the scalar
- * path's NaN z gives. */
-DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
+/* softmax_scalar's bits in passes that run several q vectors' z sums (each a
+ * chain in key order) at once instead of one after another. Pass 1 (one q
+ * vector): the rounding passes 16 keys at a time and the max over lanes (equal
+ * values may differ only in the sign of a zero, which no e = expf(s - max)
+ * sees); then expf 16 keys at a time (expf_avx512.h: the scalar one's bits). A
+ * vector with a NaN score gets NaN everywhere, as the scalar path's NaN z
+ * gives. softmax_scale_avx512: pass 1, returning the max. */
+DSP_AVX512 static float softmax_scale_avx512(float *e, int64_t nk, float scale, int *nan_seen) {
   const __m512 sc = _mm512_set1_ps(scale);
   __m512 mv = _mm512_set1_ps(-INFINITY);
   __mmask16 nan = 0;
@@ -333,15 +333,50 @@ DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
     _mm512_mask_storeu_ps(e + j, live, y);
     mv = _mm512_mask_max_ps(mv, live, mv, y);
   }
+  *nan_seen = nan != 0;
+  return _mm512_reduce_max_ps(mv);
+}
+
+DSP_AVX512 static void softmax_exp_avx512(float *e, int64_t nk, float scale) {
+  int nan;
+  const __m512 mm = _mm512_set1_ps(softmax_scale_avx512(e, nk, scale, &nan));
   if (nan) {
     for (int64_t j = 0; j < nk; j++) e[j] = NAN;
     return;
   }
-  const __m512 mm = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
   for (int64_t j = 0; j < nk; j += 16) {
     const __mmask16 live = dsp_avx512_lanes(nk - j);
     _mm512_mask_storeu_ps(e + j, live, dsp_avx512_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, e + j), mm)));
   }
+}
+
+/* The expf pass and the z sums of up to 8 q vectors together (their pass 1
+ * done: mx their maxima, nan whether a score was NaN): block by block, each
+ * vector's e stored, then added to its z in key order. A block's adds wait on
+ * each other, the next block's expf does not, so the sums' latency hides
+ * under the expf's work (the same bits as the passes one after another). */
+DSP_AVX512 static void softmax_ez_avx512(float *e, int64_t es, const int64_t *nk, int n, const float *mx,
+                                         const int *nan, float *z) {
+  float zs[8];
+  int64_t most = 0;
+  for (int v = 0; v < n; v++) {
+    most = nk[v] > most ? nk[v] : most;
+    zs[v] = nan[v] ? NAN : 0.0f; /* a NaN vector's z: the sum of its NaNs */
+    for (int64_t j = 0; nan[v] && j < nk[v]; j++) e[v * es + j] = NAN;
+  }
+  for (int64_t j = 0; j < most; j += 16)
+    for (int v = 0; v < n; v++) {
+      if (nan[v] || j >= nk[v]) continue;
+      float *ev = e + v * es;
+      const __mmask16 live = dsp_avx512_lanes(nk[v] - j);
+      _mm512_mask_storeu_ps(ev + j, live,
+                            dsp_avx512_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, ev + j), _mm512_set1_ps(mx[v]))));
+      const int64_t nb = nk[v] - j < 16 ? nk[v] - j : 16;
+      float t = zs[v];
+      for (int64_t i = 0; i < nb; i++) t += ev[j + i];
+      zs[v] = t;
+    }
+  for (int v = 0; v < n; v++) z[v] = zs[v];
 }
 
 /* Pass 2: z of n <= 8 q vectors, vector v's e at e + v * es over its nk[v]
@@ -402,6 +437,18 @@ DSP_AVX512 static void softmax_div_avx512(float *e, int64_t nk, float z) {
  * holds row r's keys). */
 static void softmax_run_avx512(const item *it, int64_t nr, const int64_t *row_nk, float scale) {
   const int64_t nv = nr * it->rep;
+  if (nv <= 8) { /* a decode row's heads, a short run: expf and z together */
+    int64_t nk[8];
+    float mx[8], z[8];
+    int nan[8];
+    for (int v = 0; v < nv; v++) {
+      nk[v] = row_nk[v / it->rep];
+      mx[v] = softmax_scale_avx512(it->e + v * it->es, nk[v], scale, &nan[v]);
+    }
+    softmax_ez_avx512(it->e, it->es, nk, (int)nv, mx, nan, z);
+    for (int v = 0; v < nv; v++) softmax_div_avx512(it->e + v * it->es, nk[v], z[v]);
+    return;
+  }
   for (int64_t v = 0; v < nv; v++) softmax_exp_avx512(it->e + v * it->es, row_nk[v / it->rep], scale);
   for (int64_t v0 = 0; v0 < nv; v0 += 16) {
     const int n = (int)(nv - v0 < 16 ? nv - v0 : 16);
