@@ -32,7 +32,8 @@ static inline dsp_bf16 *row_ptr(const dsp_tensor *t, int64_t r) {
  * large enough to pay for one, else on this thread without entering the
  * OpenMP runtime at all (a serialized parallel region still costs about half a
  * microsecond, a decode step has dozens of these ops). Items are independent,
- * so the split does not change a bit. */
+ * so the split does not change a bit. The thresholds below: where 2 threads
+ * beat one on a 2-core machine, measured alone (bench/RESULTS.md). */
 typedef void (*range_fn)(const void *ctx, int64_t i0, int64_t i1);
 static void run_items(int64_t n, int parallel, range_fn body, const void *ctx) {
   if (!parallel || n < 2) {
@@ -113,7 +114,7 @@ void dsp_cpu_rmsnorm(const dsp_tensor *x, const dsp_bf16 *w, float eps, dsp_tens
   const int64_t R = nrows(x), D = x->shape[x->ndim - 1];
   const norm_ctx c = {.x = x, .out = out, .w = w, .eps = eps,
                       .vec = D >= 2 && x->stride[x->ndim - 1] == 1 && out->stride[out->ndim - 1] == 1 ? vec_level() : 0};
-  run_items((R + 15) / 16, R * D > 65536, rmsnorm_groups, &c);
+  run_items((R + 15) / 16, R * D > 16384, rmsnorm_groups, &c);
 }
 
 typedef struct {
@@ -149,7 +150,7 @@ void dsp_cpu_rope(dsp_tensor *x, const int32_t *pos, const dsp_bf16 *cos, const 
   const int64_t T = x->shape[0], N = x->shape[1];
   const rope_ctx c = {.x = x, .pos = pos, .cos = cos, .sin = sin, .half = half,
                       .vec = x->stride[2] == 1 ? vec_level() : 0};
-  run_items(T, T * N * half > 65536, rope_range, &c);
+  run_items(T, T * N * half > 16384, rope_range, &c);
 }
 
 typedef struct {
@@ -177,7 +178,7 @@ void dsp_cpu_add(const dsp_tensor *a, const dsp_tensor *b, dsp_tensor *out) {
   const int64_t M = a->shape[0], N = a->shape[1];
   const pair_ctx c = {.a = a, .b = b, .out = out,
                       .vec = a->stride[1] == 1 && b->stride[1] == 1 && out->stride[1] == 1 ? vec_level() : 0};
-  run_items(M, M * N > 65536, add_range, &c);
+  run_items(M, M * N > 16384, add_range, &c);
 }
 
 static void silu_range(const void *p, int64_t i0, int64_t i1) {
