@@ -5,7 +5,8 @@
  * alone round the other way (found by an exhaustive search over all 2^32:
  * 22 of them without the boundary check, 0 with it), and the selection key
  * against one written here from select.h's order (T 0 and T > 0, bf16 and
- * fp32 rows, NaN, ties, -inf), on every form this CPU runs. With neither it
+ * fp32 rows, NaN, ties, -inf; and wide rows where the selection skips the
+ * noise of ids that cannot win), on every form this CPU runs. With neither it
  * exits 77 (ctest: skipped). */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@
 #include "core/select.h"
 #include "kernels/cpu/gumbel_avx2.h"
 #include "kernels/cpu/gumbel_avx512.h"
+#include "kernels/cpu/gumbel_bound.h"
 #include "kernels/cpu/kernel.h"
 #include "test_bits.h"
 
@@ -125,6 +127,86 @@ static void select_keys(const form *fm) {
   }
 }
 
+/* The noise's bounds (philox.h): it rises with the word, so its ends bound it;
+ * and the bound by word (gumbel_bound.h). */
+static void noise_bounds(void **st) {
+  (void)st;
+  const float lo = dsp_gumbel_of_word(0u), hi = dsp_gumbel_of_word(0xFFFFFFFFu);
+  assert_true(lo >= DSP_GUMBEL_LO && lo < -3.12f && lo > -3.14f);
+  assert_true(hi <= DSP_GUMBEL_HI && hi > 22.86f && hi < 22.89f);
+  long down = 0;
+  for (int i = 0; i < 200000; i++) {
+    uint32_t a = (uint32_t)rnd(), b = (uint32_t)rnd();
+    if (a > b) { const uint32_t t = a; a = b; b = t; }
+    down += dsp_gumbel_of_word(a) > dsp_gumbel_of_word(b);
+  }
+  assert_int_equal(down, 0);
+  /* the bound by word: above the noise of that word and of any word below it, within 1/4 above it */
+  long bad = 0;
+  for (int i = 0; i < 200000; i++) {
+    const uint32_t w = i < 4 ? (uint32_t[]){0u, 1u, 0xFFFFFFFEu, 0xFFFFFFFFu}[i] : (uint32_t)rnd();
+    const uint32_t below = (uint32_t)(rnd() % ((uint64_t)w + 1));
+    const float b = dsp_gumbel_bound(w), g = dsp_gumbel_of_word(w);
+    bad += !(b >= g && b >= dsp_gumbel_of_word(below) && b <= g + 0.25f + 1e-5f && b <= DSP_GUMBEL_HI);
+  }
+  assert_int_equal(bad, 0);
+}
+
+/* Rows wide enough that the selections skip the noise of ids that cannot win
+ * (x / T more than HI - LO below the top): the same id as the order over every
+ * id, with ids just either side of that margin, NaN, inf, -inf and ties at the
+ * top. A bound too tight for the noise fails this (checked by hand with HI 3). */
+static void select_wide(const form *fm) {
+  enum { V = 5000 };
+  static uint16_t b16[V];
+  static float f32[V];
+  long skipped_rows = 0;
+  for (int c = 0; c < 120; c++) {
+    const int64_t n = 1 + (int64_t)(rnd() % V), id0 = (int64_t)(rnd() % 100000);
+    const float T = c % 4 == 0 ? 0.3f : c % 4 == 1 ? 0.8f : c % 4 == 2 ? 1.0f : 2.5f;
+    const uint64_t seed = rnd();
+    const int64_t pos = (int64_t)(rnd() % 4096);
+    const float top = (float)((int)(rnd() % 41) - 20);
+    const float margin = (DSP_GUMBEL_HI - DSP_GUMBEL_LO) * T;
+    for (int64_t v = 0; v < n; v++) {
+      const int kind = (int)(rnd() % 8);
+      float x = top - (float)(rnd() % 4096) / 4096.0f * 3.0f * margin; /* most below the margin */
+      if (kind == 0) x = top - margin + ((float)(rnd() % 256) - 128.0f) / 512.0f; /* at its edge */
+      if (kind == 1) x = top - (float)(rnd() % 64) / 64.0f * margin;               /* inside it */
+      f32[v] = x;
+    }
+    f32[rnd() % (uint64_t)n] = top;
+    if (c % 9 == 4) f32[rnd() % (uint64_t)n] = top; /* a tie at the top */
+    if (c % 10 == 5) f32[rnd() % (uint64_t)n] = NAN;
+    if (c % 10 == 6) f32[rnd() % (uint64_t)n] = INFINITY;
+    if (c % 10 == 7)
+      for (int64_t v = 0; v < n; v++) f32[v] = v % 2 ? -INFINITY : f32[v];
+    for (int64_t v = 0; v < n; v++) b16[v] = hi16(f32[v]);
+    for (int f = 0; f < 2; f++) {
+      float bv = 0, qtop = -INFINITY;
+      int64_t bi = -1;
+      for (int64_t v = 0; v < n; v++) {
+        volatile float q = (f ? f32[v] : widen(b16[v])) / T;
+        if (q > qtop) qtop = q;
+        const float x = q + dsp_gumbel(seed, pos, id0 + v);
+        if (bi < 0 || better(x, id0 + v, bv, bi)) bv = x, bi = id0 + v;
+      }
+      int64_t below = 0; /* ids the selection may skip */
+      for (int64_t v = 0; v < n; v++) {
+        const float q = (f ? f32[v] : widen(b16[v])) / T;
+        below += q + DSP_GUMBEL_HI < qtop + DSP_GUMBEL_LO;
+      }
+      skipped_rows += below > n / 2;
+      const uint64_t key = fm->select(f ? (const void *)f32 : (const void *)b16, f, n, T, seed, pos, id0);
+      if (dsp_select_key_id(key) != bi)
+        fail_msg("%s wide case %d (%s, n %lld, T %g): id %lld, the order gives %lld", fm->name, c, f ? "fp32" : "bf16",
+                 (long long)n, (double)T, (long long)dsp_select_key_id(key), (long long)bi);
+    }
+  }
+  print_message("  %s wide rows: %ld of 240 with most ids below the margin\n", fm->name, skipped_rows);
+  assert_true(skipped_rows > 100);
+}
+
 /* Each test on every form this CPU runs. */
 #define EACH_FORM(test, fn)                                                           \
   static void test(void **st) {                                                       \
@@ -136,6 +218,7 @@ static void select_keys(const form *fm) {
 EACH_FORM(test_noise_of_r, noise_of_r)
 EACH_FORM(test_noise_of_ids, noise_of_ids)
 EACH_FORM(test_select, select_keys)
+EACH_FORM(test_select_wide, select_wide)
 
 int main(void) {
   if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX2)) { /* ctest reports 77 as skipped */
@@ -143,6 +226,7 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_noise_of_r), cmocka_unit_test(test_noise_of_ids),
-                                     cmocka_unit_test(test_select)};
+                                     cmocka_unit_test(test_select), cmocka_unit_test(noise_bounds),
+                                     cmocka_unit_test(test_select_wide)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,13 @@ DSP_HD dsp_philox4 dsp_philox4x32_10(dsp_philox4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
+/* Bounds of the noise over every word: it rises with w, from g(0) = -3.1299
+ * to g(2^32 - 1) = 22.874 (test_cpu_gumbel checks both). A selection may skip
+ * the noise of ids whose x / T + DSP_GUMBEL_HI falls below the largest
+ * x / T + DSP_GUMBEL_LO: they cannot win. */
+#define DSP_GUMBEL_LO (-3.25f)
+#define DSP_GUMBEL_HI 23.0f
+
 /* The noise from Philox's first word w: u = (w + 0.5) / 2^32, -log(-log(u)). */
 DSP_HD float dsp_gumbel_of_word(uint32_t w) {
   double u = ((double)w + 0.5) * (1.0 / 4294967296.0);

@@ -5,6 +5,7 @@
 #include "core/philox.h"
 #include "core/select.h"
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/gumbel_bound.h"
 
 /* 32 x 32 -> 64-bit products of every lane: (hi, lo) halves. */
 DSP_AVX2_INLINE void mulhilo(__m256i a, uint32_t m, __m256i *hi, __m256i *lo) {
@@ -150,6 +151,84 @@ DSP_AVX2_INLINE __m256i order_key(__m256 x) {
   return _mm256_blendv_epi8(k, _mm256_set1_epi32(0x7FFFFFFF), _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
 }
 
+/* Row values v .. v + m - 1 (m <= 8) as floats, the lanes past m zero. */
+DSP_AVX2_INLINE __m256 row8(const void *row, int f32, int64_t v, int64_t m) {
+  if (f32) {
+    float t[8] = {0};
+    for (int64_t i = 0; m < 8 && i < m; i++) t[i] = ((const float *)row)[v + i];
+    return _mm256_loadu_ps(m == 8 ? (const float *)row + v : t);
+  }
+  uint16_t t[8] = {0};
+  for (int64_t i = 0; m < 8 && i < m; i++) t[i] = ((const uint16_t *)row)[v + i];
+  const __m128i h = _mm_loadu_si128((const __m128i *)(m == 8 ? (const uint16_t *)row + v : t));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The largest number among x / T over live lanes m of one half (-inf if none); *nan |= a live NaN. */
+DSP_AVX2_INLINE float half_top(__m256 q, int64_t m, int *nan) {
+  const __m256 live = _mm256_castsi256_ps(dsp_avx2_lanes(m)), ord = _mm256_cmp_ps(q, q, _CMP_ORD_Q);
+  *nan |= _mm256_movemask_ps(_mm256_andnot_ps(ord, live)) != 0;
+  float t[8], top = -INFINITY;
+  _mm256_storeu_ps(t, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), q, _mm256_and_ps(live, ord)));
+  for (int l = 0; l < 8; l++) top = t[l] > top ? t[l] : top;
+  return top;
+}
+
+/* The noise of ids id0 .. id0 + 15 into g16 (from the words r when have_r). */
+DSP_AVX2_INLINE void noise16(uint64_t seed, int64_t position, int64_t id0, const uint32_t *r, int have_r, float *g16) {
+  const uint64_t lo = (uint64_t)id0 & 0xFFFFFFFFu;
+  if (have_r) noise(r, g16, 4);
+  else if (id0 >= 0 && lo + 16 <= 0x100000000ull) gumbel16(seed, position, id0, g16);
+  else dsp_cpu_gumbel8_avx2(seed, position, id0, 8, g16), dsp_cpu_gumbel8_avx2(seed, position, id0 + 8, 8, g16 + 8);
+}
+
+/* Sampling's floor (gumbel_avx512.c, select_sampled): the top x / T plus the noise's lowest, raised by the
+ * values of the 16 ids holding that top (computed here once more: this form keeps the lowest id among equal
+ * keys by taking ids in order). */
+DSP_AVX2 static float sampled_floor(const void *row, int f32, int64_t n, __m256 tv, uint64_t seed, int64_t position,
+                                    int64_t id0) {
+  float top = -INFINITY, g16[16];
+  int64_t first = 0;
+  int nan = 0;
+  for (int64_t v = 0; v < n; v += 8) {
+    const int64_t m = n - v < 8 ? n - v : 8;
+    const float b = half_top(_mm256_div_ps(row8(row, f32, v, m), tv), m, &nan);
+    if (b > top) top = b, first = v & ~(int64_t)15;
+  }
+  float floor = top + DSP_GUMBEL_LO;
+  if (top == -INFINITY) return floor;
+  noise16(seed, position, id0 + first, NULL, 0, g16);
+  for (int64_t v = first; v < first + 16 && v < n; v += 8) {
+    const int64_t m = n - v < 8 ? n - v : 8;
+    const __m256 x = _mm256_add_ps(_mm256_div_ps(row8(row, f32, v, m), tv), _mm256_loadu_ps(g16 + (v - first)));
+    const float xb = half_top(x, m, &nan);
+    floor = xb > floor ? xb : floor;
+  }
+  return floor;
+}
+
+/* Whether ids v .. v + 15 may still reach the floor: any NaN among them, else fp32(qmax + G) not below it for G
+ * = DSP_GUMBEL_HI, then for G the bound of their largest Philox word (left in r, *have_r set, for the noise). */
+DSP_AVX2 static int may_win16(const void *row, int f32, int64_t n, int64_t v, __m256 tv, float floor, uint64_t seed,
+                              int64_t position, int64_t id0, uint32_t *r, int *have_r) {
+  float qb = -INFINITY;
+  int nan = 0;
+  for (int64_t h = v; h < v + 16 && h < n; h += 8) {
+    const int64_t m = n - h < 8 ? n - h : 8;
+    const float b = half_top(_mm256_div_ps(row8(row, f32, h, m), tv), m, &nan);
+    qb = b > qb ? b : qb;
+  }
+  *have_r = 0;
+  const uint64_t lo = (uint64_t)(id0 + v) & 0xFFFFFFFFu;
+  if (nan || id0 + v < 0 || lo + 16 > 0x100000000ull) return 1;
+  if (qb + DSP_GUMBEL_HI < floor) return 0;
+  words(seed, position, id0 + v, r, 2);
+  *have_r = 1;
+  uint32_t wmax = 0;
+  for (int64_t i = 0; i < 16 && v + i < n; i++) wmax = r[i] > wmax ? r[i] : wmax;
+  return !(qb + dsp_gumbel_bound(wmax) < floor);
+}
+
 /* Each lane keeps the best key it has seen and its first id (a later column wins only when strictly better, so
  * among equal keys the lowest id stays); then the lanes meet in core/select.h's 64-bit form. */
 DSP_AVX2 uint64_t dsp_cpu_select_avx2(const void *row, int f32, int64_t n, float T, uint64_t seed, int64_t position,
@@ -158,26 +237,24 @@ DSP_AVX2 uint64_t dsp_cpu_select_avx2(const void *row, int f32, int64_t n, float
   const __m256 tv = _mm256_set1_ps(T);
   __m256i bk = empty, bi = _mm256_setzero_si256(); /* empty: below every real key (even -inf's) */
   float g16[16];
+  float floor = T > 0.0f && n > 0 ? sampled_floor(row, f32, n, tv, seed, position, id0) : 0.0f;
   for (int64_t v = 0; v < n; v += 8) {
-    __m256 x;
     const int64_t m = n - v < 8 ? n - v : 8;
-    if (f32) {
-      float t[8] = {0};
-      for (int64_t i = 0; i < m; i++) t[i] = ((const float *)row)[v + i];
-      x = m == 8 ? _mm256_loadu_ps((const float *)row + v) : _mm256_loadu_ps(t);
-    } else {
-      uint16_t t[8] = {0};
-      for (int64_t i = 0; m < 8 && i < m; i++) t[i] = ((const uint16_t *)row)[v + i];
-      const __m128i h = _mm_loadu_si128((const __m128i *)(m == 8 ? (const uint16_t *)row + v : t));
-      x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
+    __m256 x = row8(row, f32, v, m);
     if (T > 0.0f) {
-      if (v % 16 == 0) { /* the noise of this and the next 8 ids at once, where their low words do not wrap */
-        const uint64_t lo = (uint64_t)(id0 + v) & 0xFFFFFFFFu;
-        if (id0 + v >= 0 && lo + 16 <= 0x100000000ull) gumbel16(seed, position, id0 + v, g16);
-        else dsp_cpu_gumbel8_avx2(seed, position, id0 + v, 8, g16), dsp_cpu_gumbel8_avx2(seed, position, id0 + v + 8, 8, g16 + 8);
+      if (v % 16 == 0) { /* the noise of this and the next 8 ids at once, unless none of them can win */
+        uint32_t r[16];
+        int have_r;
+        if (!may_win16(row, f32, n, v, tv, floor, seed, position, id0, r, &have_r)) {
+          v += 8;
+          continue;
+        }
+        noise16(seed, position, id0 + v, r, have_r, g16);
       }
       x = _mm256_add_ps(_mm256_div_ps(x, tv), _mm256_loadu_ps(g16 + v % 16)); /* two roundings, never fused */
+      int nan = 0;
+      const float xb = half_top(x, m, &nan);
+      floor = xb > floor ? xb : floor;
     }
     const __m256i k = _mm256_blendv_epi8(empty, order_key(x), dsp_avx2_lanes(m));
     const __m256i take = _mm256_cmpgt_epi32(k, bk);

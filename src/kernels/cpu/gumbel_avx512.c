@@ -5,6 +5,7 @@
 #include "core/philox.h"
 #include "kernels/cpu/avx512.h"
 #include "kernels/cpu/gumbel_avx512.h"
+#include "kernels/cpu/gumbel_bound.h"
 
 /* 32 x 32 -> 64-bit products of every lane: (hi, lo) halves. */
 DSP_AVX512_INLINE void mulhilo(__m512i a, uint32_t m, __m512i *hi, __m512i *lo) {
@@ -85,17 +86,24 @@ DSP_AVX512 int dsp_cpu_gumbel_from_r16_avx512(const uint32_t *r, float *g) {
   return __builtin_popcount(near);
 }
 
+/* Whether ids id0 .. id0 + 15 share Philox's second counter word (the high word of the id). */
+static int one_high_word(int64_t id0) { return id0 >= 0 && ((uint64_t)id0 & 0xFFFFFFFFu) + 16 <= 0x100000000ull; }
+
+/* Philox's first words of ids id0 .. id0 + 15 (one_high_word(id0)). */
+DSP_AVX512_INLINE __m512i words16(uint64_t seed, int64_t position, int64_t id0) {
+  const __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)(uint64_t)id0),
+                                      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  return philox_w0(c0, (uint32_t)((uint64_t)id0 >> 32), (uint32_t)(uint64_t)position,
+                   (uint32_t)((uint64_t)position >> 32), (uint32_t)seed, (uint32_t)(seed >> 32));
+}
+
 DSP_AVX512 int dsp_cpu_gumbel16_avx512(uint64_t seed, int64_t position, int64_t id0, int n, float *g) {
-  const uint64_t lo = (uint64_t)id0 & 0xFFFFFFFFu;
-  if (id0 < 0 || lo + 16 > 0x100000000ull) { /* the lanes' high words would differ */
+  if (!one_high_word(id0)) { /* the lanes' high words would differ */
     for (int i = 0; i < n; i++) g[i] = dsp_gumbel(seed, position, id0 + i);
     return n;
   }
-  const __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)lo),
-                                      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   uint32_t r[16];
-  _mm512_storeu_si512(r, philox_w0(c0, (uint32_t)((uint64_t)id0 >> 32), (uint32_t)(uint64_t)position,
-                                   (uint32_t)((uint64_t)position >> 32), (uint32_t)seed, (uint32_t)(seed >> 32)));
+  _mm512_storeu_si512(r, words16(seed, position, id0));
   float t[16];
   const int redone = dsp_cpu_gumbel_from_r16_avx512(r, t);
   for (int i = 0; i < n; i++) g[i] = t[i];
@@ -123,21 +131,70 @@ DSP_AVX512_INLINE __m512i keys_max(__m512i best, __m512 x, __mmask16 m, uint32_t
   return _mm512_max_epu64(best, _mm512_maskz_mov_epi64(mhi, khi));
 }
 
-DSP_AVX512 uint64_t dsp_cpu_select_avx512(const void *row, int f32, int64_t n, float T, uint64_t seed,
-                                          int64_t position, int64_t id0) {
-  __m512i best = _mm512_setzero_si512();
-  const __m512 tv = _mm512_set1_ps(T);
+DSP_AVX512_INLINE __m512 row16(const void *row, int f32, int64_t v, __mmask16 m) {
+  return f32 ? _mm512_maskz_loadu_ps(m, (const float *)row + v)
+             : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + v)), 16));
+}
+
+/* T > 0, pass 1: the largest number among x / T (-inf if none) and the block of 16 holding it. */
+DSP_AVX512 static float top_q(const void *row, int f32, int64_t n, __m512 tv, int64_t *top_block) {
+  float top = -INFINITY;
+  *top_block = 0;
   for (int64_t v = 0; v < n; v += 16) {
     const __mmask16 m = dsp_avx512_lanes(n - v);
-    __m512 x = f32 ? _mm512_maskz_loadu_ps(m, (const float *)row + v)
-                   : _mm512_castsi512_ps(_mm512_slli_epi32(
-                         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + v)), 16));
-    if (T > 0.0f) {
-      float g[16];
+    const __m512 q = _mm512_div_ps(row16(row, f32, v, m), tv);
+    const float b = _mm512_mask_reduce_max_ps(m & _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), q);
+    if (b > top) top = b, *top_block = v;
+  }
+  return top;
+}
+
+/* Sampling: the winner's value is at least every value already computed and
+ * the top x / T plus the noise's lowest (the floor, a float). A block whose
+ * lanes cannot reach it is skipped: fp32(x / T + g) <= fp32(qmax + G) for any
+ * float G above the block's noise (roundings are monotonic), first with G =
+ * DSP_GUMBEL_HI (no Philox), then with the bound of its largest Philox word
+ * (no logs). The block holding the top x / T runs first, to raise the floor.
+ * A block with a NaN always runs (a NaN wins). */
+DSP_AVX512 static uint64_t select_sampled(const void *row, int f32, int64_t n, float T, uint64_t seed,
+                                          int64_t position, int64_t id0) {
+  const __m512 tv = _mm512_set1_ps(T);
+  int64_t first;
+  float floor = top_q(row, f32, n, tv, &first) + DSP_GUMBEL_LO;
+  __m512i best = _mm512_setzero_si512();
+  for (int64_t i = -16; i < n; i += 16) {
+    const int64_t v = i < 0 ? first : i;
+    if (i == first) continue;
+    const __mmask16 m = dsp_avx512_lanes(n - v);
+    const __m512 q = _mm512_div_ps(row16(row, f32, v, m), tv);
+    const __mmask16 num = m & _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);
+    const float qb = _mm512_mask_reduce_max_ps(num, q);
+    float g[16];
+    if (num != m || !one_high_word(id0 + v)) {
       dsp_cpu_gumbel16_avx512(seed, position, id0 + v, 16, g);
-      x = _mm512_add_ps(_mm512_div_ps(x, tv), _mm512_loadu_ps(g)); /* two roundings, never fused */
+    } else {
+      if (qb + DSP_GUMBEL_HI < floor) continue;
+      uint32_t r[16];
+      const __m512i w = words16(seed, position, id0 + v);
+      if (qb + dsp_gumbel_bound((uint32_t)_mm512_mask_reduce_max_epu32(m, w)) < floor) continue;
+      _mm512_storeu_si512(r, w);
+      dsp_cpu_gumbel_from_r16_avx512(r, g);
     }
+    const __m512 x = _mm512_add_ps(q, _mm512_loadu_ps(g)); /* two roundings, never fused */
+    const float xb = _mm512_mask_reduce_max_ps(m & _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x);
+    if (xb > floor) floor = xb;
     best = keys_max(best, x, m, (uint32_t)(id0 + v));
+  }
+  return (uint64_t)_mm512_reduce_max_epu64(best);
+}
+
+DSP_AVX512 uint64_t dsp_cpu_select_avx512(const void *row, int f32, int64_t n, float T, uint64_t seed,
+                                          int64_t position, int64_t id0) {
+  if (T > 0.0f) return n > 0 ? select_sampled(row, f32, n, T, seed, position, id0) : 0;
+  __m512i best = _mm512_setzero_si512();
+  for (int64_t v = 0; v < n; v += 16) {
+    const __mmask16 m = dsp_avx512_lanes(n - v);
+    best = keys_max(best, row16(row, f32, v, m), m, (uint32_t)(id0 + v));
   }
   return (uint64_t)_mm512_reduce_max_epu64(best);
 }
