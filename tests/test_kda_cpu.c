@@ -535,6 +535,54 @@ static void test_conv_prefill_ref(void **st) {
 
 /* Decode after a prefill gives the bits of one longer prefill; the verify
  * path's per-token states equal fresh runs over each accepted prefix. */
+/* The AVX-512 convolution (16 channels in the lanes) against the scalar loop:
+ * bit for bit, outputs and states, a varlen batch with and without bias,
+ * channel counts that are and are not multiples of 16 and 64, widths 4 and 2,
+ * states kept per token, a NaN input and large values (SiLU's tails). */
+static void test_conv_isa(void **st) {
+  (void)st;
+  if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) {
+    print_message("no AVX-512 on this CPU: only the scalar convolution runs (nothing to compare)\n");
+    return;
+  }
+  enum { N = 3, NS = 8 };
+  const int32_t cu[N + 1] = {0, 700, 701, 709}, slots[N] = {2, 0, 5}; /* enough outputs that an fp32 ulp shows */
+  const uint8_t has[N] = {1, 0, 1};
+  int32_t tslot[709];
+  for (int t = 0; t < 709; t++) tslot[t] = t >= 701 && t < 705 ? 6 + (t % 2) : -1; /* a verify keeping states */
+  const int32_t Ds[] = {CD, 100, 37}, Ws[] = {4, 2};
+  rng_seed(11);
+  for (size_t di = 0; di < 3; di++)
+    for (size_t wi = 0; wi < 2; wi++) {
+      const int32_t D = Ds[di], W = Ws[wi], SS = (W - 1) * D, T = cu[N];
+      dsp_bf16 *x = xmalloc(sizeof(dsp_bf16) * (size_t)(T * D)), *pool0 = xmalloc(sizeof(dsp_bf16) * (size_t)(NS * SS));
+      float *w = xmalloc(sizeof(float) * (size_t)(D * W)), *bias = xmalloc(sizeof(float) * (size_t)D);
+      for (int64_t i = 0; i < (int64_t)T * D; i++) x[i] = rbf(i % 97 == 5 ? 60.0 : 1.5);
+      x[7 * D + 3] = 0x7fc1; /* a NaN */
+      for (int i = 0; i < NS * SS; i++) pool0[i] = rbf(1.0);
+      for (int i = 0; i < D * W; i++) w[i] = (float)(0.7 * gauss());
+      for (int i = 0; i < D; i++) bias[i] = (float)(0.2 * gauss());
+      for (int wb = 0; wb < 2; wb++) {
+        dsp_bf16 *y[2], *pool[2];
+        for (int p = 0; p < 2; p++) {
+          y[p] = xmalloc(sizeof(dsp_bf16) * (size_t)(T * D));
+          pool[p] = xmalloc(sizeof(dsp_bf16) * (size_t)(NS * SS));
+          memcpy(pool[p], pool0, sizeof(dsp_bf16) * (size_t)(NS * SS));
+          dsp_kda_conv_dims cd = {D, W};
+          dsp_kda_seqs s = {N, cu, slots, has, 1, tslot};
+          dsp_kda_conv_state cs = {pool[p], SS, NS};
+          assert_int_equal(dsp_cpu_kernel_force(p ? "scalar" : "avx512"), DSP_OK);
+          assert_int_equal(dsp_kda_conv(&cd, &s, x, D, w, wb ? bias : NULL, &cs, y[p], D), DSP_OK);
+        }
+        assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+        assert_memory_equal(y[0], y[1], sizeof(dsp_bf16) * (size_t)(T * D));
+        assert_memory_equal(pool[0], pool[1], sizeof(dsp_bf16) * (size_t)(NS * SS));
+        for (int p = 0; p < 2; p++) free(y[p]), free(pool[p]);
+      }
+      free(x), free(pool0), free(w), free(bias);
+    }
+}
+
 static void test_conv_decode_verify(void **st) {
   (void)st;
   enum { T = 12, SS = (CW - 1) * CD, NS = 8 };
@@ -1206,7 +1254,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gate_forms),          cmocka_unit_test(test_beta_strided),
       cmocka_unit_test(test_gate_once),           cmocka_unit_test(test_norm_strided),
-      cmocka_unit_test(test_conv_prefill_ref),    cmocka_unit_test(test_conv_decode_verify),
+      cmocka_unit_test(test_conv_prefill_ref),    cmocka_unit_test(test_conv_decode_verify), cmocka_unit_test(test_conv_isa),
       cmocka_unit_test(test_recurrent_ref),       cmocka_unit_test(test_recurrent_isa),       cmocka_unit_test(test_chunked_ref),
       cmocka_unit_test(test_chunked_vs_recurrent), cmocka_unit_test(test_value_tile),
       cmocka_unit_test(test_varlen_equals_alone), cmocka_unit_test(test_prefill_then_decode),

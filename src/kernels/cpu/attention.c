@@ -473,13 +473,7 @@ DSP_AVX512 static void row_to_f32(const dsp_bf16 *src, float *dst, int64_t D) {
 DSP_AVX512 static void row_to_bf16(const float *src, dsp_bf16 *dst, int64_t D) {
   for (int64_t d = 0; d < D; d += 16) {
     const __mmask16 m = dsp_avx512_lanes(D - d);
-    const __m512 v = _mm512_maskz_loadu_ps(m, src + d);
-    const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
-    const __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF))), 16);
-    const __m512i q = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
-    const __m512i b = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), q);
-    _mm256_mask_storeu_epi16(dst + d, m, _mm512_cvtepi32_epi16(b));
+    _mm256_mask_storeu_epi16(dst + d, m, dsp_avx512_to_bf16(_mm512_maskz_loadu_ps(m, src + d)));
   }
 }
 

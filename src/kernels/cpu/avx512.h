@@ -22,6 +22,16 @@ DSP_AVX512_INLINE __m512i dsp_avx512_rne_bf16(__m512 v) {
   return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
 }
 
+/* dsp_f32_to_bf16 on 16 lanes, bit for bit: RNE, a NaN keeping its sign and
+ * payload, quieted. */
+DSP_AVX512_INLINE __m256i dsp_avx512_to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+  const __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i b = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(b);
+}
+
 /* fp32 rounded to bf16 and back (dsp_round_bf16 on 16 lanes; NaN canonical). */
 DSP_AVX512_INLINE __m512 dsp_avx512_round_bf16(__m512 v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(dsp_avx512_rne_bf16(v), 16));

@@ -8,10 +8,31 @@
 
 #include "core/bf16.h"
 #include "core/status.h"
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/expf.h"
+#include "kernels/cpu/expf_avx512.h"
 #include "kernels/cpu/kda.h"
+#include "kernels/cpu/kernel.h"
 
 enum { CONV_CB = 64 }; /* channels per task: the window stays in registers/L1 */
+
+/* One token's outputs for channels 0 .. nc - 1 of a task, 16 lanes at a time:
+ * the scalar loop's operations lane by lane (separate multiplies and adds, the
+ * kernels' expf, an IEEE division, dsp_f32_to_bf16). wt: the task's weights
+ * as [W][CONV_CB]. */
+DSP_AVX512 static void conv_token_avx512(const float wt[][CONV_CB], const float *bias, float win[][CONV_CB],
+                                         int32_t head, int32_t W1, const dsp_bf16 *xr, dsp_bf16 *yr, int32_t nc) {
+  for (int32_t c = 0; c < nc; c += 16) {
+    const __mmask16 m = dsp_avx512_lanes(nc - c);
+    __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c) : _mm512_setzero_ps();
+    for (int32_t j = 0; j < W1; j++)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(wt[j] + c), _mm512_loadu_ps(win[(head + j) % W1] + c)));
+    const __m512 xv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, xr + c)), 16));
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(wt[W1] + c), xv));
+    const __m512 e = dsp_avx512_expf(_mm512_xor_ps(acc, _mm512_set1_ps(-0.0f)));
+    _mm256_mask_storeu_epi16(yr + c, m, dsp_avx512_to_bf16(_mm512_div_ps(acc, _mm512_add_ps(_mm512_set1_ps(1.0f), e))));
+  }
+}
 
 /* Writes the window (ring, oldest at head) to a state slot for channels c0..c0+nc. */
 static void put_state(dsp_bf16 *dst, int32_t D, int32_t W1, float win[][CONV_CB], int32_t head, int32_t c0,
@@ -40,6 +61,7 @@ dsp_status dsp_kda_conv(const dsp_kda_conv_dims *cd, const dsp_kda_seqs *s, cons
 
   const int32_t nb = (D + CONV_CB - 1) / CONV_CB;
   const int64_t tasks = (int64_t)s->num_seqs * nb;
+  const int vec = dsp_cpu_isa_current() == DSP_CPU_ISA_AVX512;
 #pragma omp parallel for schedule(static) if (T * D >= 16384)
   for (int64_t task = 0; task < tasks; task++) {
     const int32_t n = (int32_t)(task / nb), c0 = (int32_t)(task % nb) * CONV_CB;
@@ -48,8 +70,10 @@ dsp_status dsp_kda_conv(const dsp_kda_conv_dims *cd, const dsp_kda_seqs *s, cons
     if (slot < 0) continue; /* padding: inert */
     const int64_t t0 = s->cu_seqlens ? s->cu_seqlens[n] : n, t1 = s->cu_seqlens ? s->cu_seqlens[n + 1] : n + 1;
     const int has = !s->has_state || s->has_state[n];
-    float win[DSP_KDA_MAX_WIDTH - 1][CONV_CB];
+    float win[DSP_KDA_MAX_WIDTH - 1][CONV_CB] = {{0}}, wt[DSP_KDA_MAX_WIDTH][CONV_CB] = {{0}};
     int32_t head = 0; /* ring index of the oldest input */
+    for (int32_t j = 0; vec && j < W; j++)
+      for (int32_t c = 0; c < nc; c++) wt[j][c] = weight[(int64_t)(c0 + c) * W + j];
     for (int32_t r = 0; r < W1; r++) {
       const dsp_bf16 *src = cs->data + (int64_t)slot * cs->slot_stride + (int64_t)r * D + c0;
       for (int32_t c = 0; c < nc; c++) win[r][c] = has ? dsp_bf16_to_f32(src[c]) : 0.0f;
@@ -57,7 +81,8 @@ dsp_status dsp_kda_conv(const dsp_kda_conv_dims *cd, const dsp_kda_seqs *s, cons
     for (int64_t t = t0; t < t1; t++) {
       const dsp_bf16 *xr = x + t * x_tok + c0;
       dsp_bf16 *yr = y + t * y_tok + c0;
-      for (int32_t c = 0; c < nc; c++) {
+      if (vec) conv_token_avx512((const float(*)[CONV_CB])wt, bias ? bias + c0 : NULL, win, head, W1, xr, yr, nc);
+      for (int32_t c = 0; !vec && c < nc; c++) {
         const float *w = weight + (int64_t)(c0 + c) * W;
         float acc = bias ? bias[c0 + c] : 0.0f;
         for (int32_t j = 0; j < W1; j++) acc += w[j] * win[(head + j) % W1][c];
