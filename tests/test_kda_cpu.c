@@ -535,6 +535,52 @@ static void test_conv_prefill_ref(void **st) {
 
 /* Decode after a prefill gives the bits of one longer prefill; the verify
  * path's per-token states equal fresh runs over each accepted prefix. */
+/* The AVX-512 gate (16 key dims in the lanes, log1p in double on 8) against
+ * the scalar loop: bit for bit, both forms, with and without A_log and bias,
+ * K a multiple of 16 and not, inputs across softplus's threshold 20, expf's
+ * underflow, log1p's small branch (expf(x) near 2^-10), a NaN and +-inf. */
+static void test_gate_isa(void **st) {
+  (void)st;
+  if (!dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512)) {
+    print_message("no AVX-512 on this CPU: only the scalar gate runs (nothing to compare)\n");
+    return;
+  }
+  enum { T = 300, HV = 3, KMAX = 128 };
+  const int32_t Ks[] = {128, 40};
+  rng_seed(12);
+  dsp_bf16 *f = xmalloc(sizeof(dsp_bf16) * T * HV * KMAX);
+  float *A = xmalloc(sizeof(float) * HV), *bias = xmalloc(sizeof(float) * HV * KMAX);
+  float *g[2] = {xmalloc(sizeof(float) * T * HV * KMAX), xmalloc(sizeof(float) * T * HV * KMAX)};
+  for (int i = 0; i < T * HV * KMAX; i++) {
+    const int k = i % 11;
+    f[i] = k == 0 ? rbf(40.0) : k == 1 ? dsp_f32_to_bf16(-6.93f + (float)(0.01 * gauss())) : k == 2 ? rbf(120.0) : rbf(4.0);
+  }
+  f[17] = 0x7fc1, f[18] = 0x7f80, f[19] = 0xff80, f[20] = dsp_f32_to_bf16(20.0f);
+  for (int h = 0; h < HV; h++) A[h] = (float)(0.5 * gauss());
+  for (int i = 0; i < HV * KMAX; i++) bias[i] = (float)gauss();
+  long differ = 0;
+  for (size_t ki = 0; ki < 2; ki++)
+    for (int form = 0; form < 2; form++)
+      for (int opt = 0; opt < 4; opt++) {
+        const int32_t K = Ks[ki];
+        const dsp_kda_gate_cfg cfg = {form ? DSP_KDA_GATE_LOWER_BOUND : DSP_KDA_GATE_SOFTPLUS, -5.0f};
+        for (int p = 0; p < 2; p++) {
+          assert_int_equal(dsp_cpu_kernel_force(p ? "scalar" : "avx512"), DSP_OK);
+          assert_int_equal(dsp_kda_gate(T, HV, K, (dsp_kda_in_bf16){f, (int64_t)HV * KMAX, KMAX}, opt & 1 ? A : NULL,
+                                        opt & 2 ? bias : NULL, &cfg, g[p]),
+                           DSP_OK);
+        }
+        assert_int_equal(dsp_cpu_kernel_force(NULL), DSP_OK);
+        for (int64_t i = 0; i < (int64_t)T * HV * K; i++) {
+          uint32_t a, b;
+          memcpy(&a, &g[0][i], 4), memcpy(&b, &g[1][i], 4);
+          differ += a != b;
+        }
+      }
+  free(f), free(A), free(bias), free(g[0]), free(g[1]);
+  assert_int_equal(differ, 0);
+}
+
 /* The AVX-512 convolution (16 channels in the lanes) against the scalar loop:
  * bit for bit, outputs and states, a varlen batch with and without bias,
  * channel counts that are and are not multiples of 16 and 64, widths 4 and 2,
@@ -1254,7 +1300,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gate_forms),          cmocka_unit_test(test_beta_strided),
       cmocka_unit_test(test_gate_once),           cmocka_unit_test(test_norm_strided),
-      cmocka_unit_test(test_conv_prefill_ref),    cmocka_unit_test(test_conv_decode_verify), cmocka_unit_test(test_conv_isa),
+      cmocka_unit_test(test_conv_prefill_ref),    cmocka_unit_test(test_conv_decode_verify), cmocka_unit_test(test_conv_isa), cmocka_unit_test(test_gate_isa),
       cmocka_unit_test(test_recurrent_ref),       cmocka_unit_test(test_recurrent_isa),       cmocka_unit_test(test_chunked_ref),
       cmocka_unit_test(test_chunked_vs_recurrent), cmocka_unit_test(test_value_tile),
       cmocka_unit_test(test_varlen_equals_alone), cmocka_unit_test(test_prefill_then_decode),
