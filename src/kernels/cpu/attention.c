@@ -112,42 +112,18 @@ DSP_AVX512_INLINE void keys_transposed(const item *it, const dsp_bf16 *base, int
   }
 }
 
-/* 16 keys per vector; a 32-bit gather at an even d brings (d, d + 1) of every
- * key (D is even, so it never reads past a key's row), or kt holds them
- * (keys_transposed). Each serves up to 16 q vectors (a run's rows times the kv
- * head's query heads), each still one fmaf chain in order over d per key; the
- * group is unrolled so acc stays in registers. */
-DSP_AVX512_INLINE void scores_group(const item *it, const dsp_bf16 *base, const int32_t *kt, __m512i idx,
-                                    __mmask16 live, int64_t j0, int64_t r0, int rc) {
-  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-  __m512 acc[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-  const float *q = it->qf + r0 * it->D;
-  for (int64_t d = 0; d < it->D; d += 2) {
-    const __m512i x = kt ? _mm512_load_si512(kt + d * 8)
-                         : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base + d, 2);
-    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
-      if (i < rc) {
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d]), lo, acc[i]);
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * it->D + d + 1]), hv, acc[i]);
-      }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i++)
-    if (i < rc) _mm512_mask_storeu_ps(it->e + (r0 + i) * it->es + j0, live, acc[i]);
-}
-
-/* q vectors r0 .. r0 + rc - 1 (rc <= RC) against nbk <= NB transposed blocks
- * of 16 keys from key j0 (kt: block b at kt + b * D * 8): NB x RC chains in
- * flight, so that a decode's few q vectors do not wait on one FMA chain per
- * block. Each chain still runs in order over d; NB and RC are constants at
- * every call site. */
-DSP_AVX512_INLINE void scores_blocks(const item *it, const int32_t *kt, const int NB, const int RC, int nbk,
-                                     const __mmask16 *live, int64_t j0, int64_t r0, int rc) {
+/* q vectors r0 .. r0 + rc - 1 (rc <= RC) against nbk <= NB blocks of 16 keys
+ * from key j0, 16 keys per vector: kt holds block b's (d, d + 1) dword of
+ * every key at kt + b * D * 8 (keys_transposed), or, base given (NB 1; a
+ * literal NULL at the other call sites, so the test folds away), a 32-bit
+ * gather at an even d brings them from base (D is even, so it never reads
+ * past a key's row). NB x RC chains in flight, so that a decode's few q
+ * vectors do not wait on one FMA chain per block; each chain still one fmaf
+ * chain in order over d per key. NB and RC are constants at every call site,
+ * so the loops unroll and acc stays in registers. */
+DSP_AVX512_INLINE void scores_blocks(const item *it, const int32_t *kt, const dsp_bf16 *base, __m512i idx,
+                                     const int NB, const int RC, int nbk, const __mmask16 *live, int64_t j0, int64_t r0,
+                                     int rc) {
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
   __m512 acc[16];
 #pragma GCC unroll 16
@@ -157,7 +133,8 @@ DSP_AVX512_INLINE void scores_blocks(const item *it, const int32_t *kt, const in
 #pragma GCC unroll 4
     for (int b = 0; b < NB; b++)
       if (b < nbk) {
-        const __m512i x = _mm512_load_si512(kt + b * it->D * 8 + d * 8);
+        const __m512i x = !base ? _mm512_load_si512(kt + b * it->D * 8 + d * 8)
+                                : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[0], idx, base + d, 2);
         const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
         const __m512 hv = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
 #pragma GCC unroll 8
@@ -192,8 +169,8 @@ DSP_AVX512_INLINE void scores_few(const item *it, const int NB, const int RC) {
       keys_transposed(it, base, nb, kt + b * it->D * 8);
     }
     for (int64_t r0 = 0; r0 < it->nq; r0 += RC) /* a full group's count a constant: no per-step tests */
-      if (it->nq - r0 >= RC) scores_blocks(it, kt, NB, RC, nbk, live, j0, r0, RC);
-      else scores_blocks(it, kt, NB, RC, nbk, live, j0, r0, (int)(it->nq - r0));
+      if (it->nq - r0 >= RC) scores_blocks(it, kt, NULL, _mm512_setzero_si512(), NB, RC, nbk, live, j0, r0, RC);
+      else scores_blocks(it, kt, NULL, _mm512_setzero_si512(), NB, RC, nbk, live, j0, r0, (int)(it->nq - r0));
   }
 }
 
@@ -223,8 +200,9 @@ DSP_AVX512 static void scores_avx512(const item *it) {
       for (int64_t c = 0; c < it->D * 2; c += 64) _mm_prefetch((const char *)(base + j * it->kst) + c, _MM_HINT_T0);
     if (tr) keys_transposed(it, base, nb, kt);
     for (int64_t r0 = 0; r0 < it->nq; r0 += 16)
-      if (it->nq - r0 >= 16) scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, 16);
-      else scores_group(it, base, tr ? kt : NULL, idx, live, j0, r0, (int)(it->nq - r0));
+      if (tr && it->nq - r0 >= 16) scores_blocks(it, kt, NULL, idx, 1, 16, 1, &live, j0, r0, 16);
+      else if (tr) scores_blocks(it, kt, NULL, idx, 1, 16, 1, &live, j0, r0, (int)(it->nq - r0));
+      else scores_blocks(it, NULL, base, idx, 1, 16, 1, &live, j0, r0, (int)(it->nq - r0 < 16 ? it->nq - r0 : 16));
   }
 }
 
