@@ -6,6 +6,13 @@ environment (python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch
 tokenizers safetensors numpy) on the GPU machine or, slowly, on a CPU.
 
   train_pair.py OUTDIR [--target-steps N] [--draft-steps N] [--device cpu|cuda]
+  train_pair.py OUTDIR --finetune DIR [--dspark BINARY] [--draft-steps N]
+                [--lr L --decay D --tv W --bf16]
+
+The second form trains no target: it continues DIR/kjv-draft against
+DIR/kjv-target (copied to OUTDIR unchanged), with the target's continuations
+made by `dspark generate` when --dspark names the binary (a CPU runs that far
+faster than this script's loop without a KV cache).
 
 Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
 one: config.json, generation_config.json, model.safetensors, tokenizer.json)
@@ -30,8 +37,12 @@ What it does, from the public description of DSpark:
 The draft trains on windows half from the corpus and half from the target's
 own continuations of corpus prompts (greedy and sampled), its loss the
 cross-entropy against the target's distribution at each slot (distillation).
-Simplified against the paper's recipe: uniform weights over block slots, two
-draft layers, small sizes."""
+--decay D weighs slot k's loss by exp(-k / D) and --tv W mixes in the L1
+distance between the draft's and the target's distributions (weight W, the
+cross-entropy 1 - W), as DSpark's public training configuration does (decay 4,
+L1 0.9, CE 0.1); the defaults are uniform weights and cross-entropy alone.
+Simplified against the paper's recipe: two draft layers, small sizes, 16
+anchors a window."""
 import argparse
 import json
 import math
@@ -186,11 +197,12 @@ class Draft(torch.nn.Module):
         self.conf_w = torch.nn.Parameter(torch.zeros(1, H + dc["rank"]))
         self.conf_b = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, target, ids, taps, anchors):
-        """ids [B, S]; taps: list of [B, S, H]; anchors [A] positions (shared by the batch).
-        Returns (markov logits, h, prev) over the A blocks' rows: [B, A*K, V], [B, A*K, H], [B, A*K]."""
+    def forward(self, target, ids, taps, anchors, K=None):
+        """ids [B, S]; taps: list of [B, S, H]; anchors [A] positions (shared by the batch); K: the block's rows
+        (default the checkpoint's block size). Returns (markov logits, h, prev) over the A blocks' rows:
+        [B, A*K, V], [B, A*K, H], [B, A*K]."""
         B, S = ids.shape
-        K, dev = self.dc["block"], ids.device
+        K, dev = K or self.dc["block"], ids.device
         ctx = rms(torch.cat(taps, -1) @ self.fc.T, self.hidden_norm)
         A = anchors.shape[0]
         bpos = (anchors[:, None] + torch.arange(K, device=dev)[None]).reshape(-1)  # [A*K]
@@ -323,6 +335,122 @@ def cosine(step, total, lr, warm=100):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm))))
 
 
+def load_pair(src, target, draft):
+    """The weights of src/kjv-target and src/kjv-draft (as save_target and save_draft write them) into the modules."""
+    from safetensors.torch import load_file
+
+    def put(param, t):
+        assert tuple(param.shape) == tuple(t.shape), (tuple(param.shape), tuple(t.shape))
+        param.data.copy_(t.float())
+
+    def layers(prefix, mods, w):
+        for i, ly in enumerate(mods):
+            for n, t in layer_tensors(prefix + "%d." % i, ly).items():
+                a = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
+                     "down_proj": "down", "input_layernorm": "ln1", "post_attention_layernorm": "ln2",
+                     "q_norm": "qn", "k_norm": "kn"}[n.split(".")[-2]]
+                put(getattr(ly, a), w[n])
+
+    w = load_file(os.path.join(src, "kjv-target", "model.safetensors"))
+    put(target.embed, w["model.embed_tokens.weight"])
+    put(target.norm, w["model.norm.weight"])
+    layers("model.layers.", target.layers, w)
+    w = load_file(os.path.join(src, "kjv-draft", "model.safetensors"))
+    for name, param in (("norm", draft.norm), ("hidden_norm", draft.hidden_norm), ("fc", draft.fc),
+                        ("markov_head.markov_w1", draft.w1), ("markov_head.markov_w2", draft.w2),
+                        ("confidence_head.proj", draft.conf_w)):
+        put(param, w[name + ".weight"])
+    put(draft.conf_b, w["confidence_head.proj.bias"])
+    layers("layers.", draft.layers, w)
+
+
+def dspark_pool(binary, target_dir, stream, n, prompt, seq, gen):
+    """The target's continuations made by `dspark generate` (greedy for even rows, T = 1 for odd ones, as
+    generate() makes them): on a CPU far faster than generate()'s loop without a KV cache."""
+    import tempfile
+    starts = torch.randint(0, stream.shape[0] - prompt - 1, (n,), generator=gen)
+    prompts = [stream[s:s + prompt].tolist() for s in starts]
+    rows, t0 = [None] * n, time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for c0 in range(0, n, 8192):  # calls of at most 4096 prompts each (dspark's limit)
+            for temp, part in (("0", range(c0, min(n, c0 + 8192), 2)), ("1", range(c0 + 1, min(n, c0 + 8192), 2))):
+                f = os.path.join(tmp, "prompts.json")
+                json.dump([prompts[i] for i in part], open(f, "w"))
+                run = subprocess.run([binary, "generate", "--model", target_dir, "--prompts", f, "--max-new",
+                                      str(seq - prompt), "--ignore-eos", "--temperature", temp, "--seed",
+                                      str(17 + c0), "--json"], capture_output=True, text=True)
+                if run.returncode != 0:
+                    sys.exit("dspark generate failed: " + run.stderr.strip())
+                res = json.loads(run.stdout.strip().splitlines()[-1])["results"]
+                for i, r in zip(part, res):
+                    rows[i] = prompts[i] + r["tokens"]
+    print("generated %d target continuations with dspark (%.0f s)" % (n, time.time() - t0), flush=True)
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def slot_weights(K, decay, dev):
+    """Per block slot: exp(-k / decay) (DSpark's public training config decays its losses with gamma 4), or
+    uniform for decay 0; normalized to mean 1."""
+    w = torch.ones(K, device=dev) if decay <= 0 else torch.exp(-torch.arange(K, device=dev, dtype=torch.float32) / decay)
+    return w * (K / w.sum())
+
+
+def train_draft(a, target, draft, stream, pool, hx, gen, dev):
+    """Block-parallel drafting from anchors against the frozen target; returns the held-out agreement per slot."""
+    opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    blocks = [int(b) for b in a.blocks.split(",")]
+    amp = lambda: torch.autocast(dev if dev == "cpu" else "cuda", dtype=torch.bfloat16, enabled=a.bf16)  # noqa: E731
+    t0 = time.time()
+    steps = a.draft_steps
+    for step, x in zip(range(10 ** 9), mixed(stream, pool, a.seq, a.batch, gen)):
+        if step >= steps:
+            break
+        if step == 20 and a.budget:
+            steps = fit(steps, step, time.time() - t0, 0.4 * a.budget)
+        x = x.to(dev)
+        for g in opt.param_groups:
+            g["lr"] = cosine(step, steps, a.lr, warm=max(100, steps // 25) if a.finetune else 100)
+        with torch.no_grad(), amp():
+            tlog, taps = target(x, taps=set(DRAFT["taps"]))
+        K = blocks[step % len(blocks)]
+        anchors = torch.randperm(a.seq - K - 1, generator=gen)[:16].sort().values.to(dev) + 1
+        with amp():
+            logits, h, prev, bpos = draft(target, x, taps, anchors, K)
+        logits = logits.float()
+        w = slot_weights(K, a.decay, dev).repeat(anchors.shape[0])  # [A*K]: slot k of every block
+        # distilled: the target's distribution at each slot (what verification accepts against)
+        soft = F.softmax(tlog[:, bpos].float(), -1)
+        ce = -(soft * F.log_softmax(logits, -1)).sum(-1)
+        loss = (ce * w).mean()
+        if a.tv > 0:  # the L1 distance of the two distributions: sampled acceptance is 1 - half of it
+            l1 = (F.softmax(logits, -1) - soft).abs().sum(-1)
+            loss = (1 - a.tv) * loss + a.tv * (l1 * w).mean()
+        # confidence: does the draft's choice at each slot match the target's greedy choice there
+        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float()
+        feat = torch.cat([h.float(), draft.w1[prev]], -1).detach()
+        closs = F.binary_cross_entropy_with_logits((feat @ draft.conf_w.T).squeeze(-1) + draft.conf_b, agree)
+        opt.zero_grad()
+        (loss + 0.1 * closs).backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == steps - 1:
+            print("draft step %d loss %.3f confidence %.3f agreement %.3f (%.0f s)" % (
+                step, loss.item(), closs.item(), agree.mean().item(), time.time() - t0), flush=True)
+    return heldout_agreement(a, target, draft, hx, dev)
+
+
+def heldout_agreement(a, target, draft, hx, dev):
+    K = DRAFT["block"]
+    with torch.no_grad():
+        h = hx[:, :-1]
+        tlog, taps = target(h, taps=set(DRAFT["taps"]))
+        anchors = torch.arange(1, a.seq - K - 1, K + 1, device=dev)
+        logits, _, _, bpos = draft(target, h, taps, anchors)
+        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float().view(h.shape[0], -1, K).mean((0, 1))
+    print("draft held-out agreement per slot " + " ".join("%.3f" % v for v in agree.tolist()), flush=True)
+    return agree
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
@@ -335,6 +463,17 @@ def main():
     ap.add_argument("--budget", type=float, default=0,
                     help="seconds for both phases (0: no limit); step counts shrink to fit, decided at step 20")
     ap.add_argument("--verses", help="a file with the output of `bible -m 8192 Gen1:1-Rev22:21`")
+    ap.add_argument("--finetune", metavar="DIR",
+                    help="no target training: continue DIR/kjv-draft against DIR/kjv-target (copied unchanged)")
+    ap.add_argument("--dspark", metavar="BINARY", help="make the target's continuations with `dspark generate`")
+    ap.add_argument("--pool", type=int, default=16384, help="target continuations to make")
+    ap.add_argument("--lr", type=float, default=2e-3, help="the draft's peak learning rate")
+    ap.add_argument("--decay", type=float, default=0, help="slot k's loss weight exp(-k / decay); 0: uniform")
+    ap.add_argument("--tv", type=float, default=0, help="weight of the L1 distribution loss (the rest: soft CE)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward passes")
+    ap.add_argument("--blocks", default=str(DRAFT["block"]),
+                    help="the draft's block rows in training, steps taking these in turn (e.g. 3,7: also blocks of "
+                         "3 rows, what `--draft-block gamma` runs at gamma 3)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     random.seed(a.seed)
@@ -342,78 +481,61 @@ def main():
     train, held = corpus(a.verses)
     os.makedirs(a.outdir, exist_ok=True)
     open(os.path.join(a.outdir, "heldout.txt"), "w").write(held)
-    tok = train_tokenizer(train, TARGET["vocab"])
+    target = Target(TARGET).to(dev)
+    draft = Draft(TARGET, DRAFT).to(dev) if a.finetune else None
+    if a.finetune:
+        import shutil
+        from tokenizers import Tokenizer
+        tdir = os.path.join(a.outdir, "kjv-target")
+        if os.path.abspath(tdir) != os.path.abspath(os.path.join(a.finetune, "kjv-target")):
+            shutil.copytree(os.path.join(a.finetune, "kjv-target"), tdir, dirs_exist_ok=True)
+        tok = Tokenizer.from_file(os.path.join(tdir, "tokenizer.json"))
+        tcfg = json.load(open(os.path.join(tdir, "config.json")))
+        load_pair(a.finetune, target, draft)
+    else:
+        tok = train_tokenizer(train, TARGET["vocab"])
     assert tok.get_vocab_size() == TARGET["vocab"] and tok.token_to_id("<|mask|>") == TARGET["vocab"] - 1
     stream = torch.tensor(tok.encode(train).ids, dtype=torch.long)
     print("corpus: %d training tokens, %d held-out characters" % (stream.shape[0], len(held)), flush=True)
     gen = torch.Generator().manual_seed(a.seed)
-    target = Target(TARGET).to(dev)
-    opt = torch.optim.AdamW(target.parameters(), lr=2e-3, weight_decay=0.1, betas=(0.9, 0.95))
-    t0 = time.time()
-    steps = a.target_steps
-    for step, x in zip(range(10 ** 9), batches(stream, a.seq + 1, a.batch, gen)):
-        if step >= steps:
-            break
-        if step == 20 and a.budget:
-            steps = fit(steps, step, time.time() - t0, 0.35 * a.budget)
-        x = x.to(dev)
-        for g in opt.param_groups:
-            g["lr"] = cosine(step, steps, 2e-3)
-        logits, _ = target(x[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-        opt.step()
-        if step % 100 == 0 or step == steps - 1:
-            print("target step %d loss %.3f (%.0f s)" % (step, loss.item(), time.time() - t0), flush=True)
+    if not a.finetune:
+        opt = torch.optim.AdamW(target.parameters(), lr=2e-3, weight_decay=0.1, betas=(0.9, 0.95))
+        t0 = time.time()
+        steps = a.target_steps
+        for step, x in zip(range(10 ** 9), batches(stream, a.seq + 1, a.batch, gen)):
+            if step >= steps:
+                break
+            if step == 20 and a.budget:
+                steps = fit(steps, step, time.time() - t0, 0.35 * a.budget)
+            x = x.to(dev)
+            for g in opt.param_groups:
+                g["lr"] = cosine(step, steps, 2e-3)
+            logits, _ = target(x[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+            opt.step()
+            if step % 100 == 0 or step == steps - 1:
+                print("target step %d loss %.3f (%.0f s)" % (step, loss.item(), time.time() - t0), flush=True)
     hstream = torch.tensor(tok.encode(held).ids, dtype=torch.long)
     with torch.no_grad():
         hx = torch.stack([hstream[i:i + a.seq + 1] for i in range(0, hstream.shape[0] - a.seq - 1, a.seq)][:64]).to(dev)
         hl, _ = target(hx[:, :-1])
         print("target held-out loss %.3f" % F.cross_entropy(hl.reshape(-1, hl.shape[-1]), hx[:, 1:].reshape(-1)).item(),
               flush=True)
-    tcfg = save_target(target, tok, os.path.join(a.outdir, "kjv-target"))
+    if not a.finetune:
+        tcfg = save_target(target, tok, os.path.join(a.outdir, "kjv-target"))
     target.requires_grad_(False)
-    pool = generate(target, stream, 16384, 32, a.seq, gen, dev, 0.15 * a.budget if a.budget else 1e9)
-    draft = Draft(TARGET, DRAFT).to(dev)
-    opt = torch.optim.AdamW(draft.parameters(), lr=2e-3, weight_decay=0.0, betas=(0.9, 0.95))
-    K = DRAFT["block"]
-    t0 = time.time()
-    steps = a.draft_steps
-    for step, x in zip(range(10 ** 9), mixed(stream, pool, a.seq, a.batch, gen)):
-        if step >= steps:
-            break
-        if step == 20 and a.budget:
-            steps = fit(steps, step, time.time() - t0, 0.4 * a.budget)
-        x = x.to(dev)
-        for g in opt.param_groups:
-            g["lr"] = cosine(step, steps, 2e-3)
-        with torch.no_grad():
-            tlog, taps = target(x, taps=set(DRAFT["taps"]))
-        anchors = torch.randperm(a.seq - K - 1, generator=gen)[:16].sort().values.to(dev) + 1
-        logits, h, prev, bpos = draft(target, x, taps, anchors)
-        # distilled: the target's distribution at each slot (what verification accepts against)
-        soft = F.softmax(tlog[:, bpos].float(), -1)
-        loss = -(soft * F.log_softmax(logits, -1)).sum(-1).mean()
-        # confidence: does the draft's choice at each slot match the target's greedy choice there
-        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float()
-        feat = torch.cat([h, draft.w1[prev]], -1).detach()
-        closs = F.binary_cross_entropy_with_logits((feat @ draft.conf_w.T).squeeze(-1) + draft.conf_b, agree)
-        opt.zero_grad()
-        (loss + 0.1 * closs).backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        if step % 100 == 0 or step == steps - 1:
-            print("draft step %d loss %.3f confidence %.3f agreement %.3f (%.0f s)" % (
-                step, loss.item(), closs.item(), agree.mean().item(), time.time() - t0), flush=True)
-    with torch.no_grad():
-        hx = hx[:, :-1]
-        tlog, taps = target(hx, taps=set(DRAFT["taps"]))
-        anchors = torch.arange(1, a.seq - K - 1, K + 1, device=dev)
-        logits, _, _, bpos = draft(target, hx, taps, anchors)
-        agree = (logits.argmax(-1) == tlog[:, bpos].argmax(-1)).float().view(hx.shape[0], -1, K).mean((0, 1))
-        print("draft held-out agreement per slot " + " ".join("%.3f" % v for v in agree.tolist()), flush=True)
+    if a.finetune:
+        heldout_agreement(a, target, draft, hx, dev)
+    else:
+        draft = Draft(TARGET, DRAFT).to(dev)  # made here, as before, so a seed's run is unchanged
+    if a.dspark:
+        pool = dspark_pool(a.dspark, os.path.join(a.outdir, "kjv-target"), stream, a.pool, 32, a.seq, gen)
+    else:
+        pool = generate(target, stream, a.pool, 32, a.seq, gen, dev, 0.15 * a.budget if a.budget else 1e9)
+    train_draft(a, target, draft, stream, pool, hx, gen, dev)
     save_draft(draft, target, tcfg, tok, os.path.join(a.outdir, "kjv-draft"))
     print("wrote %s" % a.outdir)
     return 0
