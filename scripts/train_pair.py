@@ -13,6 +13,11 @@ The second form trains no target: it continues DIR/kjv-draft against
 DIR/kjv-target (copied to OUTDIR unchanged), with the target's continuations
 made by `dspark generate` when --dspark names the binary (a CPU runs that far
 faster than this script's loop without a KV cache).
+The shipped pair: the first form on one H200 (about 4 minutes; bench/RESULTS.md,
+tenth session), then on a
+2-core CPU `--finetune models --dspark build/dspark --draft-steps 5000 --bf16
+--lr 6e-4 --decay 4 --tv 0.9` into A, and `--finetune A ... --draft-steps 4500
+--lr 4e-4 --blocks 3,7 --seed 2` (the same flags otherwise) into models/.
 
 Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
 one: config.json, generation_config.json, model.safetensors, tokenizer.json)
