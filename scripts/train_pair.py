@@ -334,6 +334,17 @@ def fit(steps, done, spent, budget):
     return min(steps, fits)
 
 
+def run_steps(data, steps, budget, dev):
+    """(step, step count, batch on dev) over data; with a budget, the count shrinks at step 20 to fit it."""
+    t0 = time.time()
+    for step, x in enumerate(data):
+        if step >= steps:
+            return
+        if step == 20 and budget:
+            steps = fit(steps, step, time.time() - t0, budget)
+        yield step, steps, x.to(dev)
+
+
 def cosine(step, total, lr, warm=100):
     if step < warm:
         return lr * (step + 1) / warm
@@ -406,13 +417,7 @@ def train_draft(a, target, draft, stream, pool, hx, gen, dev):
     blocks = [int(b) for b in a.blocks.split(",")]
     amp = lambda: torch.autocast(dev if dev == "cpu" else "cuda", dtype=torch.bfloat16, enabled=a.bf16)  # noqa: E731
     t0 = time.time()
-    steps = a.draft_steps
-    for step, x in zip(range(10 ** 9), mixed(stream, pool, a.seq, a.batch, gen)):
-        if step >= steps:
-            break
-        if step == 20 and a.budget:
-            steps = fit(steps, step, time.time() - t0, 0.4 * a.budget)
-        x = x.to(dev)
+    for step, steps, x in run_steps(mixed(stream, pool, a.seq, a.batch, gen), a.draft_steps, 0.4 * a.budget, dev):
         for g in opt.param_groups:
             g["lr"] = cosine(step, steps, a.lr, warm=max(100, steps // 25) if a.finetune else 100)
         with torch.no_grad(), amp():
@@ -506,13 +511,8 @@ def main():
     if not a.finetune:
         opt = torch.optim.AdamW(target.parameters(), lr=2e-3, weight_decay=0.1, betas=(0.9, 0.95))
         t0 = time.time()
-        steps = a.target_steps
-        for step, x in zip(range(10 ** 9), batches(stream, a.seq + 1, a.batch, gen)):
-            if step >= steps:
-                break
-            if step == 20 and a.budget:
-                steps = fit(steps, step, time.time() - t0, 0.35 * a.budget)
-            x = x.to(dev)
+        for step, steps, x in run_steps(batches(stream, a.seq + 1, a.batch, gen), a.target_steps, 0.35 * a.budget,
+                                        dev):
             for g in opt.param_groups:
                 g["lr"] = cosine(step, steps, 2e-3)
             logits, _ = target(x[:, :-1])
