@@ -47,7 +47,8 @@
 #                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, greedy gamma 3 with the draft's
 #                                   full block and blocks of 3 rows, then greedy
 # Logs go to $OUT (at most 8 files); the summary is printed last.
-# env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table
+# env: SAN=0 skips compute-sanitizer, BENCH=0 the benchmarks, PERF=0 the op perf table, SHIP=0 run's shipped-pair
+# figures (CUDA, batch 1 and 16)
 set -u
 MODE=${1:-run}
 source scripts/device_env.sh
@@ -395,6 +396,22 @@ stamp "CLI parity: CPU vs CUDA"
 } > "$OUT/parity.log" 2>&1
 grep -E "PARITY|dspark: markov|rc=|error" "$OUT/parity.log"
 SUMMARY+="parity: $(grep -c PARITY "$OUT/parity.log") of 2; "
+
+if [ "${SHIP:-1}" = 1 ]; then
+  # the shipped pair on CUDA, one prompt and the batch of 16 (a round's parts: where the batch's time goes)
+  stamp "shipped pair on CUDA: bench_target, generate at batch 1 and 16"
+  timeout 60 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --context 128 --prefill 256 \
+    --batch 1,16 --reps 200 2>&1 | grep -E "^\|" | grep -v "^|---"
+  python3 -c "import json; l=[x for x in open('models/heldout.txt').read().splitlines() if len(x) > 60]; \
+json.dump(l[0:400:25], open('/tmp/prompts16.json', 'w'))"
+  P=$(sed -n 20p models/heldout.txt)
+  for G in 7 3; do
+    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
+      --prompt "$P" --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
+    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
+      --prompts /tmp/prompts16.json --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
+  done
+fi
 
 stamp "done"
 echo "SUMMARY: $SUMMARY"
