@@ -405,7 +405,7 @@ if [ "${SHIP:-1}" = 1 ]; then
   python3 -c "import json; l=[x for x in open('models/heldout.txt').read().splitlines() if len(x) > 60]; \
 json.dump(l[0:400:25], open('/tmp/prompts16.json', 'w'))"
   P=$(sed -n 20p models/heldout.txt)
-  for G in 7 3; do
+  for G in 7 3 auto; do
     timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
       --prompt "$P" --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
     timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
