@@ -17,13 +17,18 @@ static int deep_may_pay(const dsp_gamma_auto *a, int32_t G, int32_t ns, const ds
 }
 
 int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st) {
+  a->part = 0;
   if (a->rounds < 2) return a->rounds == 0 ? 1 : 0;
   const double ms0 = a->tappend + a->alpha + a->beta * (double)ns;
   if (a->rounds < AUTO_CALIB) return deep_may_pay(a, G, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
   /* the probe; while decode steps pay best a full one costs more than it can find, so it runs a quarter as
      often and verifies one draft (the first slot's acceptance refreshed) unless drafting might pay again */
   if (a->rounds % AUTO_FULL == 0 && a->last > 0) return G;
-  if (a->rounds % (4 * AUTO_FULL) == 0) return deep_may_pay(a, G, ns, st, ms0) ? G : 1;
+  if (a->rounds % (4 * AUTO_FULL) == 0) {
+    if (deep_may_pay(a, G, ns, st, ms0)) return G;
+    a->part = (ns + 3) / 4; /* a quarter of the batch refreshes the first slot's acceptance; the rest decodes */
+    return 1;
+  }
   /* the prior of a slot: the acceptance pooled over all slots tried, weighted as two tries */
   double kept = 0.0, tried = 0.0;
   for (int32_t i = 0; i < G && i < 64; i++) kept += (double)st->kept[i], tried += (double)st->tried[i];
@@ -43,11 +48,11 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
   return a->last = best;
 }
 
-dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, double verify_ms,
-                                double draft_ms) {
+dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
+                                double verify_ms, double draft_ms) {
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
-  if (k > 0) a->draft += draft_ms, a->nprop++;
-  else a->append += draft_ms, a->nappend++;
+  if (k > 0 && !part) a->draft += draft_ms, a->nprop++; /* tdraft: a proposal of the whole batch */
+  else if (k == 0) a->append += draft_ms, a->nappend++;
   ++a->rounds;
   if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
     return DSP_OK;

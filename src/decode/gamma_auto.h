@@ -13,21 +13,24 @@
  * target is bound by its arithmetic, as a CPU at a batch of 16, it cannot, and those rounds would cost most).
  * Each other round verifies the k that maximizes the tokens it is expected to commit over its time, from the
  * acceptance counted so far; every AUTO_FULL rounds a probe verifies all G (the deep slots' acceptance keeps
- * being measured) or, while no drafts pay, every 4 AUTO_FULL rounds one draft, or G where the optimistic bound
- * says drafting might pay again. k = 0 is a decode step (the draft is not called; its context rows wait). It is
+ * being measured) or, while no drafts pay, every 4 AUTO_FULL rounds one draft by a quarter of the batch (part:
+ * those sequences draft, the others decode; the part rotates over the batch, and its proposal time stays out of
+ * the model's, which is the whole batch's), or G where the optimistic bound says drafting might pay again. k = 0 is a decode step (the draft is not called; its context rows wait). It is
  * chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no acceptance, so
  * a few unlucky first rounds must not settle it. */
 typedef struct {
   int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
+  int32_t part;                          /* this round's probe by part of the batch: its sequences (0: all) */
   double sn, snn, st, snt, draft, append; /* least-squares sums over (tokens, verify ms); draft ms summed */
   double alpha, beta, tdraft, tappend;     /* the frozen model */
 } dsp_gamma_auto;
 
 /* The drafts to verify this round (all sequences alike) of at most G, given ns sequences; 0: no proposal. */
 int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st);
-/* One round's times into the fit (k: the drafts it verified, 0 when it proposed none); at the fitting rounds,
- * the model from the slowest rank's sums (collective over comm). */
-dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, double verify_ms,
-                                double draft_ms);
+/* One round's times into the fit (k: the drafts it verified, 0 when it proposed none; part: the sequences that
+ * proposed in a probe by part of the batch, else 0); at the fitting rounds, the model from the slowest rank's
+ * sums (collective over comm). */
+dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
+                                double verify_ms, double draft_ms);
 
 #endif

@@ -57,12 +57,17 @@ typedef struct {
   dsp_bf16 *pend, *taps_host; /* taps_host [ntaps][nslots x (G + 1)][H]: a verification's taps */
   int32_t *pend_n, pend_cap;
   int32_t nslots, *free_slot, nfree; /* slots not held by a running sequence */
+  uint8_t *pick;              /* [nseq] gamma auto's probe of part of the batch: the sequences that draft */
+  int32_t probe_q;            /* where the next such probe starts looking (the part rotates over the batch) */
   int32_t *adm, *done;        /* [nslots] an admission's prompts and the prompt tokens run of each */
   int32_t next_q;             /* the first prompt not yet admitted */
 } spec;
 
-/* The waiting context rows of every running sequence into the draft, in calls of at most its context rows. */
-static dsp_status flush(spec *c, dsp_generate_stats *st) {
+/* Whether running sequence q is one of sel's: every one (sel < 0), or those whose pick flag equals sel. */
+static int chosen(const spec *c, int32_t q, int sel) { return !c->s[q].stop && (sel < 0 || c->pick[q] == sel); }
+
+/* The waiting context rows of the sequences sel chooses into the draft, in calls of at most its context rows. */
+static dsp_status flush(spec *c, dsp_generate_stats *st, int sel) {
   const dsp_target_info *ti = dsp_target_info_of(c->t);
   int64_t sh[3] = {c->t->opt.ntaps, (int64_t)c->nslots * c->pend_cap, ti->hidden};
   dsp_tensor pv = dsp_tensor_view(c->pend, DSP_BF16, 3, sh);
@@ -71,7 +76,7 @@ static dsp_status flush(spec *c, dsp_generate_stats *st) {
     int32_t ns = 0, rows = 0;
     for (; q < c->next_q; q++) {
       const int32_t sl = c->s[q].slot, n = c->pend_n[sl];
-      if (c->s[q].stop || n == 0) continue;
+      if (!chosen(c, q, sel) || n == 0) continue;
       if (rows + n > c->d->opt.max_ctx) break;
       c->slot[ns] = sl, c->row0[ns] = sl * c->pend_cap, c->ccount[ns] = n;
       c->pend_n[sl] = 0;
@@ -86,19 +91,19 @@ static dsp_status flush(spec *c, dsp_generate_stats *st) {
   return DSP_OK;
 }
 
-/* Every running sequence's context rows of the target's last call (its taps, read before the next call replaces
- * them) into its waiting rows: one copy per tap of the call's rows (a verification's: at most nslots x (G + 1)),
- * then each sequence's from there. */
-static dsp_status stash(spec *c, dsp_generate_stats *st) {
+/* The context rows of the target's last call of the sequences sel chooses (their taps, read before the next call
+ * replaces them) into their waiting rows: one copy per tap of the call's rows (a verification's: at most
+ * nslots x (G + 1)), then each sequence's from there. */
+static dsp_status stash(spec *c, dsp_generate_stats *st, int sel) {
   int32_t rows = 0, over = 0;
   for (int32_t q = 0; q < c->next_q; q++) {
     const seq_state *s = &c->s[q];
-    if (s->stop || s->ctx_count == 0) continue;
+    if (!chosen(c, q, sel) || s->ctx_count == 0) continue;
     rows = s->ctx_row0 + s->ctx_count > rows ? s->ctx_row0 + s->ctx_count : rows;
     over |= c->pend_n[s->slot] + s->ctx_count > c->pend_cap;
   }
   if (rows == 0) return DSP_OK;
-  if (over) DSP_TRY(flush(c, st));
+  if (over) DSP_TRY(flush(c, st, -1));
   const dsp_target *t = c->t;
   const int64_t H = dsp_target_info_of(t)->hidden, R = t->opt.max_tokens, Rh = (int64_t)c->nslots * (c->G + 1);
   const int64_t P = (int64_t)c->nslots * c->pend_cap;
@@ -108,7 +113,7 @@ static dsp_status stash(spec *c, dsp_generate_stats *st) {
                             (size_t)((int64_t)rows * H) * 2));
   for (int32_t q = 0; q < c->next_q; q++) {
     seq_state *s = &c->s[q];
-    if (s->stop || s->ctx_count == 0) continue;
+    if (!chosen(c, q, sel) || s->ctx_count == 0) continue;
     for (int64_t j = 0; j < t->opt.ntaps; j++)
       memcpy(c->pend + (j * P + (int64_t)s->slot * c->pend_cap + c->pend_n[s->slot]) * H,
              c->taps_host + (j * Rh + s->ctx_row0) * H, (size_t)(s->ctx_count * H) * 2);
@@ -178,7 +183,7 @@ static dsp_status admit(spec *c, int32_t nseq, const int32_t *const *prompts, co
     /* the prefill replaces the target's taps: first the running sequences'
      * pending context rows (from the last verification) go into the draft, or wait */
     int32_t ns = 0;
-    if (c->lazy) DSP_TRY(stash(c, st));
+    if (c->lazy) DSP_TRY(stash(c, st, -1));
     for (int32_t q = 0; q < c->next_q; q++)
       if (!c->s[q].stop && c->s[q].ctx_count > 0) {
         c->slot[ns] = c->s[q].slot, c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
@@ -301,6 +306,15 @@ static void accept_free(spec *c) {
   free(c->ws_host), free(c->tlog), free(c->qlog);
 }
 
+/* gamma auto's probe of part of the batch: part running sequences draft, from probe_q on (the part rotates). */
+static void pick_part(spec *c, int32_t part) {
+  memset(c->pick, 0, (size_t)c->next_q);
+  int32_t q = c->probe_q % c->next_q, n = 0;
+  for (int32_t i = 0; i < c->next_q && n < part; i++, q = (q + 1) % c->next_q)
+    if (!c->s[q].stop) c->pick[q] = 1, n++;
+  c->probe_q = q;
+}
+
 static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, const int32_t *lens, dsp_token_fn fn,
                          dsp_round_fn rf, void *ctx, int32_t live, dsp_generate_stats *st) {
   dsp_target *t = c->t;
@@ -311,21 +325,33 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     int32_t ns = 0;
     for (int32_t q = 0; q < c->next_q; q++) ns += !c->s[q].stop;
     const int32_t kmax = c->ag.on ? dsp_gamma_auto_k(&c->ag, c->G, ns, st) : (int32_t)K;
+    /* a probe by part of the batch: those sequences draft (their waiting rows appended), the others' rows wait */
+    const int32_t part = kmax > 0 && c->lazy && c->ag.part > 0 && c->ag.part < ns ? c->ag.part : 0;
+    if (part) pick_part(c, part);
     const double st_ms = st->draft_ms;
-    if (c->lazy) DSP_TRY(kmax == 0 ? stash(c, st) : flush(c, st));
-    /* propose */
+    if (c->lazy && part) {
+      DSP_TRY(stash(c, st, 0));
+      DSP_TRY(flush(c, st, 1));
+    } else if (c->lazy) {
+      DSP_TRY(kmax == 0 ? stash(c, st, -1) : flush(c, st, -1));
+    }
+    /* propose: the batch in order, or the probing part first (rows 0 .. np - 1 draft) */
     ns = 0;
-    for (int32_t q = 0; q < c->next_q; q++)
-      if (!c->s[q].stop) {
-        c->slot[ns] = c->s[q].slot, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
-        c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
-        c->temp[ns] = g->temperature;
-        c->seed[ns] = g->seeds ? g->seeds[q] : g->seed;
-        ns++;
-      }
-    int64_t qsh[3] = {ns, K, c->V};
+    int32_t np = 0;
+    for (int sel = part ? 1 : -1; sel >= (part ? 0 : -1); sel--) {
+      for (int32_t q = 0; q < c->next_q; q++)
+        if (chosen(c, q, sel)) {
+          c->slot[ns] = c->s[q].slot, c->which[ns] = q, c->anchor[ns] = c->s[q].x;
+          c->row0[ns] = c->s[q].ctx_row0, c->ccount[ns] = c->s[q].ctx_count;
+          c->temp[ns] = g->temperature;
+          c->seed[ns] = g->seeds ? g->seeds[q] : g->seed;
+          ns++;
+        }
+      if (sel != 0) np = ns;
+    }
+    int64_t qsh[3] = {np, K, c->V};
     dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
-    dsp_draft_batch db = {.nseq = ns, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
+    dsp_draft_batch db = {.nseq = np, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
                           .append_only = kmax == 0, .ctx_target = 1};
     dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->rejection && !c->q_dev ? &qv : NULL,
@@ -337,7 +363,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
     int32_t nt = 0;
     for (int32_t r = 0; r < ns; r++) {
-      int32_t k = kmax;
+      int32_t k = r < np ? kmax : 0;
       for (int32_t i = 0; c->o->p_min > 0.0f && i < k; i++)
         if (c->conf[r * K + i] < c->o->p_min) k = i;
       c->count[r] = k + 1;
@@ -355,7 +381,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     const double verify_ms = dsp_now_ms() - t0;
     st->verify_ms += verify_ms;
     st->decode_calls++;
-    if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, verify_ms, draft_ms));
+    if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, part, verify_ms, draft_ms));
     /* accept, commit, roll back */
     if (c->rejection) DSP_TRY(accept_sampled(c, ns));
     else /* greedy, or exact sampling: c->next holds the target's own draws */
@@ -364,7 +390,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
       const int32_t q = c->which[r], k = c->count[r] - 1;
       seq_state *s = &c->s[q];
       const int32_t bonus = c->bonus[r], a = c->acc[r];
-      if (kmax > 0) st->rounds++;
+      if (kmax > 0 && r < np) st->rounds++;
       else st->plain_rounds++;
       st->drafted += k;
       st->accepted += a;
@@ -458,13 +484,20 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
                      ? DSP_OK
                      : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   if (s == DSP_OK && c.rejection) s = dsp_comm_agree(t->be->comm, accept_setup(&c, W));
-  if (s == DSP_OK && c.ag.on) { /* room for one verification's rows and 32 decode steps' */
+  if (s == DSP_OK && c.ag.on) {
+    /* room for a verification's rows and at least 32 decode steps', up to 64 MiB in all (where no drafts pay, the
+       draft then runs no appends until the rows fill it), at most one of the draft's calls a slot */
+    const int64_t row_bytes = (int64_t)t->opt.ntaps * (int64_t)S * ti->hidden * 2;
+    int64_t cap = ((int64_t)64 << 20) / (row_bytes > 0 ? row_bytes : 1);
+    cap = cap < G + 33 ? G + 33 : cap;
+    cap = cap < d->opt.max_len ? cap : d->opt.max_len;
     c.lazy = 1;
-    c.pend_cap = G + 33 < d->opt.max_ctx ? G + 33 : d->opt.max_ctx;
+    c.pend_cap = (int32_t)(cap < d->opt.max_ctx ? cap : d->opt.max_ctx);
+    c.pick = calloc((size_t)nseq, 1);
     c.pend_n = calloc(S, 4);
     c.pend = malloc((size_t)t->opt.ntaps * S * (size_t)c.pend_cap * (size_t)ti->hidden * 2);
     c.taps_host = malloc((size_t)t->opt.ntaps * S * (size_t)(G + 1) * (size_t)ti->hidden * 2);
-    if (!c.pend_n || !c.pend || !c.taps_host) s = dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
+    if (!c.pick || !c.pend_n || !c.pend || !c.taps_host) s = dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   }
   for (int32_t i = 0; c.free_slot && i < W; i++) c.free_slot[i] = W - 1 - i; /* slot 0 first */
   c.nfree = W;
@@ -481,7 +514,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   }
   free(c.s), free(c.free_slot), free(c.adm), free(c.done), free(c.slot), free(c.count), free(c.which), free(c.anchor), free(c.row0), free(c.ccount);
   free(c.tok), free(c.temp), free(c.conf), free(c.seed), free(c.next), free(c.drafts), free(c.commit);
-  free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n), free(c.taps_host);
+  free(c.acc), free(c.bonus), free(c.pend), free(c.pend_n), free(c.taps_host), free(c.pick);
   if (c.rejection) accept_free(&c);
   return s;
 }

@@ -10,6 +10,9 @@ Checked:
   different lengths, with gamma below the block size, with the confidence
   cut, with an end-of-sequence id inside accepted drafts, and under mpirun at
   TP 2 and TP 3; the bigram pair accepts (acceptance length above 2);
+- gamma auto: its proposals after rounds without drafts (the draft's context
+  rows waiting) equal those of a run appending every round, also in its
+  probes by part of the batch where no drafts pay;
 - the trace: every sequence's tokens are its rounds' accepted drafts and
   bonus tokens, in order;
 - lossless sampling: the distribution of the first and second speculative
@@ -106,6 +109,55 @@ def check_same(t, label, r, min_accept=None):
         t.tally.fail("%s: acceptance length %.2f; this pair should reach %.1f" % (label, acc, min_accept))
 
 
+def by_anchor(r, q):
+    """Sequence q's proposals in a traced run: {anchor's token index: (drafts, whether the round before drafted
+    none)}."""
+    out, toks, prev0 = {}, [r["results"][q]["tokens"][0]], False
+    for rd in (x for x in r["rounds"] if x["sequence"] == q):
+        out[len(toks) - 1] = (rd["draft"], prev0)
+        prev0 = not rd["draft"]
+        toks += rd["draft"][:rd["accepted"]] + [rd["bonus"]]
+    return out
+
+
+def same_first_drafts(t, label, ra, r1):
+    """ra's proposals against r1's (a run whose draft appends its context every round) at the same anchors: a
+    proposal's first draft depends on the whole context, so any context row missing, doubled or out of order
+    shows. Returns (proposals compared, those right after a round without drafts)."""
+    same = after0 = 0
+    for q in range(len(ra["results"])):
+        a_, b_ = by_anchor(ra, q), by_anchor(r1, q)
+        for i, (d, prev0) in a_.items():
+            if d and i in b_ and b_[i][0]:
+                if d[0] != b_[i][0][0]:
+                    t.tally.fail("%s: sequence %d, the proposal anchored at token %d drafts %d; a run appending "
+                                 "every round drafts %d" % (label, q, i, d[0], b_[i][0][0]))
+                same += 1
+                after0 += prev0
+    return same, after0
+
+
+def case_probe_part(t, P):
+    """gamma auto where no drafts pay (the random pair): after its calibration only decode steps, with the
+    draft's context rows waiting, and every 64 rounds a probe by a quarter of the batch (here one sequence in
+    turn) whose proposals must be those of a run appending every round; the tokens plain decoding's."""
+    pf = t.prompts_file(PROMPTS, "prompts_probe.json")
+    base = ["--model", P["random"][0], "--draft", P["random"][1], "--prompts", pf, "--max-new", "140",
+            "--ignore-eos", "--trace"]
+    ra = t.gen_json("probe-auto", base + ["--gamma", "auto", "--compare"])
+    check_same(t, "random pair, gamma auto, 140 tokens", ra)
+    r1 = t.gen_json("probe-g1", base + ["--gamma", "1"])
+    if ra is None or r1 is None:
+        return
+    drafted = [sum(1 for x in ra["rounds"] if x["sequence"] == q and x["draft"]) for q in range(len(PROMPTS))]
+    same, after0 = same_first_drafts(t, "gamma auto's probes", ra, r1)
+    print("random pair, gamma auto: rounds with drafts per sequence %s; %d proposals compared with gamma 1's, %d "
+          "after a decode step" % (drafted, same, after0))
+    if len(set(drafted)) < 2 or after0 < 1:
+        t.tally.fail("gamma auto: no probe by part of the batch after decode steps (rounds with drafts per "
+                     "sequence %s, %d proposals after a decode step)" % (drafted, after0))
+
+
 def case_greedy(t, P):
     pf = t.prompts_file(PROMPTS)
     base = ["--prompts", pf, "--max-new", "40", "--ignore-eos", "--compare"]
@@ -140,23 +192,7 @@ def case_greedy(t, P):
     r1 = t.gen_json("gamma-1", ["--model", bt, "--draft", bd, "--gamma", "1", "--trace"] + base)
     check_same(t, "bigram pair, gamma 1", r1)
     if ra is not None and r1 is not None:
-        def by_anchor(r, q):
-            out, toks, prev0 = {}, [r["results"][q]["tokens"][0]], False
-            for rd in (x for x in r["rounds"] if x["sequence"] == q):
-                out[len(toks) - 1] = (rd["draft"], prev0)
-                prev0 = not rd["draft"]
-                toks += rd["draft"][:rd["accepted"]] + [rd["bonus"]]
-            return out
-        same = after0 = 0
-        for q in range(len(ra["results"])):
-            a_, b_ = by_anchor(ra, q), by_anchor(r1, q)
-            for i, (d, prev0) in a_.items():
-                if d and i in b_ and b_[i][0]:
-                    if d[0] != b_[i][0][0]:
-                        t.tally.fail("gamma auto: sequence %d, the proposal anchored at token %d drafts %d; a run "
-                                     "appending every round drafts %d" % (q, i, d[0], b_[i][0][0]))
-                    same += 1
-                    after0 += prev0
+        same, after0 = same_first_drafts(t, "gamma auto", ra, r1)
         print("gamma auto vs gamma 1: %d proposals compared, %d of them right after a decode-step round" % (same, after0))
         if same < 10 or after0 < 1:
             t.tally.fail("gamma auto vs gamma 1: only %d proposals compared (%d after a decode step)" % (same, after0))
@@ -464,7 +500,8 @@ def main():
     with harness.Workdir() as wd:
         t = T(wd, backend)
         P = pairs(wd)
-        for name, fn in (("greedy", lambda: case_greedy(t, P)), ("sampling", lambda: case_sampling(t, wd)),
+        for name, fn in (("greedy", lambda: case_greedy(t, P)), ("probe part", lambda: case_probe_part(t, P)),
+                         ("sampling", lambda: case_sampling(t, wd)),
                          ("sampling threads", lambda: case_sampling_threads(t, wd)), ("exact", lambda: case_exact(t, P, wd)),
                          ("bad", lambda: case_bad(t, P))):
             if only and name.replace(" ", "_") not in only:
