@@ -142,10 +142,10 @@ def case_probe_part(t, P):
     draft's context rows waiting, and every 64 rounds a probe by a quarter of the batch (here one sequence in
     turn) whose proposals must be those of a run appending every round; the tokens plain decoding's."""
     pf = t.prompts_file(PROMPTS, "prompts_probe.json")
-    base = ["--model", P["random"][0], "--draft", P["random"][1], "--prompts", pf, "--max-new", "140",
+    base = ["--model", P["random"][0], "--draft", P["random"][1], "--prompts", pf, "--max-new", "90",
             "--ignore-eos", "--trace"]
     ra = t.gen_json("probe-auto", base + ["--gamma", "auto", "--compare"])
-    check_same(t, "random pair, gamma auto, 140 tokens", ra)
+    check_same(t, "random pair, gamma auto, 90 tokens", ra)
     r1 = t.gen_json("probe-g1", base + ["--gamma", "1"])
     if ra is None or r1 is None:
         return
