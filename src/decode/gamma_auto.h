@@ -15,9 +15,10 @@
  * acceptance counted so far; every AUTO_FULL rounds a probe verifies all G (the deep slots' acceptance keeps
  * being measured) or, while no drafts pay, every 4 AUTO_FULL rounds one draft by a quarter of the batch (part:
  * those sequences draft, the others decode; the part rotates over the batch, and its proposal time stays out of
- * the model's, which is the whole batch's), or G where the optimistic bound says drafting might pay again. k = 0 is a decode step (the draft is not called; its context rows wait). It is
- * chosen only once AUTO_TRIED proposals have been checked: a round without drafts measures no acceptance, so
- * a few unlucky first rounds must not settle it. */
+ * the model's, which is the whole batch's), or G where the optimistic bound says drafting might pay again.
+ * k = 0 is a decode step (the draft is not called; its context rows wait). It is chosen only once AUTO_TRIED
+ * proposals have been checked: a round without drafts measures no acceptance, so a few unlucky first rounds
+ * must not settle it. */
 typedef struct {
   int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
   int32_t part;                          /* this round's probe by part of the batch: its sequences (0: all) */
