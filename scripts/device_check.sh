@@ -42,6 +42,10 @@
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter with DECODE=batch adds one instance's sections
 #   scripts/device_check.sh parity  the CLI parity step of run alone (a build of dspark and synth first)
+#   scripts/device_check.sh verify  build, parity, t_attention (and under racecheck, memcheck), the CUDA model tests;
+#                                   per DSPARK_CUDA_ATTENTION value (VALUES, default "fp32 tc") bench_target on the
+#                                   shipped target and the shipped pair's figures; ncu's kernels of one batch-16
+#                                   decode and verify forward (STEPS: the selections they follow)
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -130,6 +134,22 @@ cli_parity() {
   DSPARK_CUDA_TAIL=5 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_bad.st; echo "bad tail rc=$?"
 }
 
+# The shipped pair on CUDA, one prompt and the batch of 16 (a round's parts: where the batch's time goes).
+shipped_pair() {
+  stamp "shipped pair on CUDA: bench_target, generate at batch 1 and 16"
+  timeout 60 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --context 128 --prefill 256 \
+    --batch 1,16 --reps 200 2>&1 | grep -E "^\|" | grep -v "^|---"
+  python3 -c "import json; l=[x for x in open('models/heldout.txt').read().splitlines() if len(x) > 60]; \
+json.dump(l[0:400:25], open('/tmp/prompts16.json', 'w'))"
+  P=$(sed -n 20p models/heldout.txt)
+  for G in 7 3 auto; do
+    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
+      --prompt "$P" --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
+    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
+      --prompts /tmp/prompts16.json --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
+  done
+}
+
 SUMMARY=""
 if [ "$MODE" = parity ]; then
   stamp "configure + build (dspark, synth)"
@@ -138,6 +158,37 @@ if [ "$MODE" = parity ]; then
   stamp "CLI parity: CPU (the chain) vs CUDA"
   cli_parity > "$OUT/parity.log" 2>&1
   grep -E "PARITY|rc=|differ" "$OUT/parity.log"
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention forms (DSPARK_CUDA_ATTENTION)
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
+    cmake --build build-gpu -j16; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  stamp "CLI parity: CPU (the chain) vs CUDA"
+  cli_parity > "$OUT/parity.log" 2>&1
+  grep -E "PARITY|rc=|differ" "$OUT/parity.log"
+  stamp "t_attention, racecheck and memcheck on it, the CUDA model tests"
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_attention > "$OUT/attention.log" 2>&1
+  echo "t_attention: rc $?"; grep -E "differ|beyond|compared" "$OUT/attention.log" | head -4
+  for tool in racecheck memcheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
+      > "$OUT/att_$tool.log" 2>&1
+    echo "$tool t_attention rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/att_$tool.log" | head -2)"
+  done
+  model_tests
+  for v in ${VALUES:-fp32 tc}; do
+    stamp "DSPARK_CUDA_ATTENTION=$v: bench_target on the shipped target at context 1024"
+    export DSPARK_CUDA_ATTENTION=$v
+    timeout 120 build-gpu/bench/bench_target --model models/kjv-target --backend cuda \
+      --batch 1,16 2>&1 | grep "^|" | grep -v "^| call\|^|---"
+    shipped_pair
+  done
+  unset DSPARK_CUDA_ATTENTION
+  stamp "ncu: batch 16, 16 prefills, 5 decode and 5 verify forwards"
+  ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count 6000 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3 \
+    > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  for st in ${STEPS:-17 22}; do echo "-- forward after selection $st"; python3 scripts/ncu_step.py "$OUT/ncu.csv" --step $st | cut -c1-110; done
   stamp "done"; exit 0
 fi
 if [ "$MODE" = gemm ]; then
@@ -411,21 +462,7 @@ cli_parity > "$OUT/parity.log" 2>&1
 grep -E "PARITY|dspark: markov|rc=|error|differ" "$OUT/parity.log"
 SUMMARY+="parity: $(grep -c PARITY "$OUT/parity.log") of 2; "
 
-if [ "${SHIP:-1}" = 1 ]; then
-  # the shipped pair on CUDA, one prompt and the batch of 16 (a round's parts: where the batch's time goes)
-  stamp "shipped pair on CUDA: bench_target, generate at batch 1 and 16"
-  timeout 60 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --context 128 --prefill 256 \
-    --batch 1,16 --reps 200 2>&1 | grep -E "^\|" | grep -v "^|---"
-  python3 -c "import json; l=[x for x in open('models/heldout.txt').read().splitlines() if len(x) > 60]; \
-json.dump(l[0:400:25], open('/tmp/prompts16.json', 'w'))"
-  P=$(sed -n 20p models/heldout.txt)
-  for G in 7 3 auto; do
-    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
-      --prompt "$P" --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
-    timeout 60 build-gpu/dspark generate --backend cuda --model models/kjv-target --draft models/kjv-draft \
-      --prompts /tmp/prompts16.json --max-new 128 --gamma $G --seed 1 --compare 2>&1 >/dev/null | grep -E "acceptance|speedup|tokens/s"
-  done
-fi
+[ "${SHIP:-1}" = 1 ] && shipped_pair
 
 stamp "done"
 echo "SUMMARY: $SUMMARY"

@@ -79,8 +79,8 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
   return acc;
 }
 
-/* W warps per block: 8 at D 128 (each warp's part of the scores and p.v halves against 4; the dims a warp owns
- * change, never a dim's sum). */
+/* W warps per block: 8 at D 128, 4 at 64, 2 at 32 (each warp's part of the scores and p.v halves against 4;
+ * the dims a warp owns change, never a dim's sum). */
 template <int MT, int DC, int W>
 __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
@@ -344,11 +344,11 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   }
 }
 
-#define TC_KERNELS(X) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
+#define TC_KERNELS(X) X(1, 1, 2) X(2, 1, 2) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
 
 extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
-  if ((D != 64 && D != 128) || Hkv < 1 || a->q.heads % Hkv || a->kv_stride % 8 || ((uintptr_t)a->k & 15) ||
+  if ((D != 32 && D != 64 && D != 128) || Hkv < 1 || a->q.heads % Hkv || a->kv_stride % 8 || ((uintptr_t)a->k & 15) ||
       ((uintptr_t)a->v & 15))
     return 0;
   const int group = (int)(a->q.heads / Hkv);
@@ -371,7 +371,7 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */
-  a->warps = D == 128 ? 8 : 4;
+  a->warps = D == 128 ? 8 : D == 64 ? 4 : 2; /* 2 at D 32: a warp's p.v takes two 8-dim n-tiles */
   a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
   return 1;
 }

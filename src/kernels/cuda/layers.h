@@ -73,7 +73,7 @@ typedef struct {
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
   int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
   int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
-  int warps, q_vec;          /* tensor-core form: warps per block (4, 8); q read in 16-byte pieces */
+  int warps, q_vec;          /* tensor-core form: warps per block (2, 4, 8); q read in 16-byte pieces */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
@@ -87,7 +87,7 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
 /* The tensor-core form (attention_tc.cu; the default, DSPARK_CUDA_ATTENTION=fp32 opts out), with its
  * own fixed orders: q.k in 16-dim tensor-core groups; z and p.v over 128-key
  * chunks added in order (the file's head says how within a chunk). Head dims
- * 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
+ * 32, 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
  * == 0, and a cache short enough for 16 rows of scores in shared memory (32
  * for groups past 16); the config returns 0 otherwise (a property of the
  * shapes, never of the batch). It splits a run's keys over a cluster of up to
