@@ -45,7 +45,8 @@
 #   scripts/device_check.sh verify  build, parity, t_attention (and under racecheck, memcheck), the CUDA model tests;
 #                                   per DSPARK_CUDA_ATTENTION value (VALUES, default "fp32 tc") bench_target on the
 #                                   shipped target and the shipped pair's figures; ncu's kernels of one batch-16
-#                                   decode and verify forward (STEPS: the selections they follow)
+#                                   decode and verify forward (STEPS: the selections they follow); when .old/ holds an
+#                                   earlier tree, the op harness's attention table old / new twice
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -176,6 +177,16 @@ if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention f
     echo "$tool t_attention rc $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/att_$tool.log" | head -2)"
   done
   model_tests
+  if [ -d .old ]; then  # an earlier tree's attention table against this one's, twice
+    stamp "configure + build (.old: test_ops_cpu)"
+    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build ../build-old -j16 --target test_ops_cpu; } > "$OUT/build_old.log" 2>&1) ||
+      { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    for r in 1 2; do for b in old gpu; do
+      echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
+    done; done
+  fi
   for v in ${VALUES:-fp32 tc}; do
     stamp "DSPARK_CUDA_ATTENTION=$v: bench_target on the shipped target at context 1024"
     export DSPARK_CUDA_ATTENTION=$v

@@ -28,7 +28,7 @@
 #include "kernels/cuda/layers.h"
 
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
-#define TC_STAGE 64  /* value rows per staged buffer (two buffers) */
+#define TC_STAGE 64  /* value rows per staged buffer (two buffers) at D 128; 128 / D times that below it */
 #define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
 
 namespace cg = cooperative_groups;
@@ -42,12 +42,14 @@ __device__ __forceinline__ uint32_t tc_saddr(const void *p) { return (uint32_t)_
 __host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
   return ((L + TC_CHUNK - 1) / TC_CHUNK + S - 1) / S;
 }
-/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][TC_STAGE][D + 8] (bf16; the
+/* Value rows a stage: the same bytes at every head dim, so a short head's p.v waits on as few copies. */
+__host__ __device__ constexpr int tc_stage_rows(int64_t D) { return (int)(TC_STAGE * 128 / D); }
+/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][stage rows][D + 8] (bf16; the
  * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
  * partials [cpb][R][D] (fp32). */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
 static size_t tc_smem(int mt, int64_t D, int64_t L, int S) {
-  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * TC_STAGE * (D + 8)) * 2;
+  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * tc_stage_rows(D) * (D + 8)) * 2;
   if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
   return b;
 }
@@ -79,21 +81,22 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
   return acc;
 }
 
-/* W warps per block: 8 at D 128, 4 at 64, 2 at 32 (each warp's part of the scores and p.v halves against 4;
+/* W warps per block: 8 at D 128, else 4 (each warp's part of the scores and p.v halves against 4;
  * the dims a warp owns change, never a dim's sum). */
 template <int MT, int DC, int W>
 __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
   dsp_dev_grid_wait();
   constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / W, TC_WARPS = W, TC_THREADS = 32 * W;
-  static_assert(NTW % 2 == 0, "value fragments come two n-tiles at a time");
+  constexpr int ST = tc_stage_rows(D);
+  static_assert(NTW % 2 == 0 || NTW == 1, "value fragments come two n-tiles at a time, or one");
   extern __shared__ __align__(16) unsigned char tc_sm[];
   __shared__ float red[TC_WARPS][R], bmx[R], gmx[R], gz[R]; /* block's max; with S > 1 the run's max and z */
   __shared__ int nks[R];
   const int S = a.key_split, b = (int)(blockIdx.x % (unsigned)S);
   const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L, S), group = a.q.heads / a.kv_heads;
   uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)R * LP;
-  float *zp = (float *)(vs + 2 * TC_STAGE * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
+  float *zp = (float *)(vs + 2 * ST * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y;
@@ -132,11 +135,11 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
     const int kpe = c1 > c0 ? (c1 * TC_CHUNK < kp ? c1 * TC_CHUNK : kp) : k0b;
 
     /* the first values load while the scores and the softmax run (the buffers are free at a run's start) */
-    const int kw_ = kpe - k0b, nst = (kw_ + TC_STAGE - 1) / TC_STAGE;
+    const int kw_ = kpe - k0b, nst = (kw_ + ST - 1) / ST;
     auto stage = [&](int s) {
-      uint16_t *dst = vs + (size_t)(s & 1) * TC_STAGE * VP;
-      for (int i = tid; i < TC_STAGE * (D / 8); i += TC_THREADS) {
-        const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * TC_STAGE + r;
+      uint16_t *dst = vs + (size_t)(s & 1) * ST * VP;
+      for (int i = tid; i < ST * (D / 8); i += TC_THREADS) {
+        const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * ST + r;
         const bool ok = key < nkmax;
         dsp_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
       }
@@ -156,32 +159,44 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         qa[mt][c][1][0] = lo.z, qa[mt][c][1][1] = hi.z, qa[mt][c][1][2] = lo.w, qa[mt][c][1][3] = hi.w;
       }
 
-    /* scores of the block's keys: warp w takes its 8-key tiles w, w + 4, ... */
+    /* scores of the block's keys: warp w takes its 8-key tiles w, w + W, ..., the key rows of U of them loaded
+       before their products (one load's latency per U tiles, not per tile) */
     float mx[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = -INFINITY;
-#pragma unroll(W == 8 ? 2 : 1)
-    for (int t = k0b / 8 + warp; t < (kend + 7) / 8; t += TC_WARPS) {
-      const int key = t * 8 + g;
-      uint4 kw[DC]; /* rows past the run's keys are never read (they may be unwritten) */
+    constexpr int U = 8 / DC;
+    const int tend8 = (kend + 7) / 8;
+    for (int tb = k0b / 8 + warp; tb < tend8; tb += U * TC_WARPS) {
+      uint4 kw[U][DC]; /* rows past the run's keys are never read (they may be unwritten) */
 #pragma unroll
-      for (int c = 0; c < DC; c++)
-        kw[c] = key < kend ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
+      for (int u = 0; u < U; u++) {
+        const int key = (tb + u * TC_WARPS) * 8 + g;
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < DC; c++)
+          kw[u][c] = key < kend ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int c = 0; c < DC; c++) {
-          dsp_mma16816(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[c].x, kw[c].y);
-          dsp_mma16816(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[c].z, kw[c].w);
-        }
+      for (int u = 0; u < U; u++) {
+        const int t = tb + u * TC_WARPS;
+        if (t >= tend8) break;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
-          if (pair < np && k2 < nks[pair]) {
-            const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
-            sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
-            mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
+        for (int mt = 0; mt < MT; mt++) {
+          float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int c = 0; c < DC; c++) {
+            dsp_mma16816(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[u][c].x,
+                         kw[u][c].y);
+            dsp_mma16816(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[u][c].z,
+                         kw[u][c].w);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
+            if (pair < np && k2 < nks[pair]) {
+              const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
+              sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
+              mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
+            }
           }
         }
       }
@@ -277,10 +292,10 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         dsp_cp_wait<0>();
       }
       __syncthreads();
-      const uint16_t *vsb = vs + (size_t)(s & 1) * TC_STAGE * VP;
+      const uint16_t *vsb = vs + (size_t)(s & 1) * ST * VP;
 #pragma unroll
-      for (int gi = 0; gi < TC_STAGE / 16; gi++) {
-        const int k0 = k0b + s * TC_STAGE + gi * 16;
+      for (int gi = 0; gi < ST / 16; gi++) {
+        const int k0 = k0b + s * ST + gi * 16;
         if (k0 >= kpe) break;
         uint32_t af[MT][4];
 #pragma unroll
@@ -296,6 +311,13 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
             dsp_mma16816(cacc[mt][2 * n2], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
             dsp_mma16816(cacc[mt][2 * n2 + 1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[2], bv[3]);
           }
+        }
+        if (NTW == 1) { /* one n-tile a warp (D 32): its 16 keys x 8 dims */
+          uint32_t bv[2];
+          dsp_ldsm2_t(bv, tc_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + warp * 8));
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++)
+            dsp_mma16816(cacc[mt][0], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
         }
         if ((k0 / 16) % (TC_CHUNK / 16) == TC_CHUNK / 16 - 1 || k0 + 16 >= kpe) { /* a chunk ends */
           const int cl = k0 / TC_CHUNK - c0;
@@ -344,7 +366,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   }
 }
 
-#define TC_KERNELS(X) X(1, 1, 2) X(2, 1, 2) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
+#define TC_KERNELS(X) X(1, 1, 4) X(2, 1, 4) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
 
 extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
@@ -371,7 +393,7 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */
-  a->warps = D == 128 ? 8 : D == 64 ? 4 : 2; /* 2 at D 32: a warp's p.v takes two 8-dim n-tiles */
+  a->warps = D == 128 ? 8 : 4; /* at D 32 a warp's p.v takes one 8-dim n-tile */
   a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
   return 1;
 }
