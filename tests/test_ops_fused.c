@@ -133,10 +133,10 @@ static void run_attn_in(int fused, const ai_case *c, const uint16_t *qkv, const 
 }
 
 static void t_attn_in(void) {
-  /* head dims the fused CUDA kernel takes (64, 128, 256) and one it leaves to the composition (80); a decode
-     row, a verify's rows, GQA 4:1 and 1:1, rows padded past the projection */
+  /* head dims the fused CUDA kernel takes (32: its RoPE pairs in two lanes; 64, 128, 256) and one it leaves to
+     the composition (80); a decode row, a verify's rows, GQA 4:1, 2:1 and 1:1, rows padded past the projection */
   const ai_case cs[] = {{1, 32, 8, 128, 6144, 9}, {9, 8, 2, 128, 1544, 40}, {5, 3, 3, 64, 600, 11},
-                        {3, 4, 1, 256, 1544, 7},  {4, 6, 2, 80, 800, 13}};
+                        {3, 4, 1, 256, 1544, 7},  {4, 6, 2, 80, 800, 13},   {8, 8, 4, 32, 520, 17}};
   const int64_t P = 50;
   long bad = 0;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {

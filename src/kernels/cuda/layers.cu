@@ -217,10 +217,11 @@ extern "C" void dsp_cu_rope(const dsp_cu_view *x, const int32_t *pos, const uint
 
 /* A decoder layer's attention inputs in one launch: one warp per (row, head)
  * of q, k and v. q and k heads: k_rmsnorm's lane order, then RoPE on the
- * lane's own pairs (d and d + D/2 are its registers j and j + NV/2), stored
- * in place, k also into its cache row; v heads are copied to theirs. NV = D /
- * 32 values per lane. The bits are those of rmsnorm, rope and scatter_rows
- * called one after another. */
+ * lane's own pairs (d and d + D/2 are its registers j and j + NV/2; at D 32
+ * lanes l and l + 16, exchanged by a shuffle), stored in place, k also into
+ * its cache row; v heads are copied to theirs. NV = D / 32 values per lane.
+ * The bits are those of rmsnorm, rope and scatter_rows called one after
+ * another. */
 template <int NV>
 __global__ void k_attn_in(dsp_cu_attn_in_args a) {
   dsp_dev_launch_dependents();
@@ -248,6 +249,13 @@ __global__ void k_attn_in(dsp_cu_attn_in_args a) {
   const float inv = rms_inv(dsp_dev_warp_sum(ss), D, a.eps);
 #pragma unroll
   for (int e = 0; e < NV; e++) v[e] = dsp_dev_bf16_val(rms_out(v[e], inv, w[lane + 32 * e]));
+  if (NV == 1) { /* lane l < 16 holds d = l, lane l + 16 its partner d + 16 */
+    const float o = __shfl_xor_sync(0xffffffffu, v[0], 16);
+    const int64_t i = lane & 15;
+    const float c = dsp_dev_bf16_val(a.cos[p * half + i]), sn = dsp_dev_bf16_val(a.sin[p * half + i]);
+    v[0] = lane < 16 ? __fsub_rn(dsp_dev_round_bf16(__fmul_rn(v[0], c)), dsp_dev_round_bf16(__fmul_rn(o, sn)))
+                     : __fadd_rn(dsp_dev_round_bf16(__fmul_rn(v[0], c)), dsp_dev_round_bf16(__fmul_rn(o, sn)));
+  }
 #pragma unroll
   for (int e = 0; e < NV / 2; e++) {
     const int64_t i = lane + 32 * e;
@@ -266,10 +274,11 @@ __global__ void k_attn_in(dsp_cu_attn_in_args a) {
 
 extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
   const int64_t D = a->q.dim, warps = a->q.rows * (a->q.heads + 2 * a->k.heads);
-  if (a->k.dim != D || D % 64 || D < 64 || D > 256) return 0;
+  if (a->k.dim != D || (D % 64 && D != 32) || D > 256) return 0;
   if (warps <= 0) return 1;
   const unsigned g = dsp_dev_blocks_for(warps, 8);
-  if (D == 64) dsp_launch(k_attn_in<2>, dim3(g), dim3(256), 0, s, *a);
+  if (D == 32) dsp_launch(k_attn_in<1>, dim3(g), dim3(256), 0, s, *a);
+  else if (D == 64) dsp_launch(k_attn_in<2>, dim3(g), dim3(256), 0, s, *a);
   else if (D == 128) dsp_launch(k_attn_in<4>, dim3(g), dim3(256), 0, s, *a);
   else if (D == 192) dsp_launch(k_attn_in<6>, dim3(g), dim3(256), 0, s, *a);
   else dsp_launch(k_attn_in<8>, dim3(g), dim3(256), 0, s, *a);

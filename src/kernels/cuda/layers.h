@@ -39,7 +39,7 @@ void dsp_cu_add_rmsnorm(const dsp_cu_view *x, const dsp_cu_view *y, const uint16
 /* A decoder layer's attention inputs: q, k = RoPE(RMSNorm(.)) in place, k's
  * and v's rows into cache rows idx[t]; the bits of rmsnorm, rope and
  * scatter_rows one after another. Returns 0 (nothing launched) unless the
- * head dim is 64, 128, 192 or 256. */
+ * head dim is 32, 64, 128, 192 or 256. */
 typedef struct {
   dsp_cu_view q, k;          /* [T, Hq, D], [T, Hkv, D] */
   dsp_cu_view v;             /* [T, Hkv * D] (heads = 1) */
