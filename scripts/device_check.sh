@@ -42,8 +42,8 @@
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter with DECODE=batch adds one instance's sections
 #   scripts/device_check.sh parity  the CLI parity step of run alone (a build of dspark and synth first)
-#   scripts/device_check.sh verify  build, parity, t_attention (and under racecheck, memcheck), the CUDA model tests;
-#                                   per DSPARK_CUDA_ATTENTION value (VALUES, default "fp32 tc") bench_target on the
+#   scripts/device_check.sh verify  build, parity, t_attention (and under racecheck, memcheck), t_layers, the CUDA
+#                                   model tests; per DSPARK_CUDA_ATTENTION value (VALUES, default "fp32 tc") bench_target on the
 #                                   shipped target and the shipped pair's figures; ncu's kernels of one batch-16
 #                                   decode and verify forward (STEPS: the selections they follow); when .old/ holds an
 #                                   earlier tree, the op harness's attention table old / new twice
@@ -171,6 +171,8 @@ if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention f
   stamp "t_attention, racecheck and memcheck on it, the CUDA model tests"
   timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_attention > "$OUT/attention.log" 2>&1
   echo "t_attention: rc $?"; grep -E "differ|beyond|compared" "$OUT/attention.log" | head -4
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_layers > "$OUT/layers.log" 2>&1
+  echo "t_layers: rc $?"; grep -E "differ|FAILED" "$OUT/layers.log" | head -4
   for tool in racecheck memcheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
       > "$OUT/att_$tool.log" 2>&1
