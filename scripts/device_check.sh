@@ -47,6 +47,9 @@
 #                                   shipped target and the shipped pair's figures; ncu's kernels of one batch-16
 #                                   decode and verify forward (STEPS: the selections they follow); when .old/ holds an
 #                                   earlier tree, the op harness's attention table old / new twice
+#   scripts/device_check.sh attcmp  the op harness's attention tables of .old/ and this tree (twice), then one attention
+#                                   launch (DETAIL: ncu kernel filter, SKIP launches) of the shipped target's batch-16
+#                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -202,6 +205,33 @@ if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention f
     --launch-count 6000 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3 \
     > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   for st in ${STEPS:-17 22}; do echo "-- forward after selection $st"; python3 scripts/ncu_step.py "$OUT/ncu.csv" --step $st | cut -c1-110; done
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = attcmp ]; then  # the attention tables of .old and this tree, then one shipped-target instance in detail
+  stamp "configure + build (test_ops_cpu, bench_target; .old's test_ops_cpu beside it)"
+  (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+   { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+     cmake --build ../build-old -j8 --target test_ops_cpu; } > "$OUT/build_old.log" 2>&1) &
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
+    cmake --build build-gpu -j8 --target test_ops_cpu bench_target; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  wait
+  stamp "op perf, attention (old gpu, twice)"
+  for r in 1 2; do for b in old gpu; do
+    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
+  done; done
+  KN=${DETAIL:-regex:k_attention_tc}
+  stamp "ncu: one $KN of the shipped target's batch-16 decode in detail"
+  ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name-base demangled \
+    --kernel-name "$KN" --launch-skip ${SKIP:-140} --launch-count 1 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
+    build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3 > "$OUT/detail.err" 2>&1
+  ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
+  grep -E "Duration|Grid Size|Block Size|Cluster|Registers|Dynamic Shared|Achieved Occ|No Eligible|Memory Throughput|Warp Cycles|Stall" \
+    "$OUT/detail.txt" | head -24
+  ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
+  python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top 40
+  rm -f "$OUT/detail.ncu-rep"
   stamp "done"; exit 0
 fi
 if [ "$MODE" = gemm ]; then
