@@ -138,6 +138,22 @@ cli_parity() {
   DSPARK_CUDA_TAIL=5 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_bad.st; echo "bad tail rc=$?"
 }
 
+# One launch of kernel $1 (an ncu filter on demangled names; $2 launches skipped first, $3 SASS lines shown) of the
+# command after them in detail: the sections' key lines, then the hottest SASS lines.
+ncu_detail() {
+  local kn=$1 skip=$2 top=$3; shift 3
+  ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name-base demangled \
+    --kernel-name "$kn" --launch-skip "$skip" --launch-count 1 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
+    "$@" > "$OUT/detail.err" 2>&1
+  ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
+  grep -E "Duration|Grid Size|Block Size|Cluster|Registers|Dynamic Shared|Achieved Occ|No Eligible|Memory Throughput|Warp Cycles|Stall" \
+    "$OUT/detail.txt" | head -24
+  ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
+  python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top "$top"
+  rm -f "$OUT/detail.ncu-rep"
+}
+
 # The shipped pair on CUDA, one prompt and the batch of 16 (a round's parts: where the batch's time goes).
 shipped_pair() {
   stamp "shipped pair on CUDA: bench_target, generate at batch 1 and 16"
@@ -222,16 +238,7 @@ if [ "$MODE" = attcmp ]; then  # the attention tables of .old and this tree, the
   done; done
   KN=${DETAIL:-regex:k_attention_tc}
   stamp "ncu: one $KN of the shipped target's batch-16 decode in detail"
-  ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name-base demangled \
-    --kernel-name "$KN" --launch-skip ${SKIP:-140} --launch-count 1 --section SpeedOfLight --section LaunchStats \
-    --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
-    build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3 > "$OUT/detail.err" 2>&1
-  ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
-  grep -E "Duration|Grid Size|Block Size|Cluster|Registers|Dynamic Shared|Achieved Occ|No Eligible|Memory Throughput|Warp Cycles|Stall" \
-    "$OUT/detail.txt" | head -24
-  ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
-  python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top 40
-  rm -f "$OUT/detail.ncu-rep"
+  ncu_detail "$KN" ${SKIP:-140} 40 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3
   stamp "done"; exit 0
 fi
 if [ "$MODE" = gemm ]; then
@@ -370,17 +377,8 @@ if [ "$MODE" = attn ]; then
   done; done
   if [ -n "${DETAIL:-}" ]; then  # DETAIL=ncu kernel filter (e.g. "regex:k_attention_tc<2"), SKIP instances; BATCH of bench_target
     stamp "ncu: one $DETAIL in detail"
-    ncu --graph-profiling node --cache-control none --clock-control none --import-source yes --kernel-name-base demangled \
-      --kernel-name "$DETAIL" --launch-skip ${SKIP:-40} --launch-count 1 --section SpeedOfLight --section LaunchStats \
-      --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters -o "$OUT/detail" -f \
-      build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 --batch ${BATCH:-1} --reps 3 \
-      > "$OUT/detail.err" 2>&1
-    ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
-    grep -E "Duration|Grid Size|Block Size|Registers|Dynamic Shared|Achieved Occ|No Eligible|Memory Throughput|Warp Cycles" \
-      "$OUT/detail.txt" | head -20
-    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
-    python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top 30
-    rm -f "$OUT/detail.ncu-rep"
+    ncu_detail "$DETAIL" ${SKIP:-40} 30 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+      --prefill 16 --batch ${BATCH:-1} --reps 3
   fi
   rm -rf /tmp/t8 /tmp/d8
   stamp "done"; exit 0
