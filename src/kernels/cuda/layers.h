@@ -73,7 +73,7 @@ typedef struct {
   dsp_cu_view out;           /* [T, Hq, D] (a 2-D [T, Hq*D] view as heads of D) */
   int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
   int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
-  int warps, q_vec;          /* tensor-core form: warps per block (2, 4, 8); q read in 16-byte pieces */
+  int warps, q_vec;          /* tensor-core form: warps per block (4, 8); q read in 16-byte pieces */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
