@@ -62,6 +62,13 @@ set -u
 MODE=${1:-run}
 source scripts/device_env.sh
 
+# The earlier tree in .old/ (git archive) built into build-old: its targets "$@" (the log in build_old.log).
+build_old() {
+  (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
+   { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+     cmake --build ../build-old -j16 --target "$@"; } > "$OUT/build_old.log" 2>&1)
+}
+
 if [ "$MODE" = build ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > "$OUT/info.txt" 2>&1
   stamp "configure + build (this tree)"
@@ -72,10 +79,7 @@ if [ "$MODE" = build ]; then
   fi
   if [ -d .old ]; then
     stamp "configure + build (.old)"
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target bench_cuda_head; } > "$OUT/build_old.log" 2>&1) ||
-      { tail -30 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    build_old bench_cuda_head || { tail -30 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
   fi
   stamp "built"; exit 0
 fi
@@ -106,10 +110,7 @@ pair_and_builds() {
   B="gpu"
   if [ -d .old ]; then
     stamp "configure + build (.old)"
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target "$@"; } > "$OUT/build_old.log" 2>&1) &&
-      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    build_old "$@" && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
   fi
 }
 
@@ -136,6 +137,13 @@ cli_parity() {
   cmp /tmp/o_g_original.st /tmp/o_g_sharded.st && cmp /tmp/o_g_original.st /tmp/o_g_replicated.st &&
     echo "PARITY CUDA paths byte-identical at TP1"
   DSPARK_CUDA_TAIL=5 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_bad.st; echo "bad tail rc=$?"
+}
+
+# The op harness's attention tables of the builds $1 (e.g. "old gpu"), alternated twice.
+att_tables() {
+  for r in 1 2; do for b in $1; do
+    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
+  done; done
 }
 
 # One launch of kernel $1 (an ncu filter on demangled names; $2 launches skipped first, $3 SASS lines shown) of the
@@ -200,13 +208,8 @@ if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention f
   model_tests
   if [ -d .old ]; then  # an earlier tree's attention table against this one's, twice
     stamp "configure + build (.old: test_ops_cpu)"
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target test_ops_cpu; } > "$OUT/build_old.log" 2>&1) ||
-      { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
-    for r in 1 2; do for b in old gpu; do
-      echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
-    done; done
+    build_old test_ops_cpu || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    att_tables "old gpu"
   fi
   for v in ${VALUES:-fp32 tc}; do
     stamp "DSPARK_CUDA_ATTENTION=$v: bench_target on the shipped target at context 1024"
@@ -225,17 +228,13 @@ if [ "$MODE" = verify ]; then  # the shipped target's verify and the attention f
 fi
 if [ "$MODE" = attcmp ]; then  # the attention tables of .old and this tree, then one shipped-target instance in detail
   stamp "configure + build (test_ops_cpu, bench_target; .old's test_ops_cpu beside it)"
-  (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-   { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-     cmake --build ../build-old -j8 --target test_ops_cpu; } > "$OUT/build_old.log" 2>&1) &
+  build_old test_ops_cpu &
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
     cmake --build build-gpu -j8 --target test_ops_cpu bench_target; } > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   wait
   stamp "op perf, attention (old gpu, twice)"
-  for r in 1 2; do for b in old gpu; do
-    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
-  done; done
+  att_tables "old gpu"
   KN=${DETAIL:-regex:k_attention_tc}
   stamp "ncu: one $KN of the shipped target's batch-16 decode in detail"
   ncu_detail "$KN" ${SKIP:-140} 40 build-gpu/bench/bench_target --model models/kjv-target --backend cuda --batch 16 --reps 3
@@ -365,9 +364,7 @@ if [ "$MODE" = attn ]; then
   echo "racecheck rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   model_tests attention_tc
   stamp "op perf, attention ($B, twice)"
-  for r in 1 2; do for b in $B; do
-    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
-  done; done
+  att_tables "$B"
   wait
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   for r in 1 2; do for b in $B; do
@@ -391,10 +388,7 @@ if [ "$MODE" = kda ]; then
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   B="gpu"
   if [ -d .old ]; then
-    (cd .old && mkdir -p .devdeps && cp ../.devdeps/*.deb .devdeps/ 2>/dev/null;
-     { cmake -S . -B ../build-old -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build ../build-old -j16 --target bench_kda; } > "$OUT/build_old.log" 2>&1) &&
-      B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    build_old bench_kda && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
   fi
   if [ -d .whl ]; then
     (pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log") &
