@@ -5,9 +5,11 @@
  * as the model's graphs launch them; the graph is replayed and the time per product printed against its byte
  * floor (the weight, activation and output bytes over the device copy rate measured in the same run). Each
  * launch shape (consumer warps a block, boxes of [64 k] a stage, stages) is checked bit for bit against the
- * kernel's own pick. Question it answers: what bounds a product whose strips give each SM only two or three
- * warps (the 4096-row products), and which shape of the ring streams it fastest.
- * usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST,...] (0 = the kernel's pick) */
+ * kernel's own pick; the shape "wg" runs the warpgroup kernel (gemm_wgmma.h) instead, which products of more rows
+ * take, so the two compare at the same M. Question it answers: what bounds a product whose strips give each SM
+ * only two or three warps (the 4096-row products), which shape of the ring streams it fastest, and up to how many
+ * rows the few-row kernel beats the warpgroup one.
+ * usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST|wg,...] (0 = the kernel's pick) */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -17,6 +19,7 @@
 
 #include "bench_cuda_util.h"
 #include "kernels/cuda/gemm_small.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "support/rates.h"
 
 typedef struct {
@@ -50,8 +53,9 @@ int main(int argc, char **argv) {
   }
   int cfg[16][3], ncfg = 0;
   for (const char *p = slist; *p && ncfg < 16;) {
-    if (sscanf(p, "%d:%d:%d", &cfg[ncfg][0], &cfg[ncfg][1], &cfg[ncfg][2]) != 3) {
-      fprintf(stderr, "bench_gemm_small: --shapes takes C:SB:ST triples\n");
+    if (!strncmp(p, "wg", 2) && (p[2] == ',' || !p[2])) cfg[ncfg][0] = -1, cfg[ncfg][1] = cfg[ncfg][2] = 0;
+    else if (sscanf(p, "%d:%d:%d", &cfg[ncfg][0], &cfg[ncfg][1], &cfg[ncfg][2]) != 3) {
+      fprintf(stderr, "bench_gemm_small: --shapes takes C:SB:ST triples or wg\n");
       return 2;
     }
     ncfg++;
@@ -77,8 +81,9 @@ int main(int argc, char **argv) {
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     const int64_t N = shapes[si].n, K = shapes[si].k;
     const size_t wn = (size_t)(N * K);
-    uint16_t *h = malloc(wn * 2 > (size_t)(16 * K) * 2 ? wn * 2 : (size_t)(16 * K) * 2);
-    uint16_t *ref = malloc((size_t)(16 * N) * 2), *got = malloc((size_t)(16 * N) * 2);
+    const int64_t MM = DSP_GEMM_SMALL_MAX_M;
+    uint16_t *h = malloc(wn * 2 > (size_t)(MM * K) * 2 ? wn * 2 : (size_t)(MM * K) * 2);
+    uint16_t *ref = malloc((size_t)(MM * N) * 2), *got = malloc((size_t)(MM * N) * 2);
     if (!h || !ref || !got) return 1;
     void *w[64], *a, *o;
     fill(h, wn, 11 + si, 0.05f);
@@ -86,10 +91,10 @@ int main(int argc, char **argv) {
       CK(cudaMalloc(&w[l], wn * 2));
       CK(cudaMemcpy(w[l], h, wn * 2, cudaMemcpyHostToDevice));
     }
-    fill(h, (size_t)(16 * K), 5, 1.0f);
-    CK(cudaMalloc(&a, (size_t)(16 * K) * 2));
-    CK(cudaMemcpy(a, h, (size_t)(16 * K) * 2, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&o, (size_t)(16 * N) * 2));
+    fill(h, (size_t)(MM * K), 5, 1.0f);
+    CK(cudaMalloc(&a, (size_t)(MM * K) * 2));
+    CK(cudaMemcpy(a, h, (size_t)(MM * K) * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&o, (size_t)(MM * N) * 2));
     for (int mi = 0; mi < nm; mi++) {
       const int64_t M = ms[mi];
       const double floor_us = (double)(wn + M * K + M * N) * 2 / (gbps * 1e9) * 1e6;
@@ -98,8 +103,10 @@ int main(int argc, char **argv) {
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (long l = 0; l < layers; l++)
-          CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1,
-                                      &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, 0, s));
+          if (cfg[c][0] < 0) CKD(dsp_cuda_gemm_wg_run(a, K, w[l], o, M, N, K, N, 0, 0, 1, 0, s));
+          else
+            CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1,
+                                        &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, 0, s));
         CK(cudaStreamEndCapture(s, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         CK(cudaGraphLaunch(ge, s));
@@ -117,9 +124,11 @@ int main(int argc, char **argv) {
         }
         const double us = dsp_bench_median(t, 5);
         const int same = c == 0 || !memcmp(ref, got, (size_t)(M * N) * 2);
-        printf("| %s %lld x %lld | %lld | %d:%d:%d | %.2f | %.2f | %.2f | %s |\n", shapes[si].name, (long long)N,
-               (long long)K, (long long)M, cfg[c][0], cfg[c][1], cfg[c][2], us, floor_us, us / floor_us,
-               c == 0 ? "ref" : same ? "same" : "DIFFER");
+        char how[32];
+        if (cfg[c][0] < 0) snprintf(how, sizeof how, "wgmma");
+        else snprintf(how, sizeof how, "%d:%d:%d", cfg[c][0], cfg[c][1], cfg[c][2]);
+        printf("| %s %lld x %lld | %lld | %s | %.2f | %.2f | %.2f | %s |\n", shapes[si].name, (long long)N,
+               (long long)K, (long long)M, how, us, floor_us, us / floor_us, c == 0 ? "ref" : same ? "same" : "DIFFER");
         CK(cudaGraphExecDestroy(ge));
         CK(cudaGraphDestroy(g));
       }

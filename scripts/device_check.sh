@@ -50,6 +50,9 @@
 #   scripts/device_check.sh attcmp  the op harness's attention tables of .old/ and this tree (twice), then one attention
 #                                   launch (DETAIL: ncu kernel filter, SKIP launches) of the shipped target's batch-16
 #                                   decode in detail: sections and hottest SASS lines
+#   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
+#                                   and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
+#                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -451,6 +454,53 @@ if [ "$MODE" = target ]; then
     timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --mode $mode --attn sdpa --context 1024 \
       --batch 1,32 > "$OUT/peer_$mode.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_$mode.log" | tail -8
   done
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each beside its peer (PEERS=0: none)
+  [ -d .whl ] && { pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log"; } &
+  rm -f /tmp/made
+  ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+      python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build-gpu -j16 --target dspark bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
+    > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader
+  stamp "products: t_gemm_rows with every few-row product on mma.sync; the two kernels at 16 and 32 rows"
+  DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
+  echo "t_gemm_rows (DSPARK_GEMM_SMALL=1): rc $?"; grep -E "gemm rows N" "$OUT/rows.log" | head -5
+  timeout 120 build-gpu/bench/bench_gemm_small --m ${GSM:-16,32} --shapes 0:0:0,wg 2>&1 | grep -E "^\||^device" | grep -v "^|---"
+  stamp "bench_kda (issue 19)"
+  timeout 150 build-gpu/bench/bench_kda --backend cuda 2>&1 | grep -E "^#|^\| (decode|prefill)|copy"
+  if [ "${PEERS:-1}" = 1 ] && [ -d /tmp/pyfla ]; then
+    stamp "fla peer"
+    PYTHONPATH=/tmp/pyfla timeout 200 python3 bench/fla_peer_kda.py > "$OUT/peer_kda.log" 2>&1
+    grep -E "^\||^#" "$OUT/peer_kda.log" | grep -v "^|---"
+  fi
+  while [ ! -f /tmp/made ]; do sleep 2; done
+  for v in ${VALUES:-auto}; do
+    stamp "bench_target, random Qwen3-8B (issue 16), DSPARK_GEMM_SMALL=$v"
+    DSPARK_GEMM_SMALL=$v timeout 200 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+      --prefill 2048 --batch 1,32 2>&1 | grep -E "^#|^\||copy|rate" | grep -v "^|---"
+    stamp "bench_spec, random Qwen3-8B pair (issues 17, 18), DSPARK_GEMM_SMALL=$v"
+    DSPARK_GEMM_SMALL=$v timeout 200 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
+      --context 1024 --batch 1,32 2>&1 | grep -E "^#|^\||copy|project" | grep -v "^|---"
+  done
+  if [ "${PEERS:-1}" = 1 ]; then
+    stamp "peers: the target's PyTorch CUDA-graph step, the draft's PyTorch proposal"
+    timeout 200 python3 bench/hf_peer_target.py --model /tmp/t8 --mode graph --attn sdpa --context 1024 \
+      --batch 1,32 > "$OUT/peer_graph.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_graph.log" | tail -8
+    timeout 200 python3 bench/torch_peer_draft.py > "$OUT/peer_draft.log" 2>&1; grep -E "^#|^\|" "$OUT/peer_draft.log"
+  fi
+  if [ -n "${NCU:-}" ]; then  # NCU=batch: ncu's per-kernel times of one decode step at that batch
+    stamp "ncu: one batch-$NCU decode step"
+    ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-count 1400 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 \
+      --batch $NCU --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+    python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
+  fi
+  rm -rf /tmp/t8 /tmp/d8
+  [ "${SHIP:-1}" = 1 ] && shipped_pair
   stamp "done"; exit 0
 fi
 if [ "$MODE" = bench ]; then

@@ -209,16 +209,16 @@ static void t_gemm(void **st) {
 }
 
 /* Batch invariance of the product (DESIGN.md 6): each row of a product over
- * 300 rows has the same bits computed in calls of 1, 7, 33, 100, 113 and 240
- * rows (on the GPU: every token tile, 32, 64, 112 and 224),
+ * 300 rows has the same bits computed in calls of 1, 7, 13, 16, 27, 32, 33, 100,
+ * 113 and 240 rows (on the GPU: every token tile, 32, 64, 112 and 224),
  * for shapes the GPU runs split over clusters of 2, 4 and 8 (an H200's
  * choices) and unsplit. */
 static void t_gemm_rows(void **st) {
   (void)st;
   /* 520: a last strip of 8 rows for the few-row kernel; sub-calls of 1, 7, 13 and 16 rows run it (on CUDA
-     without the split) */
+     without the split), and of 27 and 32 with DSPARK_GEMM_SMALL=1 */
   const int64_t shapes[][2] = {{5120, 2048}, {2560, 4096}, {512, 2048}, {384, 256}, {520, 1024}};
-  const int64_t M = 300, sub[] = {1, 7, 13, 16, 33, 100, 113, 240};
+  const int64_t M = 300, sub[] = {1, 7, 13, 16, 27, 32, 33, 100, 113, 240};
   long compared = 0;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     const int64_t N = shapes[si][0], K = shapes[si][1];

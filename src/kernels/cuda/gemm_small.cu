@@ -3,7 +3,7 @@
  * Block: C consumer warps and one producer warp, persistent over groups of C
  * 16-row strips of w (group g = rows 16 C g ..). The producer's lane 0 lands,
  * per stage, SB boxes of [64 k] of the group's 16 C weight rows and of the
- * NT8 x 8 token rows (one 3-D copy each; rows past n and m and chunks past K
+ * NT8 x 8 token rows (NT8 1, 2 or 4; one 3-D copy each; rows past n and m and chunks past K
  * are zero-filled), by TMA with the
  * 128-byte swizzle (16-byte piece c of row r at c ^ (r & 7): ldmatrix's eight
  * rows hit distinct banks), into a ring of stages with a full and an empty
@@ -29,6 +29,9 @@ constexpr int GS_BK = 64;    /* k per box: eight 16-byte pieces per row */
 constexpr int GS_MAXC = 8;   /* consumer warps per block at most */
 constexpr int GS_MAXS = 4;   /* stages at most: 4 of 4 boxes streamed faster than 8 or 16 (bench/RESULTS.md) */
 constexpr uint32_t GS_WBOX = 16 * 128; /* one strip's [16 rows][64 k] */
+/* Consumer warps per block at most for NT8 token tiles: four token tiles' two fragment sets need more registers
+   than 288 threads leave a thread (224: ptxas spilled 60 bytes), so that form runs at most 4 consumers */
+__host__ __device__ constexpr int gs_maxc(int nt8) { return nt8 == 4 ? 4 : GS_MAXC; }
 
 /* Bytes of one stage of sb boxes for C strips and NT8 token tiles. */
 __host__ __device__ constexpr uint32_t gs_stage(int c, int nt8, int sb) {
@@ -46,8 +49,9 @@ struct gs_frag {
 };
 
 /* Per-lane byte offsets of the ldmatrix rows in a [rows][128 bytes] tile, per k group i: the weight tile's
- * (a0..a3: rows 0-7 k 0-7, rows 8-15 k 0-7, rows 0-7 k 8-15, rows 8-15 k 8-15) and the tokens' (both token
- * tiles' k 0-7 and k 8-15 when NT8 is 2). Fixed per lane: computed once, not per box. */
+ * (a0..a3: rows 0-7 k 0-7, rows 8-15 k 0-7, rows 0-7 k 8-15, rows 8-15 k 8-15) and the tokens' (token tiles 0
+ * and 1, k 0-7 and k 8-15, when NT8 is 2 or more; tiles 2 and 3 sit 16 rows, 2048 bytes, further: the swizzle
+ * repeats every 8 rows). Fixed per lane: computed once, not per box. */
 template <int NT8>
 struct gs_offs {
   uint32_t a[4], b[4];
@@ -75,10 +79,13 @@ __device__ __forceinline__ void gs_load(gs_frag<NT8> &f, uint32_t wb, uint32_t t
       dsp_ldsm2(b, tb + o.b[i]);
       f.b[i][0] = b[0], f.b[i][1] = b[1];
     } else {
-      uint32_t b[4];
-      dsp_ldsm4(b, tb + o.b[i]);
 #pragma unroll
-      for (int j = 0; j < 2 * NT8; j++) f.b[i][j] = b[j];
+      for (int h = 0; h < NT8 / 2; h++) {
+        uint32_t b[4];
+        dsp_ldsm4(b, tb + o.b[i] + 2048u * h);
+#pragma unroll
+        for (int j = 0; j < 4; j++) f.b[i][4 * h + j] = b[j];
+      }
     }
   }
 }
@@ -86,15 +93,14 @@ __device__ __forceinline__ void gs_load(gs_frag<NT8> &f, uint32_t wb, uint32_t t
 template <int NT8>
 __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f) {
 #pragma unroll
-  for (int i = 0; i < GS_BK / 16; i++) {
-    dsp_mma16816(d[0], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][0], f.b[i][1]);
-    if (NT8 == 2)
-      dsp_mma16816(d[NT8 - 1], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * NT8 - 2], f.b[i][2 * NT8 - 1]);
-  }
+  for (int i = 0; i < GS_BK / 16; i++)
+#pragma unroll
+    for (int t = 0; t < NT8; t++)
+      dsp_mma16816(d[t], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * t], f.b[i][2 * t + 1]);
 }
 
 template <int NT8, int SB>
-__global__ void __launch_bounds__(32 * (GS_MAXC + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
+__global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
                                                                void *__restrict__ out, int m, int n, int nkb,
                                                                long long ldo, int ngroups, int stages, int f32) {
@@ -234,7 +240,8 @@ gs_shape gs_pick(const lw_dev &dv, int64_t n, int nt8, int force_c, int force_sb
   const int64_t strips = (n + 15) / 16;
   gs_shape sh{1, 1, 0, 0, strips};
   double best = -1.0;
-  for (int c = 1; c <= GS_MAXC; c++) {
+  if (force_c > gs_maxc(nt8)) force_c = gs_maxc(nt8); /* a forced shape past the form's warps takes its most */
+  for (int c = 1; c <= gs_maxc(nt8); c++) {
     if (force_c && c != force_c) continue;
     const int64_t groups = (strips + c - 1) / c, rounds = (groups + dv.sms - 1) / dv.sms;
     const double eff = (double)strips / ((double)rounds * dv.sms * c);
@@ -300,8 +307,9 @@ dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t 
                     (long long)k, (long long)lda);
   if (force_sb && force_sb != 2 && force_sb != 4)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2 or 4)", force_sb);
-  return m <= 8 ? gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s)
-                : gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
+  if (m <= 8) return gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
+  if (m <= 16) return gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
+  return gs_launch<4>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
 }
 
 }  // namespace
@@ -313,13 +321,14 @@ extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const 
   return gs_run(a, lda, w, out, m, n, k, ldo, pdl, sh->c, sh->sb, sh->stages, f32, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
-  /* both token tiles; a strip of 8 rows past N's last 16; groups of one strip (the pick at N 520), of three (four
-     boxes a stage) and of six (two boxes a stage); their last groups partial */
-  const int64_t N = 520, ms[2] = {16, 5};
+  /* every token-tile count (1, 2, 4; 21 rows: the last tiles partial); a strip of 8 rows past N's last 16; groups
+     of one strip (the pick at N 520), of three (four boxes a stage) and of six (two boxes a stage); their last
+     groups partial */
+  const int64_t N = 520, ms[4] = {32, 21, 16, 5};
   const int cs[3] = {0, 3, 6};
   *compared = *differ = 0;
   uint16_t *buf = NULL;
-  const size_t na = (size_t)(16 * k), nw = (size_t)(N * k), no = (size_t)(16 * N);
+  const size_t na = (size_t)(DSP_GEMM_SMALL_MAX_M * k), nw = (size_t)(N * k), no = (size_t)(DSP_GEMM_SMALL_MAX_M * N);
   DSP_CUDA_TRY(cudaMalloc(&buf, (na + nw + 2 * no) * 2));
   uint16_t *a = buf, *w = buf + na, *o1 = w + nw, *o2 = o1 + no;
   uint16_t *h = (uint16_t *)malloc(2 * no * 2);
@@ -331,17 +340,18 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
     dsp_check_fill<<<(unsigned)((na + 255) / 256), 256, 0, s>>>(a, na, 0x5151u);
     dsp_check_fill<<<(unsigned)((nw + 255) / 256), 256, 0, s>>>(w, nw, 0xC0DEu);
   }
-  for (int v = 0; v < 6 && st == DSP_OK; v++) {
-    st = dsp_cuda_gemm_wg_run(a, k, w, o1, ms[v & 1], N, k, N, 0, 0, 0, 0, s);
-    if (st == DSP_OK) st = gs_run(a, k, w, o2, ms[v & 1], N, k, N, 0, cs[v >> 1], 0, 0, 0, s);
-    if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
-                         cudaMemcpyAsync(h + no, o2, (size_t)(ms[v & 1] * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+  for (int v = 0; v < 12 && st == DSP_OK; v++) {
+    const int64_t m = ms[v & 3];
+    st = dsp_cuda_gemm_wg_run(a, k, w, o1, m, N, k, N, 0, 0, 0, 0, s);
+    if (st == DSP_OK) st = gs_run(a, k, w, o2, m, N, k, N, 0, cs[v >> 2], 0, 0, 0, s);
+    if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(m * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                         cudaMemcpyAsync(h + no, o2, (size_t)(m * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaStreamSynchronize(s) != cudaSuccess))
       st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda gemm (mma.sync) check: %s", __FILE__, __LINE__,
                     cudaGetErrorString(cudaGetLastError()));
     if (st == DSP_OK) {
-      for (size_t i = 0; i < (size_t)(ms[v & 1] * N); i++) *differ += h[i] != h[no + i];
-      *compared += ms[v & 1] * N;
+      for (size_t i = 0; i < (size_t)(m * N); i++) *differ += h[i] != h[no + i];
+      *compared += m * N;
     }
   }
   if (s) cudaStreamDestroy(s);

@@ -1,4 +1,4 @@
-/* The bf16 NT GEMM for few token rows (M <= 16) on the warp-level tensor
+/* The bf16 NT GEMM for few token rows (M <= 32) on the warp-level tensor
  * cores (mma.sync m16n8k16): out[m][n] = bf16(sum_k a[m][k] w[n][k]), the
  * accumulation order of gemm_wgmma.h (onto +0, the K / 16 groups of 16 k in
  * ascending order, each group's 16 products in the tensor core's slots k
@@ -27,8 +27,10 @@
 extern "C" {
 #endif
 
-/* The most token rows the kernel takes. */
-#define DSP_GEMM_SMALL_MAX_M 16
+/* The most token rows the kernel takes (DSPARK_GEMM_SMALL=1 runs every product of up to that many rows on it), and
+ * the most that DSPARK_GEMM_SMALL=auto gives it. */
+#define DSP_GEMM_SMALL_MAX_M 32
+#define DSP_GEMM_SMALL_AUTO_M 16
 
 /* A launch shape for measurement (bench/): c consumer warps (strips) a block, sb boxes of [64 k] a stage (2 or 4),
  * at most `stages` stages; a field of 0 keeps the kernel's pick. No shape changes a bit. */
@@ -43,7 +45,7 @@ typedef struct {
 dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                    int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape, int f32,
                                    cudaStream_t s);
-/* Random products with inexact sums (M = 16 and 5, 520 rows of w, this K)
+/* Random products with inexact sums (M = 32, 21, 16 and 5, 520 rows of w, this K)
  * through this kernel and through the wgmma kernel, compared bit for bit. */
 dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ);
 
