@@ -492,12 +492,14 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
       --batch 1,32 > "$OUT/peer_graph.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_graph.log" | tail -8
     timeout 200 python3 bench/torch_peer_draft.py > "$OUT/peer_draft.log" 2>&1; grep -E "^#|^\|" "$OUT/peer_draft.log"
   fi
-  if [ -n "${NCU:-}" ]; then  # NCU=batch: ncu's per-kernel times of one decode step at that batch
+  # NCU=batch: ncu's per-kernel times of one step at that batch (NCUSKIP launches skipped: the contexts' forwards
+  # come first, about 330 launches per sequence; NCUSTEP -2: the window's last complete step)
+  if [ -n "${NCU:-}" ]; then
     stamp "ncu: one batch-$NCU decode step"
     ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
-      --launch-count 1400 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 \
-      --batch $NCU --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
-    python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
+      --launch-skip ${NCUSKIP:-0} --launch-count 1500 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda \
+      --context 1024 --prefill 16 --batch $NCU --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+    python3 scripts/ncu_step.py "$OUT/ncu.csv" --step ${NCUSTEP:-1} | cut -c1-110
   fi
   rm -rf /tmp/t8 /tmp/d8
   [ "${SHIP:-1}" = 1 ] && shipped_pair
