@@ -493,13 +493,13 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
     timeout 200 python3 bench/torch_peer_draft.py > "$OUT/peer_draft.log" 2>&1; grep -E "^#|^\|" "$OUT/peer_draft.log"
   fi
   # NCU=batch: ncu's per-kernel times of one step at that batch (NCUSKIP launches skipped: the contexts' forwards
-  # come first, about 330 launches per sequence; NCUSTEP -2: the window's last complete step)
+  # come first, about 330 launches per sequence; NCUSTEP: the steps shown, -2 the window's last complete one)
   if [ -n "${NCU:-}" ]; then
     stamp "ncu: one batch-$NCU decode step"
     ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
       --launch-skip ${NCUSKIP:-0} --launch-count 1500 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda \
       --context 1024 --prefill 16 --batch $NCU --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
-    python3 scripts/ncu_step.py "$OUT/ncu.csv" --step ${NCUSTEP:-1} | cut -c1-110
+    for st in ${NCUSTEP:-1}; do python3 scripts/ncu_step.py "$OUT/ncu.csv" --step $st | cut -c1-110; done
   fi
   rm -rf /tmp/t8 /tmp/d8
   [ "${SHIP:-1}" = 1 ] && shipped_pair
