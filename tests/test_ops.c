@@ -215,8 +215,8 @@ static void t_gemm(void **st) {
  * choices) and unsplit. */
 static void t_gemm_rows(void **st) {
   (void)st;
-  /* 520: a last strip of 8 rows for the few-row kernel; sub-calls of 1, 7, 13 and 16 rows run it (on CUDA
-     without the split), and of 27 and 32 with DSPARK_GEMM_SMALL=1 */
+  /* 520: a last strip of 8 rows for the few-row kernel; sub-calls of 1, 7, 13, 16, 27 and 32 rows run it (on
+     CUDA without the split) */
   const int64_t shapes[][2] = {{5120, 2048}, {2560, 4096}, {512, 2048}, {384, 256}, {520, 1024}};
   const int64_t M = 300, sub[] = {1, 7, 13, 16, 27, 32, 33, 100, 113, 240};
   long compared = 0;

@@ -317,7 +317,7 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
                  "own wgmma kernel, 64 x 32/64 and 128 x 112/224 (vocabulary x token) tiles, %s, k groups in order (token-tile and "
                  "cluster check: %lld values, 0 differ)%s",
                  lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp,
-                 lm->small ? "; few rows on mma.sync, 16-row strips (checked against it: 0 differ)" : "");
+                 lm->small ? "; up to 32 rows on mma.sync, 16-row strips (checked against it: 0 differ)" : "");
       return DSP_OK;
     }
     if (s == DSP_OK) /* the token tiles disagree here: batch invariance needs one kernel, keep cuBLASLt */
@@ -383,7 +383,7 @@ static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void 
     return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, f32, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced). Its
    * warps each own a 16-row strip, so a product has 4x more chains in flight than the 64-row tiles: at M 1 and 8
-   * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session) */
+   * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session), at M 32 up to 23% */
   const int small = dsp_env_get()->gemm_small;
   if (lm->wg && lm->small && m <= (small == 1 ? DSP_GEMM_SMALL_MAX_M : DSP_GEMM_SMALL_AUTO_M) &&
       !dsp_env_get()->gemm_tile && small != 0)
