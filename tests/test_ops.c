@@ -700,9 +700,10 @@ static void run_ew(dsp_backend *be, ew_kind k, const uint16_t *a, const uint16_t
     if (all[i]) dsp_op_release(be, 0, all[i]);
 }
 
-static void t_elementwise(void) {
+/* N 300: the CUDA kernels' generic form; N 304 (whole 16-byte pieces): their vector form */
+static void t_elementwise_n(int64_t N) {
   static const char *names[] = {"add", "silu_mul", "round_add", "embed", "gather_rows", "scatter_rows"};
-  const int64_t M = 13, N = 300, ld = 312, V = 40;
+  const int64_t M = 13, ld = 312, V = 40;
   uint16_t *a = malloc((size_t)(V * ld) * 2), *b = malloc((size_t)(M * ld) * 2);
   uint16_t *o = malloc((size_t)(V * ld) * 2), *oc = malloc((size_t)(V * ld) * 2);
   float *p = malloc((size_t)(M * ld) * 4);
@@ -753,6 +754,10 @@ static void t_elementwise(void) {
     op_done(&t, names[k]);
   }
   free(a), free(b), free(o), free(oc), free(p);
+}
+static void t_elementwise(void) {
+  t_elementwise_n(300);
+  t_elementwise_n(304);
 }
 
 /* Philox4x32-10 (Random123) and the contract's Gumbel noise, written here. */

@@ -36,7 +36,7 @@ struct dsp_cuda_gemm {
   size_t ws_limit;  /* workspace the candidates may ask for (0 on the first try) */
   void *ws;         /* the chosen algorithm's workspace, ws_bytes (NULL when 0) */
   size_t ws_bytes;
-  char desc[256];
+  char desc[320];
 };
 
 /* ---- strict: the CPU's per-element chain on CUDA cores ------------------------

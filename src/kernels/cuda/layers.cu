@@ -285,7 +285,21 @@ extern "C" int dsp_cu_attn_in(const dsp_cu_attn_in_args *a, cudaStream_t s) {
   return 1;
 }
 
-/* Element-wise kernels over [rows, dim] (heads = 1). */
+/* Element-wise kernels over [rows, dim] (heads = 1): one element's value, for both forms below. */
+template <int OP>
+__device__ __forceinline__ uint16_t elem_op(float x, float yb, float pv) {
+  float y;
+  if (OP == 0) { /* add */
+    y = __fadd_rn(x, yb);
+  } else if (OP == 1) { /* silu(g) * u */
+    const float sg = dsp_dev_round_bf16(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))));
+    y = __fmul_rn(sg, yb);
+  } else { /* x + bf16(p) */
+    y = __fadd_rn(x, dsp_dev_round_bf16(pv));
+  }
+  return dsp_dev_bf16_bits(y);
+}
+
 template <int OP>
 __global__ void k_elem(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps, dsp_cu_view out) {
   dsp_dev_launch_dependents();
@@ -293,18 +307,49 @@ __global__ void k_elem(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps,
   const int64_t n = a.rows * a.dim;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = e / a.dim, c = e % a.dim;
-    const float x = dsp_dev_bf16_val(*at(a, r, 0, c));
-    float y;
-    if (OP == 0) { /* add */
-      y = __fadd_rn(x, dsp_dev_bf16_val(*at(b, r, 0, c)));
-    } else if (OP == 1) { /* silu(g) * u */
-      const float sg = dsp_dev_round_bf16(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))));
-      y = __fmul_rn(sg, dsp_dev_bf16_val(*at(b, r, 0, c)));
-    } else { /* x + bf16(p) */
-      y = __fadd_rn(x, dsp_dev_round_bf16(p[r * ps + c]));
-    }
-    *at(out, r, 0, c) = dsp_dev_bf16_bits(y);
+    *at(out, r, 0, c) = elem_op<OP>(dsp_dev_bf16_val(*at(a, r, 0, c)), OP == 2 ? 0.0f : dsp_dev_bf16_val(*at(b, r, 0, c)),
+                                    OP == 2 ? p[r * ps + c] : 0.0f);
   }
+}
+
+/* Eight elements a thread in 16-byte accesses, where every view is contiguous along dim (elem_vec): the generic
+ * form's 64-bit division per element made silu_mul over 1024 rows cost 2.7x its bytes (bench/RESULTS.md). */
+template <int OP>
+__global__ void k_elem8(dsp_cu_view a, dsp_cu_view b, const float *p, int64_t ps, dsp_cu_view out) {
+  dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
+  const uint32_t cv = (uint32_t)(a.dim / 8), nv = (uint32_t)a.rows * cv;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += gridDim.x * blockDim.x) {
+    const uint32_t r = i / cv, c = (i - r * cv) * 8;
+    const uint4 xa = *(const uint4 *)at(a, r, 0, c);
+    uint4 xb = make_uint4(0, 0, 0, 0);
+    if (OP != 2) xb = *(const uint4 *)at(b, r, 0, c);
+    float pv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (OP == 2) {
+      const float4 p0 = *(const float4 *)(p + (int64_t)r * ps + c), p1 = *(const float4 *)(p + (int64_t)r * ps + c + 4);
+      pv[0] = p0.x, pv[1] = p0.y, pv[2] = p0.z, pv[3] = p0.w, pv[4] = p1.x, pv[5] = p1.y, pv[6] = p1.z, pv[7] = p1.w;
+    }
+    const uint32_t wa[4] = {xa.x, xa.y, xa.z, xa.w}, wb[4] = {xb.x, xb.y, xb.z, xb.w};
+    uint32_t wo[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const uint16_t lo = elem_op<OP>(dsp_dev_bf16_val((uint16_t)(wa[j] & 0xffffu)),
+                                      dsp_dev_bf16_val((uint16_t)(wb[j] & 0xffffu)), pv[2 * j]);
+      const uint16_t hi = elem_op<OP>(dsp_dev_bf16_val((uint16_t)(wa[j] >> 16)), dsp_dev_bf16_val((uint16_t)(wb[j] >> 16)),
+                                      pv[2 * j + 1]);
+      wo[j] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    *(uint4 *)at(out, r, 0, c) = make_uint4(wo[0], wo[1], wo[2], wo[3]);
+  }
+}
+
+/* Every view contiguous along dim in 16-byte pieces (and p in two 16-byte pieces), the vectors' count an int. */
+static int elem_vec(const dsp_cu_view *a, const dsp_cu_view *b, const float *p, int64_t ps, const dsp_cu_view *out) {
+  const dsp_cu_view *v[3] = {a, b ? b : a, out};
+  if (a->dim % 8 || a->rows * (a->dim / 8) > INT32_MAX) return 0;
+  for (int i = 0; i < 3; i++)
+    if (v[i]->s_dim != 1 || v[i]->s_row % 8 || ((uintptr_t)v[i]->data & 15)) return 0;
+  return !p || (ps % 4 == 0 && !((uintptr_t)p & 15));
 }
 
 template <int OP>
@@ -312,6 +357,11 @@ static void launch_elem(const dsp_cu_view *a, const dsp_cu_view *b, const float 
                         cudaStream_t s) {
   const int64_t n = a->rows * a->dim;
   if (n <= 0) return;
+  if (elem_vec(a, b, p, ps, out)) {
+    const unsigned g = dsp_dev_blocks_for(n / 8, 256) < 8192 ? dsp_dev_blocks_for(n / 8, 256) : 8192;
+    dsp_launch(k_elem8<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
+    return;
+  }
   const unsigned g = dsp_dev_blocks_for(n, 256) < 8192 ? dsp_dev_blocks_for(n, 256) : 8192;
   dsp_launch(k_elem<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
 }
