@@ -51,7 +51,7 @@
 #                                   launch (DETAIL: ncu kernel filter, SKIP launches) of the shipped target's batch-16
 #                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
-#                                   and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
+#                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
@@ -466,6 +466,12 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
     cmake --build build-gpu -j16 --target dspark bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
     > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader
+  B=gpu
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    build_old bench_target && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_layers > "$OUT/layers.log" 2>&1; echo "t_layers: rc $?"
   stamp "products: t_gemm_rows with every few-row product on mma.sync; the two kernels at 16 and 32 rows"
   DSPARK_GEMM_SMALL=1 timeout 120 build-gpu/tests/test_ops_cpu cuda "" t_gemm_rows > "$OUT/rows.log" 2>&1
   echo "t_gemm_rows (DSPARK_GEMM_SMALL=1): rc $?"; grep -E "gemm rows N" "$OUT/rows.log" | head -5
@@ -478,6 +484,11 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
     grep -E "^\||^#" "$OUT/peer_kda.log" | grep -v "^|---"
   fi
   while [ ! -f /tmp/made ]; do sleep 2; done
+  if [ "$B" = "old gpu" ]; then
+    stamp "bench_target (.old), random Qwen3-8B"
+    timeout 200 build-old/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 2048 \
+      --batch 1,32 2>&1 | grep -E "^\||rate" | grep -v "^|---"
+  fi
   for v in ${VALUES:-auto}; do
     stamp "bench_target, random Qwen3-8B (issue 16), DSPARK_GEMM_SMALL=$v"
     DSPARK_GEMM_SMALL=$v timeout 200 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
