@@ -463,7 +463,7 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
       python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
   stamp "configure + build"
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-    cmake --build build-gpu -j16 --target dspark bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
+    cmake --build build-gpu -j16 --target dspark_tool bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
     > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader
   B=gpu
