@@ -385,8 +385,7 @@ static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void 
    * warps each own a 16-row strip, so a product has 4x more chains in flight than the 64-row tiles: at M 1 and 8
    * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session), at M 32 up to 23% */
   const int small = dsp_env_get()->gemm_small;
-  if (lm->wg && lm->small && m <= (small == 1 ? DSP_GEMM_SMALL_MAX_M : DSP_GEMM_SMALL_AUTO_M) &&
-      !dsp_env_get()->gemm_tile && small != 0)
+  if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile && small != 0)
     return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, NULL, f32, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, f32, s);
   if (f32)

@@ -27,11 +27,10 @@
 extern "C" {
 #endif
 
-/* The most token rows the kernel takes (DSPARK_GEMM_SMALL=1 runs every product of up to that many rows on it), and
- * the most that DSPARK_GEMM_SMALL=auto gives it: at 32 rows it took 18-23% less than the wgmma kernel on the 4096-row
- * products and the same on the wider ones (bench/RESULTS.md, thirty-seventh session). */
+/* The most token rows the kernel takes (gemm.cu gives it every product of up to that many rows): at 32 rows it took
+ * 18-23% less than the wgmma kernel on the 4096-row products and the same on the wider ones (bench/RESULTS.md,
+ * thirty-seventh session). */
 #define DSP_GEMM_SMALL_MAX_M 32
-#define DSP_GEMM_SMALL_AUTO_M 32
 
 /* A launch shape for measurement (bench/): c consumer warps (strips) a block, sb boxes of [64 k] a stage (2 or 4),
  * at most `stages` stages; a field of 0 keeps the kernel's pick. No shape changes a bit. */
