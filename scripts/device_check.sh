@@ -457,7 +457,11 @@ if [ "$MODE" = target ]; then
   stamp "done"; exit 0
 fi
 if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each beside its peer (PEERS=0: none)
-  [ -d .whl ] && { pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log"; } &
+  PIP=""
+  if [ -d .whl ]; then
+    { pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log"; } &
+    PIP=$!
+  fi
   rm -f /tmp/made
   ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
       python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
@@ -478,6 +482,7 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
   timeout 120 build-gpu/bench/bench_gemm_small --m ${GSM:-16,32} --shapes 0:0:0,wg 2>&1 | grep -E "^\||^device" | grep -v "^|---"
   stamp "bench_kda (issue 19)"
   timeout 150 build-gpu/bench/bench_kda --backend cuda 2>&1 | grep -E "^#|^\| (decode|prefill)|copy"
+  [ -n "$PIP" ] && wait $PIP
   if [ "${PEERS:-1}" = 1 ] && [ -d /tmp/pyfla ]; then
     stamp "fla peer"
     PYTHONPATH=/tmp/pyfla timeout 200 python3 bench/fla_peer_kda.py > "$OUT/peer_kda.log" 2>&1
