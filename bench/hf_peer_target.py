@@ -53,10 +53,10 @@ def layer(p, H, I, hq, hkv, d, normal, norm):
             p + "mlp.down_proj.weight": normal((H, I), 1 / math.sqrt(I))}
 
 
-def make(outdir, shape, seed=0):
+def make(outdir, shape, seed=0, layers=None):
     from safetensors.torch import save_file
     s = SHAPES[shape]
-    L = s["layers"]
+    L = layers or s["layers"]  # fewer layers: one layer's kernels at the shape, for profiling
     cfg = {  # as transformers 4.51 saves a Qwen3 model
         "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
         "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
@@ -288,6 +288,7 @@ def main():
     ap.add_argument("--make-draft", nargs=2, metavar=("TARGET", "OUTDIR"),
                     help="write a random DSpark draft of the public checkpoints' shape for TARGET")
     ap.add_argument("--shape", default="qwen3-1.7b", choices=sorted(SHAPES))
+    ap.add_argument("--layers", type=int, default=None, help="with --make: this many layers, not the shape's")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--batch", default="1,4,16")
@@ -299,7 +300,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     if a.make:
-        make(a.make, a.shape)
+        make(a.make, a.shape, layers=a.layers)
         return 0
     if a.make_draft:
         make_draft(*a.make_draft)

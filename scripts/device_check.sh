@@ -50,6 +50,8 @@
 #   scripts/device_check.sh attcmp  the op harness's attention tables of .old/ and this tree (twice), then one attention
 #                                   launch (DETAIL: ncu kernel filter, SKIP launches) of the shipped target's batch-16
 #                                   decode in detail: sections and hottest SASS lines
+#   scripts/device_check.sh prefill one attention launch of a 1024-row context forward in detail (ncu sections and hottest
+#                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -454,6 +456,19 @@ if [ "$MODE" = target ]; then
     timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --mode $mode --attn sdpa --context 1024 \
       --batch 1,32 > "$OUT/peer_$mode.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_$mode.log" | tail -8
   done
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = prefill ]; then  # one attention launch of a 1024-row context forward in detail (Qwen3-8B's shapes)
+  (python3 bench/hf_peer_target.py --make /tmp/t2 --shape qwen3-8b --layers 2 > "$OUT/make.log" 2>&1) &
+  stamp "configure + build (lineinfo)"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
+    cmake --build build-gpu -j16 --target bench_target; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  wait
+  stamp "ncu: the context forward's first attention launch (2 m-tiles: 8 rows of 4 heads a block)"
+  ncu_detail "regex:k_attention_tc<\(int\)2" ${SKIP:-0} ${TOP:-40} build-gpu/bench/bench_target --model /tmp/t2 \
+    --backend cuda --context ${CONTEXT:-1024} --prefill 16 --batch 1 --reps 3
+  rm -rf /tmp/t2
   stamp "done"; exit 0
 fi
 if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each beside its peer (PEERS=0: none)
