@@ -28,8 +28,7 @@
 #include "kernels/cuda/layers.h"
 
 #define TC_CHUNK 128 /* z and p.v partials: keys [128 c, 128 c + 128) */
-#define TC_STAGE 64  /* value rows per staged buffer at D 128; 128 / D times that below it */
-#define TC_VBUF 3    /* value buffers: two stages load while p.v reads a third */
+#define TC_STAGE 64  /* value rows per staged buffer (two buffers) at D 128; 128 / D times that below it */
 #define TC_SPLIT 8   /* blocks per cluster at most (the portable cluster size) */
 
 namespace cg = cooperative_groups;
@@ -45,12 +44,12 @@ __host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
 }
 /* Value rows a stage: the same bytes at every head dim, so a short head's p.v waits on as few copies. */
 __host__ __device__ constexpr int tc_stage_rows(int64_t D) { return (int)(TC_STAGE * 128 / D); }
-/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [TC_VBUF][stage rows][D + 8] (bf16; the
+/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][stage rows][D + 8] (bf16; the
  * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
  * partials [cpb][R][D] (fp32). */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
 static size_t tc_smem(int mt, int64_t D, int64_t L, int S) {
-  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + TC_VBUF * tc_stage_rows(D) * (D + 8)) * 2;
+  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * tc_stage_rows(D) * (D + 8)) * 2;
   if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
   return b;
 }
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   const int S = a.key_split, b = (int)(blockIdx.x % (unsigned)S);
   const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L, S), group = a.q.heads / a.kv_heads;
   uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)R * LP;
-  float *zp = (float *)(vs + TC_VBUF * ST * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
+  float *zp = (float *)(vs + 2 * ST * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int64_t t0 = (int64_t)(blockIdx.x / (unsigned)S) * rb, kvh = blockIdx.y;
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
     /* the first values load while the scores and the softmax run (the buffers are free at a run's start) */
     const int kw_ = kpe - k0b, nst = (kw_ + ST - 1) / ST;
     auto stage = [&](int s) {
-      uint16_t *dst = vs + (size_t)(s % TC_VBUF) * ST * VP;
+      uint16_t *dst = vs + (size_t)(s & 1) * ST * VP;
       for (int i = tid; i < ST * (D / 8); i += TC_THREADS) {
         const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * ST + r;
         const bool ok = key < nkmax;
@@ -146,7 +145,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       }
       dsp_cp_commit();
     };
-    for (int s = 0; s < TC_VBUF - 1 && s < nst; s++) stage(s);
+    if (nst > 0) stage(0);
 
     /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w */
     uint32_t qa[MT][DC][2][4];
@@ -285,18 +284,15 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
 #pragma unroll
         for (int e = 0; e < 4; e++) tot[mt][n8][e] = cacc[mt][n8][e] = 0.0f;
     __syncthreads(); /* p is written */
-    static_assert(TC_VBUF == 3, "the waits below keep two stages in flight");
     for (int s = 0; s < nst; s++) {
-      if (s + 2 < nst) { /* its buffer was read in the previous stage, which ended with a barrier */
-        stage(s + 2);
-        dsp_cp_wait<2>();
-      } else if (s + 1 < nst) {
+      if (s + 1 < nst) {
+        stage(s + 1);
         dsp_cp_wait<1>();
       } else {
         dsp_cp_wait<0>();
       }
       __syncthreads();
-      const uint16_t *vsb = vs + (size_t)(s % TC_VBUF) * ST * VP;
+      const uint16_t *vsb = vs + (size_t)(s & 1) * ST * VP;
 #pragma unroll
       for (int gi = 0; gi < ST / 16; gi++) {
         const int k0 = k0b + s * ST + gi * 16;
