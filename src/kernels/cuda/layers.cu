@@ -357,13 +357,10 @@ static void launch_elem(const dsp_cu_view *a, const dsp_cu_view *b, const float 
                         cudaStream_t s) {
   const int64_t n = a->rows * a->dim;
   if (n <= 0) return;
-  if (elem_vec(a, b, p, ps, out)) {
-    const unsigned g = dsp_dev_blocks_for(n / 8, 256) < 8192 ? dsp_dev_blocks_for(n / 8, 256) : 8192;
-    dsp_launch(k_elem8<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
-    return;
-  }
-  const unsigned g = dsp_dev_blocks_for(n, 256) < 8192 ? dsp_dev_blocks_for(n, 256) : 8192;
-  dsp_launch(k_elem<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
+  const int vec = elem_vec(a, b, p, ps, out);
+  const unsigned g0 = dsp_dev_blocks_for(vec ? n / 8 : n, 256), g = g0 < 8192 ? g0 : 8192;
+  if (vec) dsp_launch(k_elem8<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
+  else dsp_launch(k_elem<OP>, dim3(g), dim3(256), 0, s, *a, b ? *b : *a, p, ps, *out);
 }
 
 extern "C" void dsp_cu_add(const dsp_cu_view *a, const dsp_cu_view *b, const dsp_cu_view *out, cudaStream_t s) {
