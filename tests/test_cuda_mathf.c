@@ -55,11 +55,21 @@ static void t_device_mathf(void **st) {
   if (de || dl) fail_msg("the device's expf or log1pf is not the host's");
 }
 
+/* The hardware's bf16 rounding (the many-row attention kernel's scores and p) against the integer rounding of
+   the contract, over all 2^32 inputs but NaNs. */
+static void t_device_bf16_cvt(void **st) {
+  (void)st;
+  unsigned long long bad = ~0ull;
+  assert_int_equal(dsp_cuda_bf16_cvt_check(&bad), DSP_OK);
+  print_message("bf16 rounding: %llu of 2^32 non-NaN inputs differ between cvt.rn and the integer form\n", bad);
+  assert_true(bad == 0);
+}
+
 int main(void) {
   if (dsp_cuda_device_count() == 0) {
     printf("test_cuda_mathf: no CUDA device: skipped\n");
     return 77;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_device_mathf)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_device_mathf), cmocka_unit_test(t_device_bf16_cvt)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,6 +377,33 @@ static void run_att(dsp_backend *be, const att_case *c, int64_t T, const uint16_
   for (int i = 0; i < 6; i++) dsp_op_release(be, 0, all[i]);
 }
 
+/* Row t, head h in double from the contract's rounding points: ref[d] and its tolerance tol[d] (sc: P scratch). */
+static void att_reference(const att_case *c, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                          const int32_t *rs, const int32_t *rk, int64_t t, int64_t h, double *sc, double *ref,
+                          double *tol) {
+  const int64_t D = c->d, Hq = c->hq, Hkv = c->hkv, W = Hkv * D * c->stride_mul, P = c->max_len;
+  const int64_t kvh = h / (Hq / Hkv), n = rk[t];
+  const uint16_t *kb = kc + (size_t)(rs[t] * P * W + kvh * D), *vb = vc + (size_t)(rs[t] * P * W + kvh * D);
+  const uint16_t *qr = q + (size_t)((t * Hq + h) * D);
+  double m = -INFINITY, z = 0;
+  for (int64_t j = 0; j < n; j++) {
+    double dot = 0;
+    for (int64_t d = 0; d < D; d++) dot += (double)bf(qr[d]) * (double)bf(kb[j * W + d]);
+    sc[j] = bf(to_bf((double)bf(to_bf(dot)) * (double)(float)(1.0 / sqrt((double)D))));
+    m = sc[j] > m ? sc[j] : m;
+  }
+  for (int64_t j = 0; j < n; j++) z += exp(sc[j] - m);
+  for (int64_t j = 0; j < n; j++) sc[j] = bf(to_bf(exp(sc[j] - m) / z));
+  for (int64_t d = 0; d < D; d++) {
+    double r = 0, mag = 0;
+    for (int64_t j = 0; j < n; j++) {
+      r += sc[j] * (double)bf(vb[j * W + d]);
+      mag += sc[j] * fabs((double)bf(vb[j * W + d]));
+    }
+    ref[d] = r, tol[d] = ldexp(fabs(r), -8) + ldexp(mag, -6);
+  }
+}
+
 static void check_att(const att_case *c) {
   enum { T = 14, SLOTS = 3 };
   const int64_t D = c->d, Hq = c->hq, Hkv = c->hkv, W = Hkv * D * c->stride_mul, P = c->max_len;
@@ -434,29 +461,13 @@ static void check_att(const att_case *c) {
       isa += !is_nan16(onan[(size_t)((11 * Hq + 1) * D + d)]) + !is_nan16(onan[(size_t)((2 * Hq + 0) * D + d)]);
     free(qr), free(kr), free(od), free(os), free(qnan), free(onan);
   }
-  double *sc = malloc((size_t)P * sizeof *sc);
+  double *sc = malloc((size_t)(P + 2 * D) * sizeof *sc), *rv = sc + P, *tl = rv + D;
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < Hq; h++) {
-      const int64_t kvh = h / (Hq / Hkv), n = rk[t];
-      const uint16_t *kb = kc + (size_t)(rs[t] * P * W + kvh * D), *vb = vc + (size_t)(rs[t] * P * W + kvh * D);
-      const uint16_t *qr = q + (size_t)((t * Hq + h) * D);
-      double m = -INFINITY, z = 0;
-      for (int64_t j = 0; j < n; j++) {
-        double dot = 0;
-        for (int64_t d = 0; d < D; d++) dot += (double)bf(qr[d]) * (double)bf(kb[j * W + d]);
-        sc[j] = bf(to_bf((double)bf(to_bf(dot)) * (double)(float)(1.0 / sqrt((double)D))));
-        m = sc[j] > m ? sc[j] : m;
-      }
-      for (int64_t j = 0; j < n; j++) z += exp(sc[j] - m);
-      for (int64_t j = 0; j < n; j++) sc[j] = bf(to_bf(exp(sc[j] - m) / z));
+      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
       for (int64_t d = 0; d < D; d++) {
-        double ref = 0, mag = 0;
-        for (int64_t j = 0; j < n; j++) {
-          ref += sc[j] * (double)bf(vb[j * W + d]);
-          mag += sc[j] * fabs((double)bf(vb[j * W + d]));
-        }
+        const double ref = rv[d], tol = tl[d];
         const size_t i = (size_t)((t * Hq + h) * D + d);
-        const double tol = ldexp(fabs(ref), -8) + ldexp(mag, -6);
         const int ok = fabs((double)bf(o[0][i]) - ref) <= tol;
         bad += !ok;
         if (!ok && bad <= 3)
@@ -488,6 +499,66 @@ static void t_attention(void **st) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_att(&cases[i]);
   print_message("attention: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
                 g_cpu ? " (and the CPU against the reference)" : "");
+}
+
+/* Long runs of causal rows on one slot (prefill). CUDA's many-row tensor-core kernel takes them when the hint
+ * says the runs fill its blocks, and every call of a cache too long for the other kernel's scores: the same bits
+ * as one row per block (hint 1) and as the last run's rows alone, each value within t_attention's tolerance of
+ * the reference. Runs: 300 rows past a 100-key prefix on slot 1, 200 rows from the start on slot 0, the
+ * rest ending at the cache's last key on slot 2, so tiles and chunks are cut mid-way. */
+static void check_att_runs(const att_case *c, int64_t T) {
+  enum { SLOTS = 3 };
+  const int64_t D = c->d, Hq = c->hq, W = c->hkv * D * c->stride_mul, P = c->max_len, rest = T - 500;
+  int32_t *rs = malloc((size_t)T * 4), *rk = malloc((size_t)T * 4);
+  for (int64_t t = 0; t < T; t++) {
+    rs[t] = t < 300 ? 1 : t < 500 ? 0 : 2;
+    rk[t] = (int32_t)(t < 300 ? 101 + t : t < 500 ? t - 299 : P - (T - 1 - t));
+  }
+  const size_t cn = (size_t)(SLOTS * P * W), qn = (size_t)(T * Hq * D);
+  uint16_t *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2), *o[4];
+  for (int i = 0; i < 4; i++) o[i] = malloc(qn * 2);
+  for (size_t i = 0; i < qn; i++) q[i] = rand_val();
+  for (size_t i = 0; i < cn; i++) kc[i] = rand_val(), vc[i] = rand_val();
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 300, 0, o[0]);
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 1, 0, o[1]);
+  run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 300, 3, o[2]);
+  memcpy(o[3], o[0], qn * 2);
+  for (int64_t t = 500; t < T; t++)
+    run_att(g_be, c, 1, q + (size_t)(t * Hq * D), kc, vc, SLOTS, rs + t, rk + t, 1, 0, o[3] + (size_t)(t * Hq * D));
+  double *sc = malloc((size_t)(P + 2 * D) * sizeof *sc), *rv = sc + P, *tl = rv + D;
+  long bad = 0, launch = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
+      for (int64_t d = 0; d < D; d++) {
+        const size_t i = (size_t)((t * Hq + h) * D + d);
+        const int ok = fabs((double)bf(o[0][i]) - rv[d]) <= tl[d];
+        bad += !ok;
+        if (!ok && bad <= 3)
+          print_message("  attention runs: row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n",
+                        (long long)t, (long long)h, (long long)d, (double)bf(o[0][i]), rv[d], tl[d]);
+        for (int v = 1; v < 4; v++) launch += o[v][i] != o[0][i];
+        g_compared++;
+      }
+    }
+  if (bad || launch)
+    fail_msg("attention runs Hq %lld Hkv %lld D %lld cache %lld (%lld rows): %ld beyond the tolerance, %ld differ "
+             "between launches (hint 300, hint 1, q rows padded, the last %lld rows alone)",
+             (long long)Hq, (long long)c->hkv, (long long)D, (long long)P, (long long)T, bad, launch, (long long)rest);
+  free(sc), free(q), free(kc), free(vc), free(rs), free(rk);
+  for (int i = 0; i < 4; i++) free(o[i]);
+}
+
+static void t_attention_runs(void **st) {
+  (void)st;
+  const long long before = g_compared;
+  /* Qwen3-8B's heads; GQA 3 on a stacked cache (a pair's rows straddle m-tiles); head dim 32; and a cache of
+     6200 keys, past what the one-row kernel's scores hold at head dim 128 */
+  const att_case cases[] = {{32, 8, 128, 1, 700}, {24, 8, 64, 2, 500}, {32, 16, 32, 1, 420}, {32, 8, 128, 1, 6200}};
+  const int64_t rows[] = {540, 540, 540, 516};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0] - !g_cuda; i++) /* the long cache: a CUDA launch choice */
+    check_att_runs(&cases[i], rows[i]);
+  print_message("attention runs: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
 }
 
 /* ---- the models' layer ops (docs/CONTRACTS.md, "The models") ---------------------
@@ -1045,7 +1116,7 @@ double copy_rate(void) {
  * Hq / Hkv heads of D; median of 5 timed groups. *bytes: the cache rows read. */
 static double time_att(int64_t Hq, int64_t Hkv, int64_t D, int64_t T, int64_t run, int block, int64_t nk, int hint,
                        double *bytes) {
-  const int64_t W = Hkv * D, P = nk + 16, slots = (T + run - 1) / run;
+  const int64_t W = Hkv * D, P = nk + run + 16, slots = (T + run - 1) / run;
   const size_t cn = (size_t)(slots * P * W), qn = (size_t)(T * Hq * D);
   uint16_t *h = malloc((cn > qn ? cn : qn) * 2);
   for (size_t i = 0; i < (cn > qn ? cn : qn); i++) h[i] = rand_val();
@@ -1113,6 +1184,20 @@ static void t_perf(void **st) {
     double bytes;
     const double t = time_att(32, 8, 128, at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
+  }
+  /* prefill: causal runs from the first key; the floor is q.k and p.v once at the matrix rate (the contract's
+     passes compute the scores three times) */
+  if (attention && g_cuda)
+    printf("%-44s %10s %10s %8s\n", "attention prefill (32/8 heads of 128)", "ms", "floor ms", "x floor");
+  const struct { int64_t t, run; int hint; const char *what; } pfl[] = {
+      {1024, 1024, 1024, "prefill 1024"}, {1024, 1024, 1, "prefill 1024, one-row kernel"},
+      {2048, 2048, 2048, "prefill 2048"}, {2048, 512, 512, "prefill 4 x 512"}};
+  for (size_t i = 0; attention && g_cuda && i < sizeof pfl / sizeof pfl[0]; i++) {
+    double bytes;
+    const double t = time_att(32, 8, 128, pfl[i].t, pfl[i].run, 0, 1, pfl[i].hint, &bytes);
+    const double keys = (double)(pfl[i].t / pfl[i].run) * (double)pfl[i].run * (double)(pfl[i].run + 1) / 2.0;
+    const double fl = 4.0 * 32 * 128 * keys / peak;
+    printf("%-44s %10.4f %10.4f %8.2f\n", pfl[i].what, t * 1e3, fl * 1e3, t / fl);
   }
   /* the shipped pair's shape (8 / 4 heads of 32), where a call's fixed costs and short chains show */
   if (attention)
@@ -1189,7 +1274,7 @@ int main(int argc, char **argv) {
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
-                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_layers),
+                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }

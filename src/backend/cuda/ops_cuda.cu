@@ -341,7 +341,12 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
     c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
   }
   /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
-  const int tc = dsp_env_get()->cuda_attention_tc && dsp_cu_attention_tc_config(&c, a->row_group, sms, limit);
+  const int tce = dsp_env_get()->cuda_attention_tc;
+  /* the tensor-core bits in either kernel: the many-row one for long runs (a launch choice), and for every call
+     of a shape whose cache the scores of the other cannot hold (a property of the shape) */
+  int pf = tce && dsp_env_get()->cuda_attention_rows && dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
+  const int tc = pf || (tce && (dsp_cu_attention_tc_config(&c, a->row_group, sms, limit) ||
+                                (pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1))));
   if (!tc && !dsp_cu_attention_config(&c, a->row_group, sms, limit))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
@@ -351,12 +356,15 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   if (m->att_smem[dev] != limit) {
     DSP_CUDA_TRY(dsp_cu_attention_prepare(limit));
     DSP_CUDA_TRY(dsp_cu_attention_tc_prepare(limit));
+    DSP_CUDA_TRY(dsp_cu_attention_pf_prepare(limit));
     m->att_smem[dev] = limit;
   }
-  static int told[2]; /* verbose: each form named once per process (a test checks the tensor cores ran) */
-  if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc], 1, __ATOMIC_RELAXED))
-    fprintf(stderr, "dspark: attention: %s form (head dim %lld)\n", tc ? "tensor-core" : "fp32", (long long)D);
-  if (tc) dsp_cu_attention_tc(&c, dsp_cuda_stream(be, dev));
+  static int told[3]; /* verbose: each kernel named once per process (a test checks which ran) */
+  if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc + pf], 1, __ATOMIC_RELAXED))
+    fprintf(stderr, "dspark: attention: %s form (head dim %lld)%s\n", tc ? "tensor-core" : "fp32", (long long)D,
+            pf ? ", many-row kernel" : "");
+  if (pf) dsp_cu_attention_pf(&c, dsp_cuda_stream(be, dev));
+  else if (tc) dsp_cu_attention_tc(&c, dsp_cuda_stream(be, dev));
   else dsp_cu_attention(&c, dsp_cuda_stream(be, dev));
   return LAUNCHED("attention");
 }

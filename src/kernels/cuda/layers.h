@@ -96,6 +96,13 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
 int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit);
 cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
+/* The tensor-core form's bits for long runs of rows on a slot (attention_pf.cu): the scores computed three times
+ * instead of stored, so 64 (row, head) pairs share each staged key tile and any cache length fits. Head dims 32,
+ * 64 and 128, groups up to 64. Returns 1 when the runs (row_group) fill its blocks and the blocks the sms, or, with
+ * need, for any rows. */
+int dsp_cu_attention_pf_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit, int need);
+cudaError_t dsp_cu_attention_pf_prepare(size_t smem_limit);
+void dsp_cu_attention_pf(const dsp_cu_attention_args *a, cudaStream_t s);
 
 /* Per row r of logits [R, N] (bf16, row stride ls): the selection key
  * (devmath.cuh) of the best column < n_valid, ids id0 + column; rows whose

@@ -5,6 +5,7 @@
 
 #include "core/log1pf.h"
 #include "kernels/cuda/common/check.h"
+#include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/expf.cuh"
 
 __global__ void k_mathf_eval(const float *x, int64_t n, float *e, float *l) {
@@ -27,6 +28,37 @@ extern "C" dsp_status dsp_cuda_mathf_eval(const float *x, int64_t n, float *exp_
   }
   if (st != DSP_OK)
     st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: mathf eval: %s", __FILE__, __LINE__, cudaGetErrorString(cudaGetLastError()));
+  cudaFree(d);
+  return st;
+}
+
+/* Inputs u .. u + 2^32 - 1 over the grid, a thread's stride apart: the non-NaN ones whose hardware bf16 rounding
+   (single and packed) differs from the integer one, counted. */
+__global__ void k_bf16_cvt_check(unsigned long long *bad) {
+  unsigned long long n = 0;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < ((uint64_t)1 << 32); u += stride) {
+    const float f = __uint_as_float((uint32_t)u), g = __uint_as_float((uint32_t)u ^ 0x80000000u);
+    if (f != f) continue;
+    const uint32_t want = dsp_dev_bf16_bits(f) | (uint32_t)dsp_dev_bf16_bits(g) << 16;
+    n += __float_as_uint(dsp_dev_round_bf16_hw(f)) != __float_as_uint(dsp_dev_round_bf16(f));
+    n += dsp_dev_bf16x2_hw(f, g) != want;
+  }
+  atomicAdd(bad, n);
+}
+
+extern "C" dsp_status dsp_cuda_bf16_cvt_check(unsigned long long *mismatches) {
+  unsigned long long *d = NULL;
+  DSP_CUDA_TRY(cudaMalloc(&d, sizeof *d));
+  dsp_status st = DSP_OK;
+  if (cudaMemset(d, 0, sizeof *d) != cudaSuccess) st = DSP_ERR_DEVICE;
+  if (st == DSP_OK) {
+    k_bf16_cvt_check<<<1024, 256>>>(d);
+    if (cudaGetLastError() != cudaSuccess || cudaMemcpy(mismatches, d, sizeof *d, cudaMemcpyDeviceToHost) != cudaSuccess)
+      st = DSP_ERR_DEVICE;
+  }
+  if (st != DSP_OK)
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: bf16 check: %s", __FILE__, __LINE__, cudaGetErrorString(cudaGetLastError()));
   cudaFree(d);
   return st;
 }
