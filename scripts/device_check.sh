@@ -52,6 +52,10 @@
 #                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh prefill one attention launch of a 1024-row context forward in detail (ncu sections and hottest
 #                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
+#   scripts/device_check.sh rows    the many-row attention kernel (DSPARK_CUDA_ATTENTION=tc-many-row): the hardware
+#                                   bf16 rounding's check, t_attention* under it and racecheck, the op harness's
+#                                   attention tables with tc and tc-many-row, one prefill launch in detail (ncu), and
+#                                   bench_target's prefill 2048 on a random Qwen3-8B with tc and tc-many-row
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -455,6 +459,37 @@ if [ "$MODE" = target ]; then
     stamp "peer: $mode"
     timeout 150 python3 bench/hf_peer_target.py --model /tmp/bench_$SH --mode $mode --attn sdpa --context 1024 \
       --batch 1,32 > "$OUT/peer_$mode.log" 2>&1; grep -v -i "warn\|loading" "$OUT/peer_$mode.log" | tail -8
+  done
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = rows ]; then  # the many-row attention kernel against the one-row one (same bits, its speed)
+  (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
+  stamp "configure + build (lineinfo)"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
+    cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
+    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc-many-row"
+  timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|mathf:|PASSED|FAILED"
+  DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=tc-many-row timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
+    grep -v "^\[ *OK\|^\[ RUN" | tail -8
+  if [ "${SAN:-1}" = 1 ]; then
+    DSPARK_CUDA_ATTENTION=tc-many-row timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
+    echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
+  fi
+  for v in tc tc-many-row; do
+    stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=$v"
+    DSPARK_CUDA_ATTENTION=$v timeout 150 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A5 "prefill (32"
+  done
+  stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
+  export DSPARK_CUDA_ATTENTION=tc-many-row
+  ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
+  unset DSPARK_CUDA_ATTENTION
+  while [ ! -f /tmp/made ]; do sleep 2; done
+  for v in tc tc-many-row tc; do
+    stamp "bench_target prefill 2048, DSPARK_CUDA_ATTENTION=$v"
+    DSPARK_CUDA_ATTENTION=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+      --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"
   done
   stamp "done"; exit 0
 fi

@@ -13,14 +13,17 @@ set_tests_properties(test_ops_cuda PROPERTIES LABELS gpu TIMEOUT 600 ENVIRONMENT
 add_test(NAME test_ops_cuda_gemm_rows COMMAND test_ops_cpu cuda "" t_gemm_rows)
 set_tests_properties(test_ops_cuda_gemm_rows PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "DSPARK_GEMM_SPLIT=0;DSPARK_GEMM_SMALL=1;DSPARK_VERBOSE=1")
-# Attention's two CUDA forms on the same cases: the tensor cores (the default; both its one-row and its many-row
-# kernel) must have run, and with DSPARK_CUDA_ATTENTION=fp32 only the fp32 kernel.
-set(att_tc_check "grep -q 'attention: tensor-core form.*)$' att_tc.log && grep -q 'many-row kernel' att_tc.log")
+# Attention's CUDA forms on the same cases: the tensor cores (the default) must have run, with
+# DSPARK_CUDA_ATTENTION=fp32 only the fp32 kernel, and with tc-many-row both tensor-core kernels.
+set(att_tc_check "grep -q 'attention: tensor-core form' att_tc.log && ! grep -q 'many-row kernel' att_tc.log")
 set(att_fp32_check "! grep -q 'attention: tensor-core form' att_fp32.log")
-foreach(form tc fp32)
+set(att_rows_check "grep -q 'attention: tensor-core form.*)$' att_rows.log && grep -q 'many-row kernel' att_rows.log")
+foreach(form tc fp32 rows)
   set(envs "DSPARK_VERBOSE=1")
   if(form STREQUAL fp32)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=fp32")
+  elseif(form STREQUAL rows)
+    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-many-row")
   endif()
   add_test(NAME test_ops_cuda_attention_${form}
            COMMAND sh -c "\"$0\" cuda '' 't_attention*' > att_${form}.log 2>&1; rc=$?; cat att_${form}.log; [ $rc -ne 0 ] && exit $rc; ${att_${form}_check}"
@@ -37,7 +40,8 @@ if(DSPARK_HAVE_CUDA)
              COMMAND ${DSP_COMPUTE_SANITIZER} --tool racecheck --error-exitcode 1 $<TARGET_FILE:test_ops_cpu> cuda "" t_kda)
     add_test(NAME test_ops_cuda_racecheck_attention
              COMMAND ${DSP_COMPUTE_SANITIZER} --tool racecheck --error-exitcode 1 $<TARGET_FILE:test_ops_cpu> cuda "" t_attention_runs)
-    set_tests_properties(test_ops_cuda_racecheck_attention PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77)
+    set_tests_properties(test_ops_cuda_racecheck_attention PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "DSPARK_CUDA_ATTENTION=tc-many-row")
     set_tests_properties(test_ops_cuda_racecheck PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77)
   endif()
 endif()

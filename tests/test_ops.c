@@ -1185,12 +1185,12 @@ static void t_perf(void **st) {
     const double t = time_att(32, 8, 128, at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
-  /* prefill: causal runs from the first key; the floor is q.k and p.v once at the matrix rate (the contract's
-     passes compute the scores three times) */
+  /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs with
+     DSPARK_CUDA_ATTENTION=tc-many-row); the floor is q.k and p.v once at the matrix rate */
   if (attention && g_cuda)
     printf("%-44s %10s %10s %8s\n", "attention prefill (32/8 heads of 128)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int hint; const char *what; } pfl[] = {
-      {1024, 1024, 1024, "prefill 1024"}, {1024, 1024, 1, "prefill 1024, one-row kernel"},
+      {1024, 1024, 1024, "prefill 1024"}, {1024, 1024, 1, "prefill 1024, hint 1 (one-row kernel)"},
       {2048, 2048, 2048, "prefill 2048"}, {2048, 512, 512, "prefill 4 x 512"}};
   for (size_t i = 0; attention && g_cuda && i < sizeof pfl / sizeof pfl[0]; i++) {
     double bytes;

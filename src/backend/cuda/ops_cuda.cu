@@ -341,12 +341,12 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
     c.out.heads = c.q.heads, c.out.dim = D, c.out.s_head = D * a->out->stride[1], c.out.s_dim = a->out->stride[1];
   }
   /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
-  const int tce = dsp_env_get()->cuda_attention_tc;
-  /* the tensor-core bits in either kernel: the many-row one for long runs (a launch choice), and for every call
-     of a shape whose cache the scores of the other cannot hold (a property of the shape) */
-  int pf = tce && dsp_env_get()->cuda_attention_rows && dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
+  const int tce = dsp_env_get()->cuda_attention_tc, rows = dsp_env_get()->cuda_attention_rows;
+  /* tc-many-row: the tensor-core bits in either kernel, the many-row one for long runs (a launch choice) and for
+     every call of a shape whose cache the one-row kernel's scores cannot hold (a property of the shape) */
+  int pf = tce && rows && dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
   const int tc = pf || (tce && (dsp_cu_attention_tc_config(&c, a->row_group, sms, limit) ||
-                                (pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1))));
+                                (rows && (pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1)))));
   if (!tc && !dsp_cu_attention_config(&c, a->row_group, sms, limit))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
