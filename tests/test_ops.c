@@ -1199,6 +1199,17 @@ static void t_perf(void **st) {
     const double fl = 4.0 * 32 * 128 * keys / peak;
     printf("%-44s %10.4f %10.4f %8.2f\n", pfl[i].what, t * 1e3, fl * 1e3, t / fl);
   }
+  /* a cache past the one-row kernel's shared memory (the fp32 form, or the many-row kernel with tc-many-row) */
+  if (attention && g_cuda) {
+    printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 8192)", "ms", "floor ms", "x floor");
+    const int64_t lt[][2] = {{1, 1}, {32, 1}, {256, 8}};
+    const char *what[] = {"decode, batch 1", "decode, batch 32", "verify-8, batch 32"};
+    for (int i = 0; i < 3; i++) {
+      double bytes;
+      const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, 0, &bytes);
+      printf("%-44s %10.4f %10.4f %8.2f\n", what[i], t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
+    }
+  }
   /* the shipped pair's shape (8 / 4 heads of 32), where a call's fixed costs and short chains show */
   if (attention)
     printf("%-44s %10s %10s %8s\n", "attention (8/4 heads of 32, context 256)", "ms", "floor ms", "x floor");

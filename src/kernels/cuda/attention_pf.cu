@@ -288,10 +288,13 @@ extern "C" int dsp_cu_attention_pf_config(dsp_cu_attention_args *a, int row_grou
     return 0;
   const int64_t group = a->q.heads / Hkv, np = 16 * PF_WARPS;
   if (group > np) return 0;
-  const int64_t rb = np / group, blocks = (a->q.rows + rb - 1) / rb * Hkv;
+  int64_t rb = np / group;
+  const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv;
   /* runs long enough to fill a block's pairs and enough blocks to fill the SMs; or any call where the
      tensor-core form cannot hold the cache (need) */
   if (!need && (row_group * group < np || blocks < sms)) return 0;
+  /* short runs (decode over a long cache): a block per run, so the runs spread over the SMs (a launch choice) */
+  if (row_group * group < np) rb = row_group > 1 ? row_group : 1;
   a->rows_per_block = (int)rb, a->heads_per_block = (int)group, a->pairs = (int)np, a->key_split = 1;
   a->warps = PF_WARPS;
   a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
