@@ -54,7 +54,8 @@
 #                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
 #   scripts/device_check.sh rows    the many-row attention kernel (DSPARK_CUDA_ATTENTION=tc-many-row): the hardware
 #                                   bf16 rounding's check, t_attention* under it and racecheck, the op harness's
-#                                   attention tables with tc and tc-many-row, one prefill launch in detail (ncu), and
+#                                   attention tables (prefill, context 8192) with tc and tc-many-row, one prefill
+#                                   launch in detail (ncu), and
 #                                   bench_target's prefill 2048 on a random Qwen3-8B with tc and tc-many-row
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
@@ -479,7 +480,8 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel against the one-row
   fi
   for v in tc tc-many-row; do
     stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=$v"
-    DSPARK_CUDA_ATTENTION=$v timeout 150 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A5 "prefill (32"
+    DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
+      grep -A4 "prefill (32\|context 8192"
   done
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
   export DSPARK_CUDA_ATTENTION=tc-many-row
