@@ -377,6 +377,13 @@ static void run_att(dsp_backend *be, const att_case *c, int64_t T, const uint16_
   for (int i = 0; i < 6; i++) dsp_op_release(be, 0, all[i]);
 }
 
+/* q [qn], and K, V caches [cn]: grid values (exact sums) or random ones for q and K, random V. */
+static void att_inputs(size_t qn, size_t cn, int grid, uint16_t **q, uint16_t **kc, uint16_t **vc) {
+  *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2);
+  for (size_t i = 0; i < qn; i++) (*q)[i] = grid ? grid_val() : rand_val();
+  for (size_t i = 0; i < cn; i++) (*kc)[i] = grid ? grid_val() : rand_val(), (*vc)[i] = rand_val();
+}
+
 /* Row t, head h in double from the contract's rounding points: ref[d] and its tolerance tol[d] (sc: P scratch). */
 static void att_reference(const att_case *c, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
                           const int32_t *rs, const int32_t *rk, int64_t t, int64_t h, double *sc, double *ref,
@@ -415,12 +422,11 @@ static void check_att(const att_case *c) {
   rs[12] = 1, rk[12] = (int32_t)P;
   rs[13] = 0, rk[13] = 9;
   const size_t cn = (size_t)(SLOTS * P * W), qn = (size_t)(T * Hq * D);
-  uint16_t *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2);
+  uint16_t *q, *kc, *vc;
+  att_inputs(qn, cn, 1, &q, &kc, &vc);
   uint16_t *o[7]; /* hints 0, 7, 4, rows alone, the CPU, hint 16 (32 pairs: CUDA's two-tile tensor-core form),
                      q rows padded */
   for (int i = 0; i < 7; i++) o[i] = malloc(qn * 2);
-  for (size_t i = 0; i < qn; i++) q[i] = grid_val();
-  for (size_t i = 0; i < cn; i++) kc[i] = grid_val(), vc[i] = rand_val();
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 0, 0, o[0]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 7, 0, o[1]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 4, 0, o[2]);
@@ -515,10 +521,9 @@ static void check_att_runs(const att_case *c, int64_t T) {
     rk[t] = (int32_t)(t < 300 ? 101 + t : t < 500 ? t - 299 : P - (T - 1 - t));
   }
   const size_t cn = (size_t)(SLOTS * P * W), qn = (size_t)(T * Hq * D);
-  uint16_t *q = malloc(qn * 2), *kc = malloc(cn * 2), *vc = malloc(cn * 2), *o[4];
+  uint16_t *q, *kc, *vc, *o[4];
+  att_inputs(qn, cn, 0, &q, &kc, &vc);
   for (int i = 0; i < 4; i++) o[i] = malloc(qn * 2);
-  for (size_t i = 0; i < qn; i++) q[i] = rand_val();
-  for (size_t i = 0; i < cn; i++) kc[i] = rand_val(), vc[i] = rand_val();
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 300, 0, o[0]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 1, 0, o[1]);
   run_att(g_be, c, T, q, kc, vc, SLOTS, rs, rk, 300, 3, o[2]);
