@@ -169,9 +169,7 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args 
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
     /* the run: the following rows of this group that read the same slot */
-    const int64_t slot = dsp_att_slot(a, r0);
-    int64_t re = r0 + 1;
-    while (re < tend && dsp_att_slot(a, re) == slot) re++;
+    const int64_t slot = dsp_att_slot(a, r0), re = dsp_att_run_end(a, r0, tend);
     const int np = (int)(re - r0) * gs;
     int nk[P], nkmax = 1;
 #pragma unroll

@@ -25,7 +25,6 @@
 #define PF_WARPS 4   /* 64 pairs a block */
 #define PF_STAGES 3  /* K (and in the last pass V) tiles in flight: 111 KB at D 128, two blocks an SM */
 
-__device__ __forceinline__ uint32_t pf_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* K rows 16 words apart modulo the 32 banks: a quarter warp's two rows of 16-byte loads take all banks once. */
 __host__ __device__ constexpr int pf_kpitch(int D) { return (D / 2) % 32 == 0 ? D + 32 : D; }
 /* K and V tiles, PF_STAGES each ([64][D + pad]); q is staged in the value tiles before they are first filled. */
@@ -36,16 +35,9 @@ static size_t pf_smem(int64_t D) { return (size_t)PF_STAGES * PF_TILE * (pf_kpit
 __device__ __forceinline__ float pf_score(float acc, float scale) {
   return dsp_dev_round_bf16_hw(__fmul_rn(dsp_dev_round_bf16_hw(acc), scale));
 }
-/* d += a b (m16n8k16, bf16, fp32), not volatile: the scheduler may interleave independent products */
-__device__ __forceinline__ void pf_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Scores of N consecutive 8-key tiles of the staged K from tile nt0 for this thread's rows g, g + 8 (e >> 1) and
  * keys 2q, 2q + 1 (e & 1): each tile's sum runs the tensor-core form's k steps in order; the N chains are
- * interleaved so consecutive mma (kept in program order) are independent. */
+ * interleaved so consecutive mma are independent (a tile at a time, each mma waited on the one before). */
 template <int N, int DC, int KP>
 __device__ __forceinline__ void pf_qk(const uint16_t *kt, int nt0, int g, int q, const uint32_t (&qa)[DC][2][4],
                                       float (&acc)[N][4]) {
@@ -58,10 +50,10 @@ __device__ __forceinline__ void pf_qk(const uint16_t *kt, int nt0, int g, int q,
     for (int n = 0; n < N; n++) kw[n] = *(const uint4 *)(kt + ((nt0 + n) * 8 + g) * KP + 32 * c + 8 * q);
 #pragma unroll
     for (int n = 0; n < N; n++)
-      pf_mma(acc[n], qa[c][0], kw[n].x, kw[n].y);
+      dsp_mma16816(acc[n], qa[c][0][0], qa[c][0][1], qa[c][0][2], qa[c][0][3], kw[n].x, kw[n].y);
 #pragma unroll
     for (int n = 0; n < N; n++)
-      pf_mma(acc[n], qa[c][1], kw[n].z, kw[n].w);
+      dsp_mma16816(acc[n], qa[c][1][0], qa[c][1][1], qa[c][1][2], qa[c][1][3], kw[n].z, kw[n].w);
   }
 }
 
@@ -90,25 +82,10 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
   const int cr = tid % (D / 8), rr = tid / (D / 8);
   constexpr int RSTEP = NTH / (D / 8);
   for (int64_t r0 = t0; r0 < tend;) {
-    const int64_t slot = dsp_att_slot(a, r0);
-    int64_t re = r0 + 1;
-    while (re < tend && dsp_att_slot(a, re) == slot) re++;
+    const int64_t slot = dsp_att_slot(a, r0), re = dsp_att_run_end(a, r0, tend);
     const int np = (int)(re - r0) * group;
     if (tid < NP) nks[tid] = tid < np ? (int)dsp_att_keys(a, r0 + tid / group) : 0;
-    const dsp_cu_view &v = a.q;
-    const uint16_t *qb = (const uint16_t *)v.data + r0 * v.s_row + h0 * v.s_head;
-    if (a.q_vec)
-      for (int i = tid; i < NP * (D / 8); i += NTH) {
-        const int p = i / (D / 8), c8 = i % (D / 8);
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (p < np) x = *(const uint4 *)(qb + (p / group) * v.s_row + (p % group) * v.s_head + 8 * c8);
-        *(uint4 *)(qs + p * QP + 8 * c8) = x;
-      }
-    else
-      for (int i = tid; i < NP * D; i += NTH) {
-        const int p = i / D, d = i % D;
-        qs[p * QP + d] = p < np ? qb[(p / group) * v.s_row + (p % group) * v.s_head + (int64_t)d * v.s_dim] : (uint16_t)0;
-      }
+    dsp_att_stage_q<D, QP>(a, qs, r0, h0, np, NP, group, tid, NTH);
     __syncthreads();
     int nkmax = 1;
     for (int p = 0; p < np; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
@@ -137,7 +114,7 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
     auto issue = [&](int s) { /* a group for every step, empty past the last, so the waits count steps */
       if (s < nsteps) {
         const int k0 = (s % ntl) * PF_TILE, st = s % PF_STAGES;
-        const uint32_t kd = pf_saddr(ks + (st * PF_TILE + rr) * KP + 8 * cr), vd = pf_saddr(vs + (st * PF_TILE + rr) * VP + 8 * cr);
+        const uint32_t kd = dsp_att_saddr(ks + (st * PF_TILE + rr) * KP + 8 * cr), vd = dsp_att_saddr(vs + (st * PF_TILE + rr) * VP + 8 * cr);
 #pragma unroll
         for (int j = 0; j < PF_TILE / RSTEP; j++) {
           const int key = k0 + rr + j * RSTEP;
@@ -249,10 +226,10 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
 #pragma unroll
           for (int n2 = 0; n2 < NT / 2; n2++) {
             uint32_t bv[4];
-            dsp_ldsm4_t(bv, pf_saddr(vt + (k32 * 32 + kg * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + n2 * 16 +
+            dsp_ldsm4_t(bv, dsp_att_saddr(vt + (k32 * 32 + kg * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + n2 * 16 +
                                      (lane >> 4) * 8));
-            pf_mma(cacc[2 * n2], af[kg], bv[0], bv[1]);
-            pf_mma(cacc[2 * n2 + 1], af[kg], bv[2], bv[3]);
+            dsp_mma16816(cacc[2 * n2], af[kg][0], af[kg][1], af[kg][2], af[kg][3], bv[0], bv[1]);
+            dsp_mma16816(cacc[2 * n2 + 1], af[kg][0], af[kg][1], af[kg][2], af[kg][3], bv[2], bv[3]);
           }
       }
       if ((tl & 1) || tl == ntl - 1) /* a chunk ends: its p.v onto the total, in order */

@@ -33,7 +33,6 @@
 
 namespace cg = cooperative_groups;
 
-__device__ __forceinline__ uint32_t tc_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* Keys are split over the S blocks of a cluster in whole chunks (S = 1: one block does them all): block b owns
  * chunks [b cpb, b cpb + cpb), cpb = ceil(chunks / S), and shares its per-pair maxima, per-chunk z partials and
@@ -103,27 +102,10 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   const int64_t h0 = kvh * group + (int64_t)blockIdx.z * gs;
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   for (int64_t r0 = t0; r0 < tend;) {
-    const int64_t slot = dsp_att_slot(a, r0);
-    int64_t re = r0 + 1;
-    while (re < tend && dsp_att_slot(a, re) == slot) re++;
+    const int64_t slot = dsp_att_slot(a, r0), re = dsp_att_run_end(a, r0, tend);
     const int np = (int)(re - r0) * gs;
     if (tid < R) nks[tid] = tid < np ? (int)dsp_att_keys(a, r0 + tid / gs) : 0;
-    const dsp_cu_view &v = a.q;
-    if (a.q_vec) /* contiguous 16-byte pieces of each (row, head) */
-      for (int i = tid; i < R * (D / 8); i += TC_THREADS) {
-        const int p = i / (D / 8), c8 = i % (D / 8);
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (p < np)
-          x = *(const uint4 *)((const uint16_t *)v.data + (r0 + p / gs) * v.s_row + (h0 + p % gs) * v.s_head + 8 * c8);
-        *(uint4 *)(qs + p * QP + 8 * c8) = x;
-      }
-    else
-      for (int i = tid; i < R * D; i += TC_THREADS) {
-        const int p = i / D, d = i % D;
-        qs[p * QP + d] = p < np ? *((const uint16_t *)v.data + (r0 + p / gs) * v.s_row + (h0 + p % gs) * v.s_head +
-                                    (int64_t)d * v.s_dim)
-                                : (uint16_t)0;
-      }
+    dsp_att_stage_q<D, QP>(a, qs, r0, h0, np, R, gs, tid, TC_THREADS);
     __syncthreads();
     int nkmax = 1;
     for (int p = 0; p < R; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
@@ -141,7 +123,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       for (int i = tid; i < ST * (D / 8); i += TC_THREADS) {
         const int r = i / (D / 8), c8 = i % (D / 8), key = k0b + s * ST + r;
         const bool ok = key < nkmax;
-        dsp_cp16(tc_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
+        dsp_cp16(dsp_att_saddr(dst + r * VP + 8 * c8), vb + (int64_t)(ok ? key : 0) * ts + 8 * c8, ok);
       }
       dsp_cp_commit();
     };
@@ -300,12 +282,12 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         uint32_t af[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
-          dsp_ldsm4(af[mt], tc_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
+          dsp_ldsm4(af[mt], dsp_att_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
 #pragma unroll
         for (int n2 = 0; n2 < NTW / 2; n2++) {
           const int d0 = (warp * NTW + 2 * n2) * 8;
           uint32_t bv[4];
-          dsp_ldsm4_t(bv, tc_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + d0 + (lane >> 4) * 8));
+          dsp_ldsm4_t(bv, dsp_att_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + d0 + (lane >> 4) * 8));
 #pragma unroll
           for (int mt = 0; mt < MT; mt++) {
             dsp_mma16816(cacc[mt][2 * n2], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
@@ -314,7 +296,7 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         }
         if (NTW == 1) { /* one n-tile a warp (D 32): its 16 keys x 8 dims */
           uint32_t bv[2];
-          dsp_ldsm2_t(bv, tc_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + warp * 8));
+          dsp_ldsm2_t(bv, dsp_att_saddr(vsb + (gi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VP + warp * 8));
 #pragma unroll
           for (int mt = 0; mt < MT; mt++)
             dsp_mma16816(cacc[mt][0], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bv[0], bv[1]);
