@@ -52,11 +52,11 @@
 #                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh prefill one attention launch of a 1024-row context forward in detail (ncu sections and hottest
 #                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
-#   scripts/device_check.sh rows    the many-row attention kernel (DSPARK_CUDA_ATTENTION=tc-many-row): the hardware
+#   scripts/device_check.sh rows    the many-row attention kernel (the default tc; tc-many-row for long caches): the hardware
 #                                   bf16 rounding's check, t_attention* under it and racecheck, the op harness's
-#                                   attention tables (prefill, context 8192) with tc and tc-many-row, one prefill
+#                                   attention tables (prefill, context 8192) with tc-one-row, tc and tc-many-row, one prefill
 #                                   launch in detail (ncu), and
-#                                   bench_target's prefill 2048 on a random Qwen3-8B with tc and tc-many-row
+#                                   bench_target's prefill 2048 on a random Qwen3-8B with tc-one-row and tc, twice
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -478,17 +478,17 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel against the one-row
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi
-  for v in tc tc-many-row; do
+  for v in tc-one-row tc tc-many-row; do
     stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=$v"
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
-      grep -A4 "prefill (32\|context 8192"
+      grep -A5 "prefill (32\|context 8192"
   done
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
   export DSPARK_CUDA_ATTENTION=tc-many-row
   ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
   unset DSPARK_CUDA_ATTENTION
   while [ ! -f /tmp/made ]; do sleep 2; done
-  for v in tc tc-many-row tc; do
+  for v in tc-one-row tc tc-one-row tc; do
     stamp "bench_target prefill 2048, DSPARK_CUDA_ATTENTION=$v"
     DSPARK_CUDA_ATTENTION=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
       --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"

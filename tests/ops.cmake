@@ -13,15 +13,19 @@ set_tests_properties(test_ops_cuda PROPERTIES LABELS gpu TIMEOUT 600 ENVIRONMENT
 add_test(NAME test_ops_cuda_gemm_rows COMMAND test_ops_cpu cuda "" t_gemm_rows)
 set_tests_properties(test_ops_cuda_gemm_rows PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "DSPARK_GEMM_SPLIT=0;DSPARK_GEMM_SMALL=1;DSPARK_VERBOSE=1")
-# Attention's CUDA forms on the same cases: the tensor cores (the default) must have run, with
-# DSPARK_CUDA_ATTENTION=fp32 only the fp32 kernel, and with tc-many-row both tensor-core kernels.
-set(att_tc_check "grep -q 'attention: tensor-core form' att_tc.log && ! grep -q 'many-row kernel' att_tc.log")
+# Attention's CUDA forms on the same cases. The default: both tensor-core kernels, and the fp32 form for the
+# cache past the one-row kernel's scores (head dim 128); tc-one-row: never the many-row kernel; tc-many-row:
+# that cache on the many-row kernel too; fp32: only the fp32 kernel.
+set(att_tc_check "grep -q 'tensor-core form (head dim 128)$' att_tc.log && grep -q 'many-row kernel' att_tc.log && grep -q 'fp32 form (head dim 128)' att_tc.log")
+set(att_one_check "grep -q 'attention: tensor-core form' att_one.log && ! grep -q 'many-row kernel' att_one.log")
+set(att_rows_check "grep -q 'tensor-core form (head dim 128)$' att_rows.log && grep -q 'many-row kernel' att_rows.log && ! grep -q 'fp32 form (head dim 128)' att_rows.log")
 set(att_fp32_check "! grep -q 'attention: tensor-core form' att_fp32.log")
-set(att_rows_check "grep -q 'attention: tensor-core form.*)$' att_rows.log && grep -q 'many-row kernel' att_rows.log")
-foreach(form tc fp32 rows)
+foreach(form tc one rows fp32)
   set(envs "DSPARK_VERBOSE=1")
   if(form STREQUAL fp32)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=fp32")
+  elseif(form STREQUAL one)
+    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-one-row")
   elseif(form STREQUAL rows)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-many-row")
   endif()

@@ -508,7 +508,8 @@ static void t_attention(void **st) {
 }
 
 /* Long runs of causal rows on one slot (prefill). CUDA's many-row tensor-core kernel takes them when the hint
- * says the runs fill its blocks, and every call of a cache too long for the other kernel's scores: the same bits
+ * says the runs fill its blocks (and with tc-many-row every call of a cache too long for the other kernel's
+ * scores; by default the fp32 form takes that cache for every call): the same bits
  * as one row per block (hint 1) and as the last run's rows alone, each value within t_attention's tolerance of
  * the reference. Runs: 300 rows past a 100-key prefix on slot 1, 200 rows from the start on slot 0, the
  * rest ending at the cache's last key on slot 2, so tiles and chunks are cut mid-way. */
@@ -1190,13 +1191,14 @@ static void t_perf(void **st) {
     const double t = time_att(32, 8, 128, at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
-  /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs with
-     DSPARK_CUDA_ATTENTION=tc-many-row); the floor is q.k and p.v once at the matrix rate */
+  /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs unless
+     DSPARK_CUDA_ATTENTION=tc-one-row; 8192 keys are the fp32 form's unless tc-many-row); the floor is q.k and p.v once at the matrix rate */
   if (attention && g_cuda)
     printf("%-44s %10s %10s %8s\n", "attention prefill (32/8 heads of 128)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int hint; const char *what; } pfl[] = {
       {1024, 1024, 1024, "prefill 1024"}, {1024, 1024, 1, "prefill 1024, hint 1 (one-row kernel)"},
-      {2048, 2048, 2048, "prefill 2048"}, {2048, 512, 512, "prefill 4 x 512"}};
+      {2048, 2048, 2048, "prefill 2048"}, {2048, 512, 512, "prefill 4 x 512"},
+      {8192, 8192, 8192, "prefill 8192 (past the one-row kernel's cache)"}};
   for (size_t i = 0; attention && g_cuda && i < sizeof pfl / sizeof pfl[0]; i++) {
     double bytes;
     const double t = time_att(32, 8, 128, pfl[i].t, pfl[i].run, 0, 1, pfl[i].hint, &bytes);

@@ -342,11 +342,16 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   }
   /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
   const int tce = dsp_env_get()->cuda_attention_tc, rows = dsp_env_get()->cuda_attention_rows;
-  /* tc-many-row: the tensor-core bits in either kernel, the many-row one for long runs (a launch choice) and for
-     every call of a shape whose cache the one-row kernel's scores cannot hold (a property of the shape) */
-  int pf = tce && rows && dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
-  const int tc = pf || (tce && (dsp_cu_attention_tc_config(&c, a->row_group, sms, limit) ||
-                                (rows && (pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1)))));
+  /* the tensor-core bits come from either kernel: the many-row one takes long runs (a launch choice) where the
+     one-row kernel holds the cache; caches past that go to the fp32 form, or with tc-many-row to the many-row
+     kernel for every call (a property of the shape, so a row's bits never depend on its call) */
+  dsp_cu_attention_args one = c;
+  const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit);
+  int pf = 0;
+  if (tc_ok && rows >= 1) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
+  else if (tce && !tc_ok && rows == 2) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1);
+  if (tc_ok && !pf) c = one;
+  const int tc = tc_ok || pf;
   if (!tc && !dsp_cu_attention_config(&c, a->row_group, sms, limit))
     return dsp_fail(DSP_ERR_UNSUPPORTED,
                     "op attention: head dim %lld (CUDA runs up to 256) or a cache of %lld positions "
@@ -359,8 +364,8 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
     DSP_CUDA_TRY(dsp_cu_attention_pf_prepare(limit));
     m->att_smem[dev] = limit;
   }
-  static int told[3]; /* verbose: each kernel named once per process (a test checks which ran) */
-  if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc + pf], 1, __ATOMIC_RELAXED))
+  static int told[3][257]; /* verbose: each kernel and head dim named once per process (tests check which ran) */
+  if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc + pf][D], 1, __ATOMIC_RELAXED))
     fprintf(stderr, "dspark: attention: %s form (head dim %lld)%s\n", tc ? "tensor-core" : "fp32", (long long)D,
             pf ? ", many-row kernel" : "");
   if (pf) dsp_cu_attention_pf(&c, dsp_cuda_stream(be, dev));
