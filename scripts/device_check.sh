@@ -52,9 +52,9 @@
 #                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh prefill one attention launch of a 1024-row context forward in detail (ncu sections and hottest
 #                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
-#   scripts/device_check.sh rows    the many-row attention kernel (the default tc; tc-many-row for long caches): the hardware
+#   scripts/device_check.sh rows    the many-row attention kernel (the default tc; tc-long for long caches): the hardware
 #                                   bf16 rounding's check, t_attention* under it and racecheck, the op harness's
-#                                   attention tables (prefill, context 8192) with tc-one-row, tc and tc-many-row, one prefill
+#                                   attention tables (prefill, context 8192) with tc-one-row, tc and tc-long, one prefill
 #                                   launch in detail (ncu), and
 #                                   bench_target's prefill 2048 on a random Qwen3-8B with tc-one-row and tc, twice
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
@@ -469,22 +469,22 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel against the one-row
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
     cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc-many-row"
+  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc-long"
   timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|mathf:|PASSED|FAILED"
-  DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=tc-many-row timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
+  DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
     grep -v "^\[ *OK\|^\[ RUN" | tail -8
   if [ "${SAN:-1}" = 1 ]; then
-    DSPARK_CUDA_ATTENTION=tc-many-row timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    DSPARK_CUDA_ATTENTION=tc-long timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi
-  for v in tc-one-row tc tc-many-row; do
+  for v in tc-one-row tc tc-long; do
     stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=$v"
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
-      grep -A5 "prefill (32\|context 8192"
+      grep -A6 "prefill (32\|context 8192"
   done
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
-  export DSPARK_CUDA_ATTENTION=tc-many-row
+  export DSPARK_CUDA_ATTENTION=tc-long
   ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
   unset DSPARK_CUDA_ATTENTION
   while [ ! -f /tmp/made ]; do sleep 2; done

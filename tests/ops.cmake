@@ -14,8 +14,8 @@ add_test(NAME test_ops_cuda_gemm_rows COMMAND test_ops_cpu cuda "" t_gemm_rows)
 set_tests_properties(test_ops_cuda_gemm_rows PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "DSPARK_GEMM_SPLIT=0;DSPARK_GEMM_SMALL=1;DSPARK_VERBOSE=1")
 # Attention's CUDA forms on the same cases. The default: both tensor-core kernels, and the fp32 form for the
-# cache past the one-row kernel's scores (head dim 128); tc-one-row: never the many-row kernel; tc-many-row:
-# that cache on the many-row kernel too; fp32: only the fp32 kernel.
+# caches past one block's scores (head dim 128); tc-one-row: never the many-row kernel; tc-long: those caches
+# on the tensor-core kernels too; fp32: only the fp32 kernel.
 set(att_tc_check "grep -q 'tensor-core form (head dim 128)$' att_tc.log && grep -q 'many-row kernel' att_tc.log && grep -q 'fp32 form (head dim 128)' att_tc.log")
 set(att_one_check "grep -q 'attention: tensor-core form' att_one.log && ! grep -q 'many-row kernel' att_one.log")
 set(att_rows_check "grep -q 'tensor-core form (head dim 128)$' att_rows.log && grep -q 'many-row kernel' att_rows.log && ! grep -q 'fp32 form (head dim 128)' att_rows.log")
@@ -27,7 +27,7 @@ foreach(form tc one rows fp32)
   elseif(form STREQUAL one)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-one-row")
   elseif(form STREQUAL rows)
-    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-many-row")
+    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-long")
   endif()
   add_test(NAME test_ops_cuda_attention_${form}
            COMMAND sh -c "\"$0\" cuda '' 't_attention*' > att_${form}.log 2>&1; rc=$?; cat att_${form}.log; [ $rc -ne 0 ] && exit $rc; ${att_${form}_check}"
@@ -45,7 +45,7 @@ if(DSPARK_HAVE_CUDA)
     add_test(NAME test_ops_cuda_racecheck_attention
              COMMAND ${DSP_COMPUTE_SANITIZER} --tool racecheck --error-exitcode 1 $<TARGET_FILE:test_ops_cpu> cuda "" t_attention_runs)
     set_tests_properties(test_ops_cuda_racecheck_attention PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
-                         ENVIRONMENT "DSPARK_CUDA_ATTENTION=tc-many-row")
+                         ENVIRONMENT "DSPARK_CUDA_ATTENTION=tc-long")
     set_tests_properties(test_ops_cuda_racecheck PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77)
   endif()
 endif()

@@ -508,8 +508,8 @@ static void t_attention(void **st) {
 }
 
 /* Long runs of causal rows on one slot (prefill). CUDA's many-row tensor-core kernel takes them when the hint
- * says the runs fill its blocks (and with tc-many-row every call of a cache too long for the other kernel's
- * scores; by default the fp32 form takes that cache for every call): the same bits
+ * says the runs fill its blocks, and with tc-long the caches past one block of the other kernel (split over a
+ * cluster) and past a cluster (every call); by default the fp32 form takes those caches: the same bits
  * as one row per block (hint 1) and as the last run's rows alone, each value within t_attention's tolerance of
  * the reference. Runs: 300 rows past a 100-key prefix on slot 1, 200 rows from the start on slot 0, the
  * rest ending at the cache's last key on slot 2, so tiles and chunks are cut mid-way. */
@@ -558,11 +558,13 @@ static void check_att_runs(const att_case *c, int64_t T) {
 static void t_attention_runs(void **st) {
   (void)st;
   const long long before = g_compared;
-  /* Qwen3-8B's heads; GQA 3 on a stacked cache (a pair's rows straddle m-tiles); head dim 32; and a cache of
-     6200 keys, past what the one-row kernel's scores hold at head dim 128 */
-  const att_case cases[] = {{32, 8, 128, 1, 700}, {24, 8, 64, 2, 500}, {32, 16, 32, 1, 420}, {32, 8, 128, 1, 6200}};
-  const int64_t rows[] = {540, 540, 540, 516};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0] - !g_cuda; i++) /* the long cache: a CUDA launch choice */
+  /* Qwen3-8B's heads; GQA 3 on a stacked cache (a pair's rows straddle m-tiles); head dim 32; a cache of 6200
+     keys, past one block's scores at head dim 128 (the fp32 form, or with tc-long the one-row kernel split over
+     a cluster); and one of 15500, past a cluster's (the fp32 form, or with tc-long the many-row kernel) */
+  const att_case cases[] = {{32, 8, 128, 1, 700},  {24, 8, 64, 2, 500},    {32, 16, 32, 1, 420},
+                            {32, 8, 128, 1, 6200}, {32, 8, 128, 1, 15500}};
+  const int64_t rows[] = {540, 540, 540, 516, 508};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0] - 2 * !g_cuda; i++) /* the long caches: CUDA's forms */
     check_att_runs(&cases[i], rows[i]);
   print_message("attention runs: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
 }
@@ -1192,13 +1194,13 @@ static void t_perf(void **st) {
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
   /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs unless
-     DSPARK_CUDA_ATTENTION=tc-one-row; 8192 keys are the fp32 form's unless tc-many-row); the floor is q.k and p.v once at the matrix rate */
+     DSPARK_CUDA_ATTENTION=tc-one-row; 8192 keys: the fp32 form unless tc-long); the floor is q.k and p.v once at the matrix rate */
   if (attention && g_cuda)
     printf("%-44s %10s %10s %8s\n", "attention prefill (32/8 heads of 128)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int hint; const char *what; } pfl[] = {
       {1024, 1024, 1024, "prefill 1024"}, {1024, 1024, 1, "prefill 1024, hint 1 (one-row kernel)"},
       {2048, 2048, 2048, "prefill 2048"}, {2048, 512, 512, "prefill 4 x 512"},
-      {8192, 8192, 8192, "prefill 8192 (past the one-row kernel's cache)"}};
+      {8192, 8192, 8192, "prefill 8192"}};
   for (size_t i = 0; attention && g_cuda && i < sizeof pfl / sizeof pfl[0]; i++) {
     double bytes;
     const double t = time_att(32, 8, 128, pfl[i].t, pfl[i].run, 0, 1, pfl[i].hint, &bytes);
@@ -1206,12 +1208,13 @@ static void t_perf(void **st) {
     const double fl = 4.0 * 32 * 128 * keys / peak;
     printf("%-44s %10.4f %10.4f %8.2f\n", pfl[i].what, t * 1e3, fl * 1e3, t / fl);
   }
-  /* a cache past the one-row kernel's shared memory (the fp32 form, or the many-row kernel with tc-many-row) */
+  /* a cache past one block's scores at head dim 128: the fp32 form, or with tc-long the one-row kernel split
+     over a cluster (the many-row kernel for a prefill's runs) */
   if (attention && g_cuda) {
     printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 8192)", "ms", "floor ms", "x floor");
-    const int64_t lt[][2] = {{1, 1}, {32, 1}, {256, 8}};
-    const char *what[] = {"decode, batch 1", "decode, batch 32", "verify-8, batch 32"};
-    for (int i = 0; i < 3; i++) {
+    const int64_t lt[][2] = {{1, 1}, {32, 1}, {8, 8}, {256, 8}};
+    const char *what[] = {"decode, batch 1", "decode, batch 32", "verify-8, batch 1", "verify-8, batch 32"};
+    for (int i = 0; i < 4; i++) {
       double bytes;
       const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, 0, &bytes);
       printf("%-44s %10.4f %10.4f %8.2f\n", what[i], t * 1e3, bytes / bw * 1e3, t / (bytes / bw));

@@ -343,10 +343,11 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   /* the form depends on the setting and the shapes only, never on the call's rows (batch invariance) */
   const int tce = dsp_env_get()->cuda_attention_tc, rows = dsp_env_get()->cuda_attention_rows;
   /* the tensor-core bits come from either kernel: the many-row one takes long runs (a launch choice) where the
-     one-row kernel holds the cache; caches past that go to the fp32 form, or with tc-many-row to the many-row
-     kernel for every call (a property of the shape, so a row's bits never depend on its call) */
+     one-row kernel holds the cache (with tc-long in a cluster's blocks); caches past that go to the fp32 form, or
+     with tc-long to the many-row kernel, for every call (a property of the shape: a row's bits never depend on
+     its call) */
   dsp_cu_attention_args one = c;
-  const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit);
+  const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit, rows == 2);
   int pf = 0;
   if (tc_ok && rows >= 1) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
   else if (tce && !tc_ok && rows == 2) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1);

@@ -1,7 +1,8 @@
 /* GQA attention over the KV cache on the tensor cores (layers.h, "attention,
  * tensor-core form"; the default, DSPARK_CUDA_ATTENTION=fp32 opts out). One block of four
  * warps per (group of rows that read one slot, KV head), or a cluster of up to
- * 8 such blocks sharing its keys when the launch leaves SMs idle: its query
+ * 8 such blocks sharing its keys when the launch leaves SMs idle or the cache
+ * is past one block's shared memory for its scores: its query
  * heads' (row, head) pairs are the rows of m16n8k16 products, 16 or 32 of them.
  *   s: q.k as bf16 products, one m16n8k16 k step of 16 dims at a time onto +0:
  *      32-dim chunk c gives two steps, the first over dims 32c + 8q + {0..3},
@@ -350,24 +351,30 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
 
 #define TC_KERNELS(X) X(1, 1, 4) X(2, 1, 4) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
 
-extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit) {
+extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit,
+                                          int long_caches) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
   if ((D != 32 && D != 64 && D != 128) || Hkv < 1 || a->q.heads % Hkv || a->kv_stride % 8 || ((uintptr_t)a->k & 15) ||
       ((uintptr_t)a->v & 15))
     return 0;
   const int group = (int)(a->q.heads / Hkv);
   if (group > 32) return 0;
+  /* the fewest blocks a cluster whose shared memory holds the cache's scores: a property of the shape, so every
+     call of a cache past one block's scores runs split (at most 15360 positions at head dim 128; long_caches) */
+  const int mt_min = group > 16 ? 2 : 1;
+  int need = 1;
+  while (long_caches && need < TC_SPLIT && tc_smem(mt_min, D, L, need) > smem_limit) need *= 2;
+  if (tc_smem(mt_min, D, L, need) > smem_limit) return 0;
   int rb = row_group > 1 ? row_group : 1;
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
   int mt = rb * group <= 16 ? 1 : 2;
-  if (tc_smem(mt, D, L, 1) > smem_limit && group <= 16) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
-  if (tc_smem(mt, D, L, 1) > smem_limit) return 0;
+  if (tc_smem(mt, D, L, need) > smem_limit) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
   /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
      faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
   if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
   /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
-  int split = 1;
+  int split = need;
   while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks &&
          tc_smem(mt, D, L, 2 * split) <= smem_limit)
     split *= 2;

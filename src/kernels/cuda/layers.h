@@ -89,11 +89,12 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
  * chunks added in order (the file's head says how within a chunk). Head dims
  * 32, 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
  * == 0, and a cache short enough for 16 rows of scores in shared memory (32
- * for groups past 16); the config returns 0 otherwise (a property of the
- * shapes, never of the batch). It splits a run's keys over a cluster of up to
- * 8 blocks, in whole chunks, while the launch's blocks leave sms free (a
- * launch choice: the sums keep their chunk order). */
-int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit);
+ * for groups past 16), or with long_caches in a cluster's shared memory; the
+ * config returns 0 otherwise (a property of the shapes, never of the batch).
+ * It splits a run's keys over a cluster of up to 8 blocks, in whole chunks,
+ * while the launch's blocks leave sms free, or for every call of a cache past
+ * one block (the sums keep their chunk order, so no bit changes). */
+int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit, int long_caches);
 cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
 /* The tensor-core form's bits for long runs of rows on a slot (attention_pf.cu): the scores computed three times
