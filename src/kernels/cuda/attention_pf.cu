@@ -4,9 +4,9 @@
  * over keys 128c + i + 32u and the same xor tree, p.v per chunk in 16-key
  * mma groups onto +0, the chunks added in order. That form keeps a run's
  * scores in shared memory (a cluster's), which bounds its cache and lets 32
- * (row, head) pairs at most share a key load; here the scores are computed three times
- * instead (max, z, then p and p.v), so a block's 16 W pairs share every K and
- * V tile staged in shared memory and a cache of any length fits.
+ * (row, head) pairs at most share a key load; here the scores are computed
+ * three times instead (max, z, then p and p.v), so a block's 16 W pairs share
+ * every K and V tile staged in shared memory and a cache of any length fits.
  * A warp owns 16 pairs (one m-tile) and all D dims of their outputs. Its
  * score fragment holds, per row, keys 2q, 2q + 1 of each 8-key tile: tile j of
  * a chunk is u = j / 4, t = j % 4 of the lane partials i = 8t + 2q + e, so the
