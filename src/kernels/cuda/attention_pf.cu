@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int group = (int)(a.q.heads / a.kv_heads);
   const int64_t ts = a.kv_stride, rb = a.rows_per_block;
-  const int64_t t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * rb, kvh = blockIdx.y, h0 = kvh * group; /* last rows
-                                                                                   (the most keys) first */
+  /* blocks in order of work, the KV heads innermost: a causal run's last rows (the most keys) of every head
+     first, so the blocks started last are the shortest */
+  const int64_t nkv = a.kv_heads, tiles = gridDim.x / nkv, kvh = blockIdx.x % nkv, h0 = kvh * group;
+  const int64_t t0 = (tiles - 1 - (int64_t)(blockIdx.x / nkv)) * rb;
   const int64_t tend = t0 + rb < a.q.rows ? t0 + rb : a.q.rows;
   const float scale = a.scale;
   /* the max of the scores: of the raw sums, rounded once, where the scale is positive and finite (the
@@ -294,6 +296,6 @@ extern "C" void dsp_cu_attention_pf(const dsp_cu_attention_args *a, cudaStream_t
   PF_KERNELS(PF_PICK)
 #undef PF_PICK
   if (a->q.rows <= 0 || !k) return;
-  const unsigned tiles = (unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block);
-  dsp_launch(k, dim3(tiles, (unsigned)a->kv_heads, 1), dim3(32 * PF_WARPS), pf_smem(a->q.dim), s, *a);
+  const int64_t tiles = (a->q.rows + a->rows_per_block - 1) / a->rows_per_block;
+  dsp_launch(k, dim3((unsigned)(tiles * a->kv_heads)), dim3(32 * PF_WARPS), pf_smem(a->q.dim), s, *a);
 }
