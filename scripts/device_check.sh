@@ -52,11 +52,12 @@
 #                                   decode in detail: sections and hottest SASS lines
 #   scripts/device_check.sh prefill one attention launch of a 1024-row context forward in detail (ncu sections and hottest
 #                                   SASS lines; a 2-layer model at Qwen3-8B's shapes; CONTEXT rows, SKIP launches)
-#   scripts/device_check.sh rows    the many-row attention kernel (the default tc; tc-long for long caches): the hardware
-#                                   bf16 rounding's check, t_attention* under it and racecheck, the op harness's
-#                                   attention tables (prefill, context 8192) with tc-one-row, tc and tc-long, one prefill
-#                                   launch in detail (ncu), and
-#                                   bench_target's prefill 2048 on a random Qwen3-8B with tc-one-row and tc, twice
+#   scripts/device_check.sh rows    the many-row attention kernel (tc; tc-long for long caches): the hardware bf16
+#                                   rounding's check, t_attention* under tc and tc-long and racecheck, the op harness's
+#                                   attention tables (prefill, context 8192) of .old and this tree twice (when .old/
+#                                   holds an earlier tree) and with tc-long, one prefill launch in detail (ncu), and
+#                                   bench_target's prefill 2048 on a random Qwen3-8B: .old / this tree twice, else
+#                                   tc-one-row / tc twice
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -463,34 +464,45 @@ if [ "$MODE" = target ]; then
   done
   stamp "done"; exit 0
 fi
-if [ "$MODE" = rows ]; then  # the many-row attention kernel against the one-row one (same bits, its speed)
+if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its speed against .old's (or the one-row kernel)
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
   stamp "configure + build (lineinfo)"
   { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-lineinfo &&
     cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc-long"
+  B="gpu"
+  if [ -d .old ]; then
+    stamp "configure + build (.old)"
+    build_old test_ops_cpu bench_target && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc and tc-long"
   timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|mathf:|PASSED|FAILED"
-  DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
-    grep -v "^\[ *OK\|^\[ RUN" | tail -8
+  for v in tc tc-long; do
+    DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
+      grep -v "^\[ *OK\|^\[ RUN" | tail -8
+  done
   if [ "${SAN:-1}" = 1 ]; then
     DSPARK_CUDA_ATTENTION=tc-long timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi
-  for v in tc-one-row tc tc-long; do
-    stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=$v"
-    DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
-      grep -A6 "prefill (32\|context 8192"
+  for r in 1 2; do
+    for t in $B; do
+      stamp "op harness attention tables ($t, round $r)"
+      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A6 "prefill (32\|context 8192"
+    done
   done
+  stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long"
+  DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
+    grep -A6 "prefill (32\|context 8192"
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
-  export DSPARK_CUDA_ATTENTION=tc-long
   ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
-  unset DSPARK_CUDA_ATTENTION
   while [ ! -f /tmp/made ]; do sleep 2; done
-  for v in tc-one-row tc tc-one-row tc; do
-    stamp "bench_target prefill 2048, DSPARK_CUDA_ATTENTION=$v"
-    DSPARK_CUDA_ATTENTION=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+  runs="old:tc gpu:tc old:tc gpu:tc"; [ "$B" = gpu ] && runs="gpu:tc-one-row gpu:tc gpu:tc-one-row gpu:tc"
+  for tv in $runs; do
+    t=${tv%%:*} v=${tv#*:}
+    stamp "bench_target prefill 2048 ($t), DSPARK_CUDA_ATTENTION=$v"
+    DSPARK_CUDA_ATTENTION=$v timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
       --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"
   done
   stamp "done"; exit 0
