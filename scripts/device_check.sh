@@ -482,7 +482,7 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
       grep -v "^\[ *OK\|^\[ RUN" | tail -8
   done
   if [ "${SAN:-1}" = 1 ]; then
-    DSPARK_CUDA_ATTENTION=tc-long timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    DSPARK_CUDA_ATTENTION=tc-long timeout 450 compute-sanitizer --tool racecheck --error-exitcode 9 \
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi

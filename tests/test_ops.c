@@ -1194,7 +1194,8 @@ static void t_perf(void **st) {
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
   /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs unless
-     DSPARK_CUDA_ATTENTION=tc-one-row; 8192 keys: the fp32 form unless tc-long); the floor is q.k and p.v once at the matrix rate */
+     DSPARK_CUDA_ATTENTION=tc-one-row; 8192 keys: the fp32 form unless tc-long); the floor is q.k and p.v
+     once at the matrix rate */
   if (attention && g_cuda)
     printf("%-44s %10s %10s %8s\n", "attention prefill (32/8 heads of 128)", "ms", "floor ms", "x floor");
   const struct { int64_t t, run; int hint; const char *what; } pfl[] = {
