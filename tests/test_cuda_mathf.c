@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -65,11 +66,45 @@ static void t_device_bf16_cvt(void **st) {
   assert_true(bad == 0);
 }
 
+/* The attention's division by z (dsp_dev_div_fast, one reciprocal a row) against __fdiv_rn: every a of its fast
+   range (zero and both signs of each normal |a| in [2^-90, 2^10]) over 256 divisors: the range's ends, 1 and its
+   neighbours, all-ones significands, powers of two, and the rest drawn from [2^-10, 2^31]. Bit for bit. */
+static void t_device_div(void **st) {
+  (void)st;
+  enum { NB = 256 };
+  float b[NB];
+  const uint32_t fixed[] = {0x3f800000u, 0x3f800001u, 0x3fffffffu, 0x3f7fffffu, 0x40000000u, 0x3fc00000u,
+                            0x40400000u, 0x41200000u, 0x42c80000u, 0x3a800000u, 0x4f000000u, 0x4effffffu,
+                            0x3a800001u, 0x407fffffu, 0x4b7fffffu, 0x3effffffu};
+  int n = 0;
+  for (; n < (int)(sizeof fixed / sizeof fixed[0]); n++) memcpy(&b[n], &fixed[n], 4);
+  for (int e = -10; e <= 30 && n < 64; e++) b[n++] = ldexpf(1.0f, e);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  while (n < NB) { /* exponents uniform over the range, significands uniform */
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t r = (uint32_t)(s >> 32);
+    const int e = -10 + (int)(r % 41u);
+    const uint32_t u = ((uint32_t)(e + 127) << 23) | ((uint32_t)(s >> 9) & 0x7FFFFFu);
+    memcpy(&b[n++], &u, 4);
+  }
+  unsigned long long fast = 0, bad = ~0ull;
+  assert_int_equal(dsp_cuda_div_check(b, NB, &fast, &bad), DSP_OK);
+  const float lo = 0x1p-90f, hi = 0x1p10f;
+  uint32_t ul, uh;
+  memcpy(&ul, &lo, 4), memcpy(&uh, &hi, 4);
+  const unsigned long long want = ((unsigned long long)(uh - ul + 1) * 2 + 1) * NB;
+  print_message("division: %llu quotients on the fast path (%llu expected), %llu differ from __fdiv_rn\n", fast, want,
+                bad);
+  assert_true(fast == want);
+  assert_true(bad == 0);
+}
+
 int main(void) {
   if (dsp_cuda_device_count() == 0) {
     printf("test_cuda_mathf: no CUDA device: skipped\n");
     return 77;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_device_mathf), cmocka_unit_test(t_device_bf16_cvt)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_device_mathf), cmocka_unit_test(t_device_bf16_cvt),
+                                     cmocka_unit_test(t_device_div)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,3 +62,54 @@ extern "C" dsp_status dsp_cuda_bf16_cvt_check(unsigned long long *mismatches) {
   cudaFree(d);
   return st;
 }
+
+/* a over [2^-90, 2^10) by bit pattern (both signs, and zero) for divisor b: fast quotients, and those whose bits
+   differ from __fdiv_rn's. */
+__global__ void k_div_check(const float *bs, unsigned long long *cnt) {
+  const float b = bs[blockIdx.y];
+  const dsp_dev_divisor d = dsp_dev_divisor_of(b);
+  const uint32_t lo = __float_as_uint(0x1p-90f), hi = __float_as_uint(0x1p10f);
+  unsigned long long nf = 0, nd = 0;
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t u = lo + blockIdx.x * blockDim.x + threadIdx.x; u <= hi; u += stride) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      const float a = __uint_as_float(u ^ (s ? 0x80000000u : 0u));
+      uint32_t fast;
+      const float q = dsp_dev_div_fast(a, d, fast);
+      nf += fast;
+      nd += fast && __float_as_uint(q) != __float_as_uint(__fdiv_rn(a, b));
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) { /* zero */
+    uint32_t fast;
+    const float q = dsp_dev_div_fast(0.0f, d, fast);
+    nf += fast;
+    nd += fast && __float_as_uint(q) != __float_as_uint(__fdiv_rn(0.0f, b));
+  }
+  atomicAdd(cnt, nf);
+  atomicAdd(cnt + 1, nd);
+}
+
+extern "C" dsp_status dsp_cuda_div_check(const float *b, int nb, unsigned long long *fast,
+                                         unsigned long long *mismatches) {
+  if (nb <= 0 || nb > 65535) return dsp_fail(DSP_ERR_ARG, "div check: %d divisors (1 to 65535)", nb);
+  void *d = NULL;
+  DSP_CUDA_TRY(cudaMalloc(&d, 2 * sizeof(unsigned long long) + (size_t)nb * sizeof(float)));
+  unsigned long long *cnt = (unsigned long long *)d, h[2] = {0, 0};
+  float *db = (float *)(cnt + 2);
+  dsp_status st = DSP_OK;
+  if (cudaMemset(cnt, 0, 2 * sizeof *cnt) != cudaSuccess ||
+      cudaMemcpy(db, b, (size_t)nb * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+    st = DSP_ERR_DEVICE;
+  if (st == DSP_OK) {
+    k_div_check<<<dim3(1024, (unsigned)nb), 256>>>(db, cnt);
+    if (cudaGetLastError() != cudaSuccess || cudaMemcpy(h, cnt, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess)
+      st = DSP_ERR_DEVICE;
+  }
+  if (st != DSP_OK)
+    st = dsp_fail(DSP_ERR_DEVICE, "%s:%d: div check: %s", __FILE__, __LINE__, cudaGetErrorString(cudaGetLastError()));
+  *fast = h[0], *mismatches = h[1];
+  cudaFree(d);
+  return st;
+}

@@ -17,6 +17,9 @@ dsp_status dsp_cuda_mathf_eval(const float *x, int64_t n, float *exp_out, float 
 /* Over every fp32 input but NaNs, how many times the hardware's bf16 rounding (devmath.cuh, one and two values
    a conversion) differs from the integer rounding, on device 0. */
 dsp_status dsp_cuda_bf16_cvt_check(unsigned long long *mismatches);
+/* dsp_dev_div_fast against __fdiv_rn: every a of its range (zero and each normal |a| in [2^-90, 2^10], both
+   signs) over nb divisors b (host array); the quotients it calls fast and those that differ, counted. */
+dsp_status dsp_cuda_div_check(const float *b, int nb, unsigned long long *fast, unsigned long long *mismatches);
 
 #ifdef __cplusplus
 }

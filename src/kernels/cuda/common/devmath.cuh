@@ -37,6 +37,29 @@ __device__ __forceinline__ uint32_t dsp_dev_bf16x2_hw(float lo, float hi) {
   return r;
 }
 
+/* IEEE division by a divisor used many times (a softmax's z): its reciprocal is refined once, then each
+ * quotient is the compiler's own fast path of div.rn.f32 (q = a y, r = fma(-b, q, a), q + r y), with no branch
+ * per element. fast says the operands are where that path is the correctly rounded quotient (a zero, or a
+ * normal |a| in [2^-90, 2^10] over b in [2^-10, 2^31]: a normal quotient); elsewhere the caller takes
+ * __fdiv_rn. test_cuda_mathf compares it with __fdiv_rn on every such a for a set of b. */
+struct dsp_dev_divisor {
+  float b, y;
+  uint32_t ok;
+};
+__device__ __forceinline__ dsp_dev_divisor dsp_dev_divisor_of(float b) {
+  float y0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(b));
+  const float e = __fmaf_rn(y0, -b, 1.0f);
+  return {b, __fmaf_rn(y0, e, y0), (uint32_t)(b >= 0x1p-10f && b <= 0x1p31f)};
+}
+/* The range test in integer compares without branches (|a| bits: 0, or 2^-90 .. 2^10). */
+__device__ __forceinline__ float dsp_dev_div_fast(float a, const dsp_dev_divisor &d, uint32_t &fast) {
+  const uint32_t ua = __float_as_uint(a) & 0x7FFFFFFFu;
+  fast = d.ok & ((uint32_t)(ua - 0x12800000u <= 0x32000000u) | (uint32_t)(ua == 0u));
+  const float q = __fmul_rn(a, d.y), r = __fmaf_rn(q, -d.b, a);
+  return __fmaf_rn(d.y, r, q);
+}
+
 /* A product's output element i: bf16 with one rounding, or (f32) the fp32 sum
  * unrounded, as a row-parallel product's partial that is all-reduced first. */
 __device__ __forceinline__ void dsp_dev_store_sum(void *out, size_t i, float v, int f32) {
