@@ -63,8 +63,8 @@ extern "C" dsp_status dsp_cuda_bf16_cvt_check(unsigned long long *mismatches) {
   return st;
 }
 
-/* a over [2^-90, 2^10) by bit pattern (both signs, and zero) for divisor b: fast quotients, and those whose bits
-   differ from __fdiv_rn's. */
+/* |a| over [2^-90, 2^10] by bit pattern (both signs, and zero) for divisor b: fast quotients, and those whose
+   bits differ from __fdiv_rn's. */
 __global__ void k_div_check(const float *bs, unsigned long long *cnt) {
   const float b = bs[blockIdx.y];
   const dsp_dev_divisor d = dsp_dev_divisor_of(b);
