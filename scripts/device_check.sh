@@ -488,13 +488,14 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
   fi
   for r in 1 2; do
     for t in $B; do
-      stamp "op harness attention tables ($t, round $r)"
-      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A6 "prefill (32\|context 8192"
+      stamp "op harness attention tables ($t, round $r)" | tee -a "$OUT/att.log"
+      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
+        grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
     done
   done
-  stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long"
+  stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long" | tee -a "$OUT/att.log"
   DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
-    grep -A6 "prefill (32\|context 8192"
+    grep -A8 "^attention" | tee -a "$OUT/att.log" | grep -A6 "prefill (32\|context 8192"
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
   ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
   while [ ! -f /tmp/made ]; do sleep 2; done
