@@ -475,9 +475,9 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
     stamp "configure + build (.old)"
     build_old test_ops_cpu bench_target && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
   fi
-  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc and tc-long"
+  stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc, tc-long and fp32"
   timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|mathf:|PASSED|FAILED"
-  for v in tc tc-long; do
+  for v in tc tc-long fp32; do
     DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
       grep -v "^\[ *OK\|^\[ RUN" | tail -8
   done
