@@ -496,6 +496,13 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
   stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long" | tee -a "$OUT/att.log"
   DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
     grep -A8 "^attention" | tee -a "$OUT/att.log" | grep -A6 "prefill (32\|context 8192"
+  stamp "products: t_gemm* (this tree), the op harness's Qwen3-8B product table (.old and this tree)"
+  timeout 200 build-gpu/tests/test_ops_cpu cuda "" 't_gemm*' 2>&1 | grep -E "gemm rows N 5120|PASSED|FAILED|differ" | head -6
+  for t in $B; do
+    echo "products ($t)" >> "$OUT/gemm.log"
+    timeout 200 build-$t/tests/test_ops_cpu cuda perf gemm 2>&1 | grep -A40 "Qwen3-8B" | tee -a "$OUT/gemm.log" |
+      grep -E "^(2048|256) x"
+  done
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
   ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
   while [ ! -f /tmp/made ]; do sleep 2; done
