@@ -67,7 +67,7 @@
 #                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, greedy gamma 3 with the draft's
 #                                   full block and blocks of 3 rows, then greedy
 # Logs go to $OUT (at most 8 files); the summary is printed last.
-# env: SAN=0 skips compute-sanitizer (run: also ctest's racecheck cases), BENCH=0 the benchmarks, PERF=0 the op perf table, SHIP=0 run's shipped-pair
+# env: SAN=0 skips compute-sanitizer (run: also ctest's racecheck cases), rows: ROUNDS of tables (2), LONG=0 / NCU=0 skip tc-long's table / the ncu launch, BENCH=0 the benchmarks, PERF=0 the op perf table, SHIP=0 run's shipped-pair
 # figures (CUDA, batch 1 and 16)
 set -u
 MODE=${1:-run}
@@ -486,16 +486,18 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi
-  for r in 1 2; do
+  for r in $(seq ${ROUNDS:-2}); do
     for t in $B; do
       stamp "op harness attention tables ($t, round $r)" | tee -a "$OUT/att.log"
       timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
         grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
     done
   done
-  stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long" | tee -a "$OUT/att.log"
-  DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
-    grep -A8 "^attention" | tee -a "$OUT/att.log" | grep -A6 "prefill (32\|context 8192"
+  if [ "${LONG:-1}" = 1 ]; then
+    stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long" | tee -a "$OUT/att.log"
+    DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
+      grep -A8 "^attention" | tee -a "$OUT/att.log" | grep -A6 "prefill (32\|context 8192"
+  fi
   stamp "products: t_gemm* (this tree), the op harness's Qwen3-8B product table (.old and this tree)"
   timeout 200 build-gpu/tests/test_ops_cpu cuda "" 't_gemm*' 2>&1 | grep -E "gemm rows N 5120|PASSED|FAILED|differ" | head -6
   for t in $B; do
@@ -504,7 +506,7 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
       grep -E "^(2048|256) x"
   done
   stamp "ncu: the first many-row launch (prefill 1024 of the harness)"
-  ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
+  [ "${NCU:-1}" = 1 ] && ncu_detail "regex:k_attention_pf" ${SKIP:-0} ${TOP:-30} build-gpu/tests/test_ops_cpu cuda perf attention
   while [ ! -f /tmp/made ]; do sleep 2; done
   runs="old:tc gpu:tc old:tc gpu:tc"; [ "$B" = gpu ] && runs="gpu:tc-one-row gpu:tc gpu:tc-one-row gpu:tc"
   for tv in $runs; do
