@@ -476,7 +476,7 @@ if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, the
   nvidia-smi --query-gpu=name --format=csv,noheader
   stamp "test_cuda_mathf, t_attention* (tc, tc-long, fp32), t_gemm*"
   timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
-  for v in tc tc-long fp32; do
+  for v in ${ATT_FORMS:-tc tc-long fp32}; do  # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
   DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 | grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
