@@ -489,7 +489,7 @@ if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, the
       tee -a "$OUT/gemm.log" | grep -E "^(2048|256) x"
   done
   while [ ! -f /tmp/made ]; do sleep 2; done
-  for v in 224 auto 224 auto; do
+  for v in ${BT:-224 auto 224 auto}; do
     stamp "bench_target prefill 2048, DSPARK_GEMM_TILE=$v"
     DSPARK_GEMM_TILE=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
       --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"
