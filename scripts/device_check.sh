@@ -474,9 +474,10 @@ if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, the
     cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
     { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   nvidia-smi --query-gpu=name --format=csv,noheader
-  stamp "test_cuda_mathf, t_attention* (tc, tc-long, fp32), t_gemm*"
+  forms=${ATT_FORMS:-tc tc-long fp32} # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
+  stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*"
   timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
-  for v in ${ATT_FORMS:-tc tc-long fp32}; do  # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
+  for v in $forms; do
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
   DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 | grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
@@ -509,7 +510,7 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
     build_old test_ops_cpu bench_target && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
   fi
   stamp "test_cuda_mathf (the hardware bf16 rounding), t_attention* with tc, tc-long and fp32"
-  timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|mathf:|PASSED|FAILED"
+  timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
   for v in tc tc-long fp32; do
     DSPARK_VERBOSE=1 DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 |
       grep -v "^\[ *OK\|^\[ RUN" | tail -8
