@@ -60,7 +60,8 @@
 #                                   tc-one-row / tc twice
 #   scripts/device_check.sh lean    one short call without .old: test_cuda_mathf, t_attention* (tc, tc-long, fp32), t_gemm*,
 #                                   bench_target's prefill 2048 on a random Qwen3-8B with the tile at 224 and auto, twice
-#                                   (BT), then the op harness's attention and product tables (DSPARK_GEMM_TILE auto, 224)
+#                                   (BT), then the op harness's attention and product tables (PT: DSPARK_GEMM_TILE auto,
+#                                   224 and 256)
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -487,10 +488,10 @@ if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, the
     DSPARK_GEMM_TILE=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
       --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"
   done
-  stamp "op harness: attention tables (tc), products (tile auto, then 224)"
+  stamp "op harness: attention tables (tc), products (tiles ${PT:-auto 224 256})"
   timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee "$OUT/att.log" |
     grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
-  for v in auto 224; do
+  for v in ${PT:-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
     echo "DSPARK_GEMM_TILE=$v" >> "$OUT/gemm.log"
     DSPARK_GEMM_TILE=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf gemm 2>&1 | grep -A40 "Qwen3-8B" |
       tee -a "$OUT/gemm.log" | grep -E "^(2048|256) x"
