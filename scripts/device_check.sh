@@ -61,7 +61,8 @@
 #   scripts/device_check.sh lean    one short call without .old: test_cuda_mathf, t_attention* (tc, tc-long, fp32), t_gemm*,
 #                                   bench_target's prefill 2048 on a random Qwen3-8B with the tile at 224 and auto, twice
 #                                   (BT), then the op harness's attention and product tables (PT: DSPARK_GEMM_TILE auto,
-#                                   224 and 256)
+#                                   224 and 256); PREBUILT=1 runs the sm_90a binaries of build-cuda/ (built here,
+#                                   carried) instead of building
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -470,10 +471,19 @@ if [ "$MODE" = target ]; then
 fi
 if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, then A/B by settings of this tree
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
-  stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-    cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
-    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  if [ -x build-cuda/tests/test_ops_cpu ] && [ "${PREBUILT:-0}" = 1 ]; then  # sm_90a binaries built here and carried
+    stamp "prebuilt binaries from build-cuda"
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
+    mkdir -p build-gpu/tests build-gpu/bench
+    cp build-cuda/tests/test_ops_cpu build-cuda/tests/test_cuda_mathf build-gpu/tests/
+    cp build-cuda/bench/bench_target build-gpu/bench/
+    ldd build-gpu/tests/test_ops_cpu | grep "not found" && { echo "PREBUILT: libraries missing"; exit 1; }
+  else
+    stamp "configure + build"
+    { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
+      { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  fi
   nvidia-smi --query-gpu=name --format=csv,noheader
   forms=${ATT_FORMS:-tc tc-long fp32} # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
   stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*"
