@@ -471,13 +471,13 @@ if [ "$MODE" = target ]; then
 fi
 if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, then A/B by settings of this tree
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
-  if [ -x build-cuda/tests/test_ops_cpu ] && [ "${PREBUILT:-0}" = 1 ]; then  # sm_90a binaries built here and carried
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
+  if [ -x build-cuda/tests/test_ops_cpu ] && [ "${PREBUILT:-0}" = 1 ] &&
+     ! ldd build-cuda/tests/test_ops_cpu build-cuda/bench/bench_target | grep "not found"; then  # built here, carried
     stamp "prebuilt binaries from build-cuda"
-    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
     mkdir -p build-gpu/tests build-gpu/bench
     cp build-cuda/tests/test_ops_cpu build-cuda/tests/test_cuda_mathf build-gpu/tests/
     cp build-cuda/bench/bench_target build-gpu/bench/
-    ldd build-gpu/tests/test_ops_cpu | grep "not found" && { echo "PREBUILT: libraries missing"; exit 1; }
   else
     stamp "configure + build"
     { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
