@@ -61,8 +61,9 @@
 #   scripts/device_check.sh lean    one short call without .old: test_cuda_mathf, t_attention* (tc, tc-long, fp32), t_gemm*,
 #                                   bench_target's prefill 2048 on a random Qwen3-8B with the tile at 224 and auto, twice
 #                                   (BT), then the op harness's attention and product tables (PT: DSPARK_GEMM_TILE auto,
-#                                   224 and 256); PREBUILT=1 runs the sm_90a binaries of build-cuda/ (built here,
-#                                   carried) instead of building
+#                                   224 and 256); PREBUILT=1 unpacks build-cuda/pre.tgz (build-gpu/ and, for an A/B,
+#                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
+#                                   building; BB: bench_target's batches (1)
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -469,16 +470,19 @@ if [ "$MODE" = target ]; then
   done
   stamp "done"; exit 0
 fi
-if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, then A/B by settings of this tree
+if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by settings (and against build-old, if carried)
   (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
-  if [ -x build-cuda/tests/test_ops_cpu ] && [ "${PREBUILT:-0}" = 1 ] &&
-     ! ldd build-cuda/tests/test_ops_cpu build-cuda/bench/bench_target | grep "not found"; then  # built here, carried
-    stamp "prebuilt binaries from build-cuda"
-    mkdir -p build-gpu/tests build-gpu/bench
-    cp build-cuda/tests/test_ops_cpu build-cuda/tests/test_cuda_mathf build-gpu/tests/
-    cp build-cuda/bench/bench_target build-gpu/bench/
-  else
+  B=gpu
+  if [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ]; then  # sm_90a binaries built on the CPU machine, carried
+    stamp "prebuilt binaries (build-cuda/pre.tgz)"
+    tar -xzf build-cuda/pre.tgz
+    [ -x build-old/tests/test_ops_cpu ] && B="old gpu"
+    if ldd build-gpu/tests/test_ops_cpu build-gpu/bench/bench_target | grep "not found"; then
+      echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; B=gpu
+    fi
+  fi
+  if [ ! -x build-gpu/tests/test_ops_cpu ]; then
     stamp "configure + build"
     { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
       cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
@@ -492,15 +496,22 @@ if [ "$MODE" = lean ]; then  # one short call, no .old: the kernels' checks, the
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
   DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 | grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
+  for r in $(seq ${ROUNDS:-1}); do
+    for t in $B; do
+      stamp "op harness: attention tables ($t, round $r)" | tee -a "$OUT/att.log"
+      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
+        grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
+    done
+  done
   while [ ! -f /tmp/made ]; do sleep 2; done
   for v in ${BT:-224 auto 224 auto}; do
-    stamp "bench_target prefill 2048, DSPARK_GEMM_TILE=$v"
-    DSPARK_GEMM_TILE=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
-      --prefill 2048 --batch 1 2>&1 | grep -E "prefill|rate" | grep -v "^|---"
+    for t in $B; do
+      stamp "bench_target ($t) prefill 2048, DSPARK_GEMM_TILE=$v"
+      DSPARK_GEMM_TILE=$v timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+        --prefill 2048 --batch ${BB:-1} 2>&1 | grep -E "prefill|rate|decode|verify" | grep -v "^|---"
+    done
   done
-  stamp "op harness: attention tables (tc), products (tiles ${PT:-auto 224 256})"
-  timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee "$OUT/att.log" |
-    grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
+  stamp "op harness: products (tiles ${PT:-auto 224 256})"
   for v in ${PT:-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
     echo "DSPARK_GEMM_TILE=$v" >> "$OUT/gemm.log"
     DSPARK_GEMM_TILE=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf gemm 2>&1 | grep -A40 "Qwen3-8B" |

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs sm_90a binaries built on this (GPU-less) machine for `device_check.sh lean` with PREBUILT=1, so a device
+# call spends no time building: build-cuda/pre.tgz holds build-gpu/{tests,bench} from NEW and, for an A/B,
+# build-old/ from OLD (build directories configured with -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release).
+#   scripts/prebuild.sh NEW_BUILD_DIR [OLD_BUILD_DIR]
+set -eu
+new=${1:?usage: scripts/prebuild.sh NEW_BUILD_DIR [OLD_BUILD_DIR]}
+old=${2:-}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+pack() { # build dir, name in the archive, targets
+  local dir=$1 name=$2; shift 2
+  cmake --build "$dir" -j"$(nproc)" --target "$@" > /dev/null
+  mkdir -p "$stage/$name/tests" "$stage/$name/bench"
+  for t in "$@"; do
+    if [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
+  done
+}
+pack "$new" build-gpu test_ops_cpu test_cuda_mathf bench_target
+[ -z "$old" ] || pack "$old" build-old test_ops_cpu bench_target
+mkdir -p build-cuda
+tar -czf build-cuda/pre.tgz -C "$stage" .
+ls -la build-cuda/pre.tgz
