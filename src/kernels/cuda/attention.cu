@@ -227,13 +227,33 @@ __global__ void __launch_bounds__(AT_THREADS) k_attention(dsp_cu_attention_args 
       for (int w = 1; w < AT_ZWARPS; w++) z = __fadd_rn(z, red[w][p]);
       zt[p] = z;
     }
-    /* p = bf16(e / z) over the scores */
+    /* p = bf16(e / z) over the scores, four keys a thread at a time through the division's fast path (no branch
+       per key; a group with a quotient off that path takes __fdiv_rn) */
 #pragma unroll
     for (int p = 0; p < P; p++) {
       if (p >= np) break;
-      for (int j = tid; j < nk[p]; j += AT_THREADS) {
-        const float e = expf(__fsub_rn(dsp_dev_bf16_val(sc[p * L + j]), m[p]));
-        sc[p * L + j] = dsp_dev_bf16_bits(__fdiv_rn(e, zt[p]));
+      const dsp_dev_divisor dz = dsp_dev_divisor_of(zt[p]);
+      uint16_t *sp = sc + p * L;
+      for (int j0 = tid; j0 < nk[p]; j0 += 4 * AT_THREADS) {
+        float e[4];
+        uint16_t o[4];
+        uint32_t slow = 0;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int j = j0 + u * AT_THREADS;
+          const bool in = j < nk[p];
+          e[u] = expf(__fsub_rn(dsp_dev_bf16_val(sp[in ? j : j0]), m[p]));
+          uint32_t fast;
+          const float q = dsp_dev_div_fast(e[u], dz, fast);
+          slow |= (uint32_t)in & (fast ^ 1u);
+          o[u] = dsp_dev_bf16_bits(q);
+        }
+        if (slow)
+#pragma unroll
+          for (int u = 0; u < 4; u++) o[u] = dsp_dev_bf16_bits(__fdiv_rn(e[u], zt[p]));
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (j0 + u * AT_THREADS < nk[p]) sp[j0 + u * AT_THREADS] = o[u];
       }
     }
     __syncthreads();

@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
       __syncthreads();
     }
 
+    const dsp_dev_divisor dz[2] = {dsp_dev_divisor_of(z[0]), dsp_dev_divisor_of(z[1])};
     float tot[NT][4], cacc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -211,17 +212,35 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
         float sc[4][4];
         pf_qk<4, DC, KP>(kt, 4 * k32, g, q, qa, sc);
         uint32_t af[2][4]; /* p as A fragments: group kg's keys k0 + 2q + (e & 1) (tile 2kg), + 8 (tile 2kg + 1) */
+        uint32_t slow = 0; /* a p off the division's fast path: these 32 keys' p again through __fdiv_rn */
 #pragma unroll
         for (int n = 0; n < 4; n++) {
           float pv[4];
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int h = e >> 1, key = kt0 + k32 * 32 + n * 8 + 2 * q + (e & 1);
-            const float p = __fdiv_rn(expf(__fsub_rn(pf_score(sc[n][e], scale), mx[h])), z[h]);
-            pv[e] = key < (h ? nb : na) ? p : 0.0f;
+            uint32_t fast;
+            sc[n][e] = expf(__fsub_rn(pf_score(sc[n][e], scale), mx[h]));
+            const float p = dsp_dev_div_fast(sc[n][e], dz[h], fast);
+            const bool in = key < (h ? nb : na);
+            slow |= (uint32_t)in & (fast ^ 1u);
+            pv[e] = in ? p : 0.0f;
           }
           af[n >> 1][2 * (n & 1)] = dsp_dev_bf16x2_hw(pv[0], pv[1]);
           af[n >> 1][2 * (n & 1) + 1] = dsp_dev_bf16x2_hw(pv[2], pv[3]);
+        }
+        if (slow) {
+#pragma unroll
+          for (int n = 0; n < 4; n++) {
+            float pv[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int h = e >> 1, key = kt0 + k32 * 32 + n * 8 + 2 * q + (e & 1);
+              pv[e] = key < (h ? nb : na) ? __fdiv_rn(sc[n][e], z[h]) : 0.0f;
+            }
+            af[n >> 1][2 * (n & 1)] = dsp_dev_bf16x2_hw(pv[0], pv[1]);
+            af[n >> 1][2 * (n & 1) + 1] = dsp_dev_bf16x2_hw(pv[2], pv[3]);
+          }
         }
 #pragma unroll
         for (int kg = 0; kg < 2; kg++)

@@ -249,9 +249,32 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
       if (S > 1) z = gz[p];
       else
         for (int c = 0; c * TC_CHUNK < n; c++) z = __fadd_rn(z, zchunk(p, c, m));
-      for (int j = k0b + lane; j < kpe; j += 32) {
-        const float e = j < n ? expf(__fsub_rn(dsp_dev_bf16_val(sc[p * LP + j - k0b]), m)) : 0.0f;
-        sc[p * LP + j - k0b] = j < n ? dsp_dev_bf16_bits(__fdiv_rn(e, z)) : (uint16_t)0;
+      /* four keys a lane at a time, the division's fast path without a branch per key; a group with a quotient
+         off that path (a score far below the max) takes __fdiv_rn for its four */
+      const dsp_dev_divisor dz = dsp_dev_divisor_of(z);
+      uint16_t *sp = sc + p * LP - k0b;
+      for (int j0 = k0b + lane; j0 < kpe; j0 += 128) {
+        float e[4];
+        uint32_t slow = 0;
+        uint16_t o[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int j = j0 + 32 * u;
+          const bool in = j < n && j < kpe;
+          const float x = expf(__fsub_rn(dsp_dev_bf16_val(sp[in ? j : k0b]), m)); /* a key of the block: no branch */
+          e[u] = in ? x : 0.0f;
+          uint32_t fast;
+          const float q = dsp_dev_div_fast(e[u], dz, fast);
+          slow |= (uint32_t)in & (fast ^ 1u);
+          o[u] = in ? dsp_dev_bf16_bits_hw(q) : (uint16_t)0; /* a NaN p's payload: the output's rounding */
+        }
+        if (slow)
+#pragma unroll
+          for (int u = 0; u < 4; u++)
+            if (j0 + 32 * u < n && j0 + 32 * u < kpe) o[u] = dsp_dev_bf16_bits(__fdiv_rn(e[u], z));
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (j0 + 32 * u < kpe) sp[j0 + 32 * u] = o[u];
       }
     }
     /* rows past the pairs: zeros, so their (discarded) products stay finite */

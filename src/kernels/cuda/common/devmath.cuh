@@ -25,11 +25,12 @@ __device__ __forceinline__ float dsp_dev_round_bf16(float f) { return dsp_dev_bf
 /* The same rounding in one instruction (cvt.rn.bf16.f32): dsp_dev_bf16_bits' bits for every input but a NaN,
  * which gives some NaN (test_cuda_mathf compares all 2^32 inputs); for values whose NaN payload never reaches
  * an output. */
-__device__ __forceinline__ float dsp_dev_round_bf16_hw(float f) {
+__device__ __forceinline__ uint16_t dsp_dev_bf16_bits_hw(float f) {
   uint16_t h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return dsp_dev_bf16_val(h);
+  return h;
 }
+__device__ __forceinline__ float dsp_dev_round_bf16_hw(float f) { return dsp_dev_bf16_val(dsp_dev_bf16_bits_hw(f)); }
 /* Two roundings packed (lo in the low half), the same bits. */
 __device__ __forceinline__ uint32_t dsp_dev_bf16x2_hw(float lo, float hi) {
   uint32_t r;
