@@ -48,8 +48,8 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
 
 /* Past 64 rows: waves of tiles times a tile's time, 0.6 for 112 tokens against 1 for 224 (an H200's
  * per-k-block times, bench/RESULTS.md, sixteenth session) and 256 / 224 for 256 (assumed in proportion to its
- * columns); ties go to the narrower tile. A prefill's 2048 rows: 8 tiles of 256 against 10 of 224, whose waves
- * over 132 SMs end a third full at N 4096. */
+ * columns); ties go to the narrower tile. A prefill's 2048 rows: 8 tiles of 256 against 10 of 224, whose third
+ * wave over 132 SMs is 42% full at N 4096. */
 extern "C" int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n) {
   const int t = dsp_env_get()->gemm_tile;
   if (t) return t;
