@@ -21,14 +21,19 @@
 #include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/layers.h"
 
-#define PF_TILE 64   /* keys per staged K / V tile: two make one 128-key chunk */
+#define PF_TILE 32   /* keys per staged K / V tile: four make one 128-key chunk */
 #define PF_WARPS 4   /* 64 pairs a block */
-#define PF_STAGES 3  /* K (and in the last pass V) tiles in flight: 111 KB at D 128, two blocks an SM */
+#define PF_STAGES 2  /* K (and in the last pass V) tiles in flight; with the totals 70 KB at D 128, three blocks an SM */
+#define PF_CPT (128 / PF_TILE) /* staged tiles a 128-key chunk */
 
 /* K rows 16 words apart modulo the 32 banks: a quarter warp's two rows of 16-byte loads take all banks once. */
 __host__ __device__ constexpr int pf_kpitch(int D) { return (D / 2) % 32 == 0 ? D + 32 : D; }
-/* K and V tiles, PF_STAGES each ([64][D + pad]); q is staged in the value tiles before they are first filled. */
-static size_t pf_smem(int64_t D) { return (size_t)PF_STAGES * PF_TILE * (pf_kpitch((int)D) + D + 8) * 2; }
+/* K and V tiles, PF_STAGES each ([PF_TILE][D + pad]; q is staged in the value tiles before they are first filled),
+   then the fp32 p.v totals, a warp's 16 pairs x D in its lanes' fragment order: in shared memory, not registers, so
+   the kernel fits 168 registers and three blocks (12 warps) an SM, where 245 registers held it to two */
+static size_t pf_smem(int64_t D) {
+  return (size_t)PF_STAGES * PF_TILE * (pf_kpitch((int)D) + D + 8) * 2 + (size_t)PF_WARPS * 16 * D * 4;
+}
 
 /* s = bf16(bf16(q.k) x scale) with the hardware rounding: the contract's bits (a NaN score is passed over by the
    max and gives a NaN p, whose payload the output's own rounding makes canonical) */
@@ -58,7 +63,7 @@ __device__ __forceinline__ void pf_qk(const uint16_t *kt, int nt0, int g, int q,
 }
 
 template <int DC, int W>
-__global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention_args a) {
+__global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
   dsp_dev_grid_wait();
   constexpr int D = 32 * DC, KP = pf_kpitch(D), VP = D + 8, QP = D + 8, NP = 16 * W, NT = D / 8, NTH = 32 * W;
@@ -67,6 +72,7 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
   static_assert(NTH % (D / 8) == 0 && PF_TILE % (NTH / (D / 8)) == 0, "a thread copies whole 16-byte columns");
   extern __shared__ __align__(16) unsigned char pf_sm[];
   uint16_t *ks = (uint16_t *)pf_sm, *vs = ks + PF_STAGES * PF_TILE * KP, *qs = vs;
+  float *tots = (float *)(vs + PF_STAGES * PF_TILE * VP); /* [W][NT x 4][32]: a thread's totals a lane apart */
   __shared__ int nks[NP];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int group = (int)(a.q.heads / a.kv_heads);
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
             zc[h][nt & 3][e & 1] = __fadd_rn(zc[h][nt & 3][e & 1], key < (h ? nb : na) ? x : 0.0f);
           }
       }
-      if ((tl & 1) || tl == ntl - 1) /* a chunk's tree: xor 16 and 8 over t, 4 and 2 the quad, 1 over e; z in order */
+      if (tl % PF_CPT == PF_CPT - 1 || tl == ntl - 1) /* a chunk's tree: xor 16 and 8 over t, 4 and 2 the quad, 1 over e; z in order */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           float w[2];
@@ -197,11 +203,11 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
     }
 
     const dsp_dev_divisor dz[2] = {dsp_dev_divisor_of(z[0]), dsp_dev_divisor_of(z[1])};
-    float tot[NT][4], cacc[NT][4];
+    float cacc[NT][4], *tw = tots + warp * NT * 4 * 32 + lane;
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) tot[n][e] = cacc[n][e] = 0.0f;
+      for (int e = 0; e < 4; e++) tw[(4 * n + e) * 32] = cacc[n][e] = 0.0f;
     for (int tl = 0; tl < ntl; tl++) {
       const int s = 2 * ntl + tl, kt0 = tl * PF_TILE;
       step(s);
@@ -253,11 +259,12 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
             dsp_mma16816(cacc[2 * n2 + 1], af[kg][0], af[kg][1], af[kg][2], af[kg][3], bv[2], bv[3]);
           }
       }
-      if ((tl & 1) || tl == ntl - 1) /* a chunk ends: its p.v onto the total, in order */
+      if (tl % PF_CPT == PF_CPT - 1 || tl == ntl - 1) /* a chunk ends: its p.v onto the total, in order */
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) tot[n][e] = __fadd_rn(tot[n][e], cacc[n][e]), cacc[n][e] = 0.0f;
+          for (int e = 0; e < 4; e++)
+            tw[(4 * n + e) * 32] = __fadd_rn(tw[(4 * n + e) * 32], cacc[n][e]), cacc[n][e] = 0.0f;
       __syncthreads();
     }
     uint16_t *ob = (uint16_t *)a.out.data + r0 * a.out.s_row + h0 * a.out.s_head;
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(32 * W, 8 / W) k_attention_pf(dsp_cu_attention
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-          for (int e = 0; e < 2; e++) o[(int64_t)(n * 8 + 2 * q + e) * a.out.s_dim] = dsp_dev_bf16_bits(tot[n][2 * h + e]);
+          for (int e = 0; e < 2; e++) o[(int64_t)(n * 8 + 2 * q + e) * a.out.s_dim] = dsp_dev_bf16_bits(tw[(4 * n + 2 * h + e) * 32]);
       }
     }
     r0 = re;
