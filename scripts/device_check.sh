@@ -63,7 +63,8 @@
 #                                   (BT), then the op harness's attention and product tables (PT: DSPARK_GEMM_TILE auto,
 #                                   224 and 256); PREBUILT=1 unpacks build-cuda/pre.tgz (build-gpu/ and, for an A/B,
 #                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
-#                                   building; BB: bench_target's batches (1)
+#                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
+#                                   TESTS=0 skips the checks, ROUNDS=0 the attention tables
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -489,14 +490,16 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
       { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   fi
   nvidia-smi --query-gpu=name --format=csv,noheader
-  forms=${ATT_FORMS:-tc tc-long fp32} # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
-  stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*"
-  timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
+  forms=${ATT_FORMS-tc tc-long fp32} # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
+  [ "${TESTS:-1}" = 1 ] && stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*" &&
+    timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
+  [ "${TESTS:-1}" = 1 ] || forms=""
   for v in $forms; do
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
-  DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 | grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
-  for r in $(seq ${ROUNDS:-1}); do
+  [ "${TESTS:-1}" = 1 ] && DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 |
+    grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
+  for r in $(seq ${ROUNDS-1}); do
     for t in $B; do
       stamp "op harness: attention tables ($t, round $r)" | tee -a "$OUT/att.log"
       timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
@@ -504,17 +507,19 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
     done
   done
   while [ ! -f /tmp/made ]; do sleep 2; done
-  for v in ${BT:-224 auto 224 auto}; do
+  for v in ${BT-224 auto 224 auto}; do  # a tile, or a VAR=value setting
+    case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac
     for t in $B; do
-      stamp "bench_target ($t) prefill 2048, DSPARK_GEMM_TILE=$v"
-      DSPARK_GEMM_TILE=$v timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+      stamp "bench_target ($t) prefill 2048, $v"
+      env "$v" timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
         --prefill 2048 --batch ${BB:-1} 2>&1 | grep -E "prefill|rate|decode|verify" | grep -v "^|---"
     done
   done
-  stamp "op harness: products (tiles ${PT:-auto 224 256})"
-  for v in ${PT:-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
-    echo "DSPARK_GEMM_TILE=$v" >> "$OUT/gemm.log"
-    DSPARK_GEMM_TILE=$v timeout 200 build-gpu/tests/test_ops_cpu cuda perf gemm 2>&1 | grep -A40 "Qwen3-8B" |
+  [ -n "${PT-auto 224 256}" ] && stamp "op harness: products (tiles ${PT-auto 224 256})"
+  for v in ${PT-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
+    case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac
+    echo "$v" | tee -a "$OUT/gemm.log"
+    env "$v" timeout 200 build-gpu/tests/test_ops_cpu cuda perf gemm 2>&1 | grep -A40 "Qwen3-8B" |
       tee -a "$OUT/gemm.log" | grep -E "^(2048|256) x"
   done
   stamp "done"; exit 0
