@@ -64,7 +64,8 @@
 #                                   224 and 256); PREBUILT=1 unpacks build-cuda/pre.tgz (build-gpu/ and, for an A/B,
 #                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
 #                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
-#                                   TESTS=0 skips the checks, ROUNDS=0 the attention tables
+#                                   TESTS=0 skips the checks (all: the whole test_ops_cpu cuda instead), ROUNDS=0 the
+#                                   attention tables
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -494,6 +495,11 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
   [ "${TESTS:-1}" = 1 ] && stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*" &&
     timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
   [ "${TESTS:-1}" = 1 ] || forms=""
+  if [ "${TESTS:-1}" = all ]; then  # the whole op-parity harness on CUDA (every op against the CPU, the invariances)
+    stamp "test_ops_cpu cuda (all)"
+    timeout 400 build-gpu/tests/test_ops_cpu cuda > "$OUT/ops.log" 2>&1; echo "test_ops_cpu cuda: rc $?"
+    grep -E "PASSED|FAILED|differ" "$OUT/ops.log" | tail -8
+  fi
   for v in $forms; do
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
