@@ -65,7 +65,7 @@
 #                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
 #                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
 #                                   TESTS=0 skips the checks (all: the whole test_ops_cpu cuda instead), ROUNDS=0 the
-#                                   attention tables
+#                                   attention tables; SPEC=1 adds bench_spec on a random Qwen3-8B pair (SPEC_ROUNDS)
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -473,7 +473,9 @@ if [ "$MODE" = target ]; then
   stamp "done"; exit 0
 fi
 if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by settings (and against build-old, if carried)
-  (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1; touch /tmp/made) &
+  (python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b > "$OUT/make.log" 2>&1
+   [ "${SPEC:-0}" = 1 ] && python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8 >> "$OUT/make.log" 2>&1
+   touch /tmp/made) &
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
   B=gpu
   if [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ]; then  # sm_90a binaries built on the CPU machine, carried
@@ -519,6 +521,13 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
       stamp "bench_target ($t) prefill 2048, $v"
       env "$v" timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
         --prefill 2048 --batch ${BB:-1} 2>&1 | grep -E "prefill|rate|decode|verify" | grep -v "^|---"
+    done
+  done
+  for r in $([ "${SPEC:-0}" = 1 ] && seq ${SPEC_ROUNDS:-2}); do  # the draft's proposal and the speculative round
+    for t in $B; do
+      stamp "bench_spec ($t, round $r)"
+      timeout 150 build-$t/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 \
+        --batch 1,32 2>&1 | grep -E "^\|" | grep -v "^|---"
     done
   done
   [ -n "${PT-auto 224 256}" ] && stamp "op harness: products (tiles ${PT-auto 224 256})"

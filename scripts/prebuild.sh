@@ -16,8 +16,9 @@ pack() { # build dir, name in the archive, targets
     if [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
   done
 }
-pack "$new" build-gpu test_ops_cpu test_cuda_mathf bench_target
-[ -z "$old" ] || pack "$old" build-old test_ops_cpu bench_target
+# NEW_TARGETS / OLD_TARGETS trim the archive (the device tool carries 64 MiB in all)
+pack "$new" build-gpu ${NEW_TARGETS:-test_ops_cpu test_cuda_mathf bench_target bench_spec}
+[ -z "$old" ] || pack "$old" build-old ${OLD_TARGETS:-test_ops_cpu bench_target bench_spec}
 mkdir -p build-cuda
 tar -czf build-cuda/pre.tgz -C "$stage" .
 ls -la build-cuda/pre.tgz
