@@ -481,7 +481,7 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
   if [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ]; then  # sm_90a binaries built on the CPU machine, carried
     stamp "prebuilt binaries (build-cuda/pre.tgz)"
     tar -xzf build-cuda/pre.tgz
-    [ -x build-old/tests/test_ops_cpu ] && B="old gpu"
+    [ -d build-old ] && B="old gpu"
     if ldd build-gpu/tests/test_ops_cpu build-gpu/bench/bench_target | grep "not found"; then
       echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; B=gpu
     fi
