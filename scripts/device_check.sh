@@ -158,10 +158,13 @@ cli_parity() {
   DSPARK_CUDA_TAIL=5 $D head --backend cuda --weights /tmp/w.st --inputs /tmp/i.st --out /tmp/o_bad.st; echo "bad tail rc=$?"
 }
 
-# The op harness's attention tables of the builds $1 (e.g. "old gpu"), alternated twice.
+# The op harness's attention tables of the builds $1 (e.g. "old gpu"), alternated $2 times (2), every table kept in
+# att.log; the lines shown match $3 (the decode, verify and draft rows).
 att_tables() {
-  for r in 1 2; do for b in $1; do
-    echo "== $b"; timeout 100 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -E "^(decode|verify|draft)"
+  for r in $(seq "${2:-2}"); do for b in $1; do
+    stamp "op harness attention tables ($b, round $r)" | tee -a "$OUT/att.log"
+    timeout 200 build-$b/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
+      grep -E "${3:-^(decode|verify|draft)}"
   done; done
 }
 
@@ -507,13 +510,7 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
   done
   [ "${TESTS:-1}" = 1 ] && DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 |
     grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
-  for r in $(seq ${ROUNDS-1}); do
-    for t in $B; do
-      stamp "op harness: attention tables ($t, round $r)" | tee -a "$OUT/att.log"
-      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
-        grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
-    done
-  done
+  att_tables "$B" ${ROUNDS-1} "^prefill|^verify-8, batch 32 |^decode, batch 1 "
   while [ ! -f /tmp/made ]; do sleep 2; done
   for v in ${BT-224 auto 224 auto}; do  # a tile, or a VAR=value setting
     case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac
@@ -562,13 +559,7 @@ if [ "$MODE" = rows ]; then  # the many-row attention kernel: its bits, and its 
       build-gpu/tests/test_ops_cpu cuda "" t_attention_runs > "$OUT/racecheck.log" 2>&1
     echo "racecheck t_attention_runs rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
   fi
-  for r in $(seq ${ROUNDS:-2}); do
-    for t in $B; do
-      stamp "op harness attention tables ($t, round $r)" | tee -a "$OUT/att.log"
-      timeout 200 build-$t/tests/test_ops_cpu cuda perf attention 2>&1 | grep -A8 "^attention" | tee -a "$OUT/att.log" |
-        grep -E "^prefill|^verify-8, batch 32 |^decode, batch 1 "
-    done
-  done
+  att_tables "$B" ${ROUNDS:-2} "^prefill|^verify-8, batch 32 |^decode, batch 1 "
   if [ "${LONG:-1}" = 1 ]; then
     stamp "op harness attention tables, DSPARK_CUDA_ATTENTION=tc-long" | tee -a "$OUT/att.log"
     DSPARK_CUDA_ATTENTION=tc-long timeout 200 build-gpu/tests/test_ops_cpu cuda perf attention 2>&1 |
