@@ -480,16 +480,16 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
    [ "${SPEC:-0}" = 1 ] && python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8 >> "$OUT/make.log" 2>&1
    touch /tmp/made) &
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
-  B=gpu
+  B=gpu built=0
   if [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ]; then  # sm_90a binaries built on the CPU machine, carried
     stamp "prebuilt binaries (build-cuda/pre.tgz)"
-    tar -xzf build-cuda/pre.tgz
+    rm -rf build-gpu build-old && tar -xzf build-cuda/pre.tgz && built=1
     [ -d build-old ] && B="old gpu"
     if ldd build-gpu/tests/test_ops_cpu build-gpu/bench/bench_target | grep "not found"; then
-      echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; B=gpu
+      echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; B=gpu built=0
     fi
   fi
-  if [ ! -x build-gpu/tests/test_ops_cpu ]; then
+  if [ "$built" = 0 ]; then  # a build, never binaries a warm machine kept from an earlier call
     stamp "configure + build"
     { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
       cmake --build build-gpu -j16 --target test_ops_cpu test_cuda_mathf bench_target; } > "$OUT/build.log" 2>&1 ||
