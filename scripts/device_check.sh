@@ -65,7 +65,8 @@
 #                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
 #                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
 #                                   TESTS=0 skips the checks (all: the whole test_ops_cpu cuda instead), ROUNDS=0 the
-#                                   attention tables; SPEC=1 adds bench_spec on a random Qwen3-8B pair (SPEC_ROUNDS)
+#                                   attention tables; SPEC=1 adds bench_spec on a random Qwen3-8B pair (SPEC_ROUNDS);
+#                                   NCU_STEP=1 ncu's kernel times of one batch-1 decode step, DETAIL=filter one launch in it
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -527,6 +528,16 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
         --batch 1,32 2>&1 | grep -E "^\|" | grep -v "^|---"
     done
   done
+  if [ "${NCU_STEP:-0}" = 1 ]; then  # ncu's per-kernel times of one batch-1 decode step, then DETAIL's kernel in detail
+    stamp "ncu: one batch-1 decode step"
+    ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-count 1400 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 --prefill 16 \
+      --batch 1 --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+    python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
+  fi
+  [ -n "${DETAIL:-}" ] && stamp "ncu: one $DETAIL launch of a batch-1 decode step (SKIP ${SKIP:-40})" &&
+    ncu_detail "$DETAIL" ${SKIP:-40} ${TOP:-30} build-gpu/bench/bench_target --model /tmp/t8 --backend cuda \
+      --context 1024 --prefill 16 --batch 1 --reps 3
   [ -n "${PT-auto 224 256}" ] && stamp "op harness: products (tiles ${PT-auto 224 256})"
   for v in ${PT-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
     case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac
