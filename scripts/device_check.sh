@@ -66,7 +66,9 @@
 #                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
 #                                   TESTS=0 skips the checks (all: the whole test_ops_cpu cuda instead), ROUNDS=0 the
 #                                   attention tables; SPEC=1 adds bench_spec on a random Qwen3-8B pair (SPEC_ROUNDS);
-#                                   NCU_STEP=1 ncu's kernel times of one batch-1 decode step, DETAIL=filter one launch in it
+#                                   NCU_STEP=1 ncu's kernel times of one batch-1 decode step, DETAIL=filter one launch in it;
+#                                   ATT_ENV / SPEC_ENV: VAR=value settings the attention tables / bench_spec run under, each
+#                                   in turn (ATT_LINES: the table lines shown); TESTS=att: only t_attention* (ATT_FORMS); SAN=att: racecheck on t_attention
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
@@ -131,6 +133,17 @@ pair_and_builds() {
   if [ -d .old ]; then
     stamp "configure + build (.old)"
     build_old "$@" && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  fi
+}
+
+# With PREBUILT=1, the sm_90a binaries built on the CPU machine and carried (build-cuda/pre.tgz: build-gpu/ and, for
+# an A/B, build-old/); fails (and leaves neither directory) when there are none or their libraries are missing.
+unpack_prebuilt() {
+  [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ] || return 1
+  stamp "prebuilt binaries (build-cuda/pre.tgz)"
+  rm -rf build-gpu build-old && tar -xzf build-cuda/pre.tgz || return 1
+  if find build-gpu build-old -type f -perm -u+x 2>/dev/null | xargs ldd 2>/dev/null | grep "not found"; then
+    echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; return 1
   fi
 }
 
@@ -482,14 +495,7 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
    touch /tmp/made) &
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
   B=gpu built=0
-  if [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ]; then  # sm_90a binaries built on the CPU machine, carried
-    stamp "prebuilt binaries (build-cuda/pre.tgz)"
-    rm -rf build-gpu build-old && tar -xzf build-cuda/pre.tgz && built=1
-    [ -d build-old ] && B="old gpu"
-    if ldd build-gpu/tests/test_ops_cpu build-gpu/bench/bench_target | grep "not found"; then
-      echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; B=gpu built=0
-    fi
-  fi
+  unpack_prebuilt && built=1 && [ -d build-old ] && B="old gpu"
   if [ "$built" = 0 ]; then  # a build, never binaries a warm machine kept from an earlier call
     stamp "configure + build"
     { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
@@ -500,7 +506,7 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
   forms=${ATT_FORMS-tc tc-long fp32} # tc alone runs all three kernels (t_attention_runs' long caches: fp32)
   [ "${TESTS:-1}" = 1 ] && stamp "test_cuda_mathf, t_attention* ($forms), t_gemm*" &&
     timeout 120 build-gpu/tests/test_cuda_mathf 2>&1 | grep -E "bf16|div|mathf:|PASSED|FAILED"
-  [ "${TESTS:-1}" = 1 ] || forms=""
+  [ "${TESTS:-1}" = 1 ] || [ "${TESTS:-1}" = att ] || forms=""
   if [ "${TESTS:-1}" = all ]; then  # the whole op-parity harness on CUDA (every op against the CPU, the invariances)
     stamp "test_ops_cpu cuda (all)"
     timeout 400 build-gpu/tests/test_ops_cpu cuda > "$OUT/ops.log" 2>&1; echo "test_ops_cpu cuda: rc $?"
@@ -509,9 +515,16 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
   for v in $forms; do
     DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
+  if [ "${SAN:-0}" = att ]; then  # racecheck on the one-row kernels' cases
+    timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
+      > "$OUT/racecheck.log" 2>&1
+    echo "racecheck t_attention rc $?: $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck.log")"
+  fi
   [ "${TESTS:-1}" = 1 ] && DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_gemm*' 2>&1 |
     grep -E "token-tile|gemm rows N 5120|PASSED|FAILED|differ" | head -6
-  att_tables "$B" ${ROUNDS-1} "^prefill|^verify-8, batch 32 |^decode, batch 1 "
+  for e in ${ATT_ENV:-DSPARK_NONE=1}; do  # each setting's tables (ATT_ENV: VAR=value settings)
+    [ "${ROUNDS-1}" = 0 ] || (export "$e"; echo "$e" | tee -a "$OUT/att.log"; att_tables "$B" ${ROUNDS-1} "${ATT_LINES:-^prefill|^verify-8, batch 32 |^decode, batch 1 }")
+  done
   while [ ! -f /tmp/made ]; do sleep 2; done
   for v in ${BT-224 auto 224 auto}; do  # a tile, or a VAR=value setting
     case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac
@@ -522,11 +535,12 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
     done
   done
   for r in $([ "${SPEC:-0}" = 1 ] && seq ${SPEC_ROUNDS:-2}); do  # the draft's proposal and the speculative round
-    for t in $B; do
-      stamp "bench_spec ($t, round $r)"
-      timeout 150 build-$t/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 \
+    for t in $B; do for e in ${SPEC_ENV:-DSPARK_NONE=1}; do  # SPEC_ENV: VAR=value settings, each a run
+      se=${SPEC_ENV:-DSPARK_NONE=1}; [ "$t" = old ] && [ "$e" != "${se%% *}" ] && continue  # build-old once a round
+      stamp "bench_spec ($t, round $r, $e)"
+      env "$e" timeout 150 build-$t/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 \
         --batch 1,32 2>&1 | grep -E "^\|" | grep -v "^|---"
-    done
+    done; done
   done
   if [ "${NCU_STEP:-0}" = 1 ]; then  # ncu's per-kernel times of one batch-1 decode step, then DETAIL's kernel in detail
     stamp "ncu: one batch-1 decode step"
@@ -617,12 +631,16 @@ if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each 
   rm -f /tmp/made
   ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
       python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
-  stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-    cmake --build build-gpu -j16 --target dspark_tool bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
-    > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
   B=gpu
+  if unpack_prebuilt; then [ -d build-old ] && B="old gpu"
+  else
+    stamp "configure + build"
+    { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build build-gpu -j16 --target dspark_tool bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu; } \
+      > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  fi
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader
   if [ -d .old ]; then
     stamp "configure + build (.old)"
     build_old bench_target && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }

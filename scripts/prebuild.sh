@@ -13,10 +13,12 @@ pack() { # build dir, name in the archive, targets
   cmake --build "$dir" -j"$(nproc)" --target "$@" > /dev/null
   mkdir -p "$stage/$name/tests" "$stage/$name/bench"
   for t in "$@"; do
-    if [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
+    if [ "$t" = dspark_tool ]; then cp "$dir/dspark" "$stage/$name/"
+    elif [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
   done
 }
-# NEW_TARGETS / OLD_TARGETS trim the archive (the device tool carries 64 MiB in all)
+# NEW_TARGETS / OLD_TARGETS trim the archive (the device tool carries 64 MiB in all; about 7.5 MB a binary); `h200`
+# mode needs dspark_tool bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu
 pack "$new" build-gpu ${NEW_TARGETS:-test_ops_cpu test_cuda_mathf bench_target bench_spec}
 [ -z "$old" ] || pack "$old" build-old ${OLD_TARGETS:-test_ops_cpu bench_target bench_spec}
 mkdir -p build-cuda

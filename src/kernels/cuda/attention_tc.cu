@@ -261,7 +261,8 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         for (int u = 0; u < 4; u++) {
           const int j = j0 + 32 * u;
           const bool in = j < n && j < kpe;
-          const float x = expf(__fsub_rn(dsp_dev_bf16_val(sp[in ? j : k0b]), m)); /* a key of the block: no branch */
+          /* a key out of the pair's reads its lane's first key instead: no branch, and no other lane writes it */
+          const float x = expf(__fsub_rn(dsp_dev_bf16_val(sp[in ? j : j0]), m));
           e[u] = in ? x : 0.0f;
           uint32_t fast;
           const float q = dsp_dev_div_fast(e[u], dz, fast);
