@@ -17,8 +17,9 @@ pack() { # build dir, name in the archive, targets
     elif [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
   done
 }
-# NEW_TARGETS / OLD_TARGETS trim the archive (the device tool carries 64 MiB in all; about 7.5 MB a binary); `h200`
-# mode needs dspark_tool bench_target bench_spec bench_kda bench_gemm_small test_ops_cpu
+# NEW_TARGETS / OLD_TARGETS trim the archive (the device tool carries 64 MiB in all, the checkout's shipped models
+# included: about four binaries of 7.5 MB fit); `h200` mode runs dspark_tool bench_target bench_spec bench_kda
+# bench_gemm_small test_ops_cpu, and with fewer carried reports the others' steps as missing files
 pack "$new" build-gpu ${NEW_TARGETS:-test_ops_cpu test_cuda_mathf bench_target bench_spec}
 [ -z "$old" ] || pack "$old" build-old ${OLD_TARGETS:-test_ops_cpu bench_target bench_spec}
 mkdir -p build-cuda
