@@ -63,10 +63,12 @@
 #                                   (BT), then the op harness's attention and product tables (PT: DSPARK_GEMM_TILE auto,
 #                                   224 and 256); PREBUILT=1 unpacks build-cuda/pre.tgz (build-gpu/ and, for an A/B,
 #                                   build-old/ binaries built for sm_90a on the CPU machine: scripts/prebuild.sh) instead of
-#                                   building; BB: bench_target's batches (1); BT and PT entries may be VAR=value settings;
+#                                   building; BB: bench_target's batches (1), BT_PREFILL its prefill (2048; it also sets the
+#                                   cache's length); BT, PT and ATT_FORMS entries may be VAR=value settings;
 #                                   TESTS=0 skips the checks (all: the whole test_ops_cpu cuda instead), ROUNDS=0 the
 #                                   attention tables; SPEC=1 adds bench_spec on a random Qwen3-8B pair (SPEC_ROUNDS);
-#                                   NCU_STEP=1 ncu's kernel times of one batch-1 decode step, DETAIL=filter one launch in it;
+#                                   NCU_STEP=1 ncu's kernel times of one batch-1 decode step, DETAIL=filter one launch in
+#                                   bench_target at each DETAIL_BATCH (1) after SKIP launches;
 #                                   ATT_ENV / SPEC_ENV: VAR=value settings the attention tables / bench_spec run under, each
 #                                   in turn (ATT_LINES: the table lines shown); TESTS=att: only t_attention* (ATT_FORMS); SAN=att: racecheck on t_attention
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
@@ -512,8 +514,10 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
     timeout 400 build-gpu/tests/test_ops_cpu cuda > "$OUT/ops.log" 2>&1; echo "test_ops_cpu cuda: rc $?"
     grep -E "PASSED|FAILED|differ" "$OUT/ops.log" | tail -8
   fi
-  for v in $forms; do
-    DSPARK_CUDA_ATTENTION=$v timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
+  for v in $forms; do  # a DSPARK_CUDA_ATTENTION value, or a VAR=value setting
+    case $v in *=*) ;; *) v=DSPARK_CUDA_ATTENTION=$v ;; esac
+    echo "t_attention* under $v"
+    env "$v" timeout 200 build-gpu/tests/test_ops_cpu cuda '' 't_attention*' 2>&1 | grep -E "PASSED|FAILED|differ" | tail -3
   done
   if [ "${SAN:-0}" = att ]; then  # racecheck on the one-row kernels' cases
     timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_attention \
@@ -531,7 +535,7 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
     for t in $B; do
       stamp "bench_target ($t) prefill 2048, $v"
       env "$v" timeout 150 build-$t/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
-        --prefill 2048 --batch ${BB:-1} 2>&1 | grep -E "prefill|rate|decode|verify" | grep -v "^|---"
+        --prefill ${BT_PREFILL:-2048} --batch ${BB:-1} 2>&1 | grep -E "prefill|rate|decode|verify" | grep -v "^|---"
     done
   done
   for r in $([ "${SPEC:-0}" = 1 ] && seq ${SPEC_ROUNDS:-2}); do  # the draft's proposal and the speculative round
@@ -549,9 +553,11 @@ if [ "$MODE" = lean ]; then  # one short call: the kernels' checks, then A/B by 
       --batch 1 --reps 3 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
     python3 scripts/ncu_step.py "$OUT/ncu.csv" | cut -c1-110
   fi
-  [ -n "${DETAIL:-}" ] && stamp "ncu: one $DETAIL launch of a batch-1 decode step (SKIP ${SKIP:-40})" &&
+  for db in $([ -n "${DETAIL:-}" ] && echo ${DETAIL_BATCH:-1}); do  # DETAIL_BATCH: bench_target batches, each a report
+    stamp "ncu: one $DETAIL launch of bench_target at batch $db (SKIP ${SKIP:-40})"
     ncu_detail "$DETAIL" ${SKIP:-40} ${TOP:-30} build-gpu/bench/bench_target --model /tmp/t8 --backend cuda \
-      --context 1024 --prefill 16 --batch 1 --reps 3
+      --context 1024 --prefill 16 --batch "$db" --reps 3
+  done
   [ -n "${PT-auto 224 256}" ] && stamp "op harness: products (tiles ${PT-auto 224 256})"
   for v in ${PT-auto 224 256}; do  # every tile at every M: a tile's cost per k block, for the choice's model
     case $v in *=*) ;; *) v=DSPARK_GEMM_TILE=$v ;; esac

@@ -15,12 +15,14 @@ set_tests_properties(test_ops_cuda_gemm_rows PROPERTIES LABELS gpu TIMEOUT 300 S
                      ENVIRONMENT "DSPARK_GEMM_SPLIT=0;DSPARK_GEMM_SMALL=1;DSPARK_VERBOSE=1")
 # Attention's CUDA forms on the same cases. The default: both tensor-core kernels, and the fp32 form for the
 # caches past one block's scores (head dim 128); tc-one-row: never the many-row kernel; tc-long: those caches
-# on the tensor-core kernels too; fp32: only the fp32 kernel.
-set(att_tc_check "grep -q 'tensor-core form (head dim 128)$' att_tc.log && grep -q 'many-row kernel' att_tc.log && grep -q 'fp32 form (head dim 128)' att_tc.log")
+# on the tensor-core kernels too; fp32: only the fp32 kernel; qreg: tc with two m-tiles' q always in registers
+# (the default reads it from shared memory where two blocks then share an SM).
+set(att_tc_check "grep -q 'tensor-core form (head dim 128)$' att_tc.log && grep -q 'many-row kernel' att_tc.log && grep -q 'fp32 form (head dim 128)' att_tc.log && grep -q 'q in shared memory' att_tc.log")
+set(att_qreg_check "grep -q 'tensor-core form (head dim 128)$' att_qreg.log && ! grep -q 'q in shared memory' att_qreg.log")
 set(att_one_check "grep -q 'attention: tensor-core form' att_one.log && ! grep -q 'many-row kernel' att_one.log")
 set(att_rows_check "grep -q 'tensor-core form (head dim 128)$' att_rows.log && grep -q 'many-row kernel' att_rows.log && ! grep -q 'fp32 form (head dim 128)' att_rows.log")
 set(att_fp32_check "! grep -q 'attention: tensor-core form' att_fp32.log")
-foreach(form tc one rows fp32)
+foreach(form tc one rows fp32 qreg)
   set(envs "DSPARK_VERBOSE=1")
   if(form STREQUAL fp32)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=fp32")
@@ -28,6 +30,8 @@ foreach(form tc one rows fp32)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-one-row")
   elseif(form STREQUAL rows)
     set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION=tc-long")
+  elseif(form STREQUAL qreg)
+    set(envs "DSPARK_VERBOSE=1;DSPARK_CUDA_ATTENTION_Q=registers")
   endif()
   add_test(NAME test_ops_cuda_attention_${form}
            COMMAND sh -c "\"$0\" cuda '' 't_attention*' > att_${form}.log 2>&1; rc=$?; cat att_${form}.log; [ $rc -ne 0 ] && exit $rc; ${att_${form}_check}"

@@ -72,6 +72,7 @@ static const char *const g_gemm_tiles[] = {"auto", "32", "64", "112", "224", "25
 static const int g_gemm_tile_n[] = {0, 32, 64, 112, 224, 256};
 static const char *const g_attention[] = {"tc", "fp32", "tc-long", "tc-one-row", NULL};
 static const char *const g_small[] = {"0", "1", "auto", NULL};
+static const char *const g_att_q[] = {"auto", "registers", "shared", NULL};
 
 static void env_read(void) {
   g_env.threads = env_int("DSPARK_THREADS", 0, 0, 4096, "an integer in [0, 4096] (0: the default share of the cores)");
@@ -87,6 +88,7 @@ static void env_read(void) {
   const int att = env_choice("DSPARK_CUDA_ATTENTION", g_attention, 0, "tc, fp32, tc-one-row or tc-long");
   g_env.cuda_attention_tc = att != 1;
   g_env.cuda_attention_rows = att == 3 ? 0 : att == 2 ? 2 : 1;
+  g_env.cuda_attention_q = env_choice("DSPARK_CUDA_ATTENTION_Q", g_att_q, 0, "auto, registers or shared");
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
   g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 0, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");

@@ -347,7 +347,8 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
      with tc-long to the many-row kernel, for every call (a property of the shape: a row's bits never depend on
      its call) */
   dsp_cu_attention_args one = c;
-  const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit, rows == 2);
+  const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit, rows == 2,
+                                                    dsp_env_get()->cuda_attention_q);
   int pf = 0;
   if (tc_ok && rows >= 1) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
   else if (tce && !tc_ok && rows == 2) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1);
@@ -369,6 +370,9 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   if (dsp_env_get()->verbose && !__atomic_exchange_n(&told[tc + pf][D], 1, __ATOMIC_RELAXED))
     fprintf(stderr, "dspark: attention: %s form (head dim %lld)%s\n", tc ? "tensor-core" : "fp32", (long long)D,
             pf ? ", many-row kernel" : "");
+  static int told_q;
+  if (dsp_env_get()->verbose && tc && !pf && !c.q_reg && !__atomic_exchange_n(&told_q, 1, __ATOMIC_RELAXED))
+    fprintf(stderr, "dspark: attention: two m-tiles with q in shared memory\n");
   if (pf) dsp_cu_attention_pf(&c, dsp_cuda_stream(be, dev));
   else if (tc) dsp_cu_attention_tc(&c, dsp_cuda_stream(be, dev));
   else dsp_cu_attention(&c, dsp_cuda_stream(be, dev));

@@ -42,14 +42,15 @@ namespace cg = cooperative_groups;
 __host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
   return ((L + TC_CHUNK - 1) / TC_CHUNK + S - 1) / S;
 }
-/* Value rows a stage: the same bytes at every head dim, so a short head's p.v waits on as few copies. */
-__host__ __device__ constexpr int tc_stage_rows(int64_t D) { return (int)(TC_STAGE * 128 / D); }
+/* Value rows a stage: the same bytes at every head dim, so a short head's p.v waits on as few copies; half of them
+ * in the form with q in shared memory (qr 0), so its blocks fit two an SM over more cache positions. */
+__host__ __device__ constexpr int tc_stage_rows(int64_t D, int qr) { return (int)(TC_STAGE * 128 / D) / (qr ? 1 : 2); }
 /* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][stage rows][D + 8] (bf16; the
  * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
  * partials [cpb][R][D] (fp32). */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
-static size_t tc_smem(int mt, int64_t D, int64_t L, int S) {
-  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * tc_stage_rows(D) * (D + 8)) * 2;
+static size_t tc_smem(int mt, int qr, int64_t D, int64_t L, int S) {
+  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * tc_stage_rows(D, qr) * (D + 8)) * 2;
   if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
   return b;
 }
@@ -64,8 +65,7 @@ __device__ __forceinline__ const T *tc_peer(const T *p, int rank) {
   return cg::this_cluster().map_shared_rank(p, rank);
 }
 
-/* Two m-tiles hold 64 accumulators more than one: ptxas's default target spills them, so that form asks for one
- * block per SM's registers (shared memory bounds its residency anyway). */
+
 /* ((0 + x(0)) + x(1)) + ... + x(n - 1) in fp32, the loads issued eight at a time (peers' shared memory is far). */
 template <typename F>
 __device__ __forceinline__ float tc_chain(int n, F x) {
@@ -83,12 +83,16 @@ __device__ __forceinline__ float tc_chain(int n, F x) {
 
 /* W warps per block: 8 at D 128, else 4 (each warp's part of the scores and p.v halves against 4;
  * the dims a warp owns change, never a dim's sum). */
-template <int MT, int DC, int W>
-__global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(dsp_cu_attention_args a) {
+/* QR 1: the q fragments stay in registers. Two m-tiles' take 64 registers more than one's, and ptxas's default
+ * target spills them, so that form asks for one block an SM's registers (200 at D 128). QR 0 (two m-tiles only)
+ * reads them from shared memory per use, with half the key rows in flight and half the value stage, so two blocks
+ * fit an SM (128 registers) where their shared memory does: a batch-32 verify's 256 blocks then run in one wave. */
+template <int MT, int DC, int W, int QR>
+__global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attention_tc(dsp_cu_attention_args a) {
   dsp_dev_launch_dependents();
   dsp_dev_grid_wait();
   constexpr int D = 32 * DC, QP = D + 8, VP = D + 8, R = 16 * MT, NTW = D / 8 / W, TC_WARPS = W, TC_THREADS = 32 * W;
-  constexpr int ST = tc_stage_rows(D);
+  constexpr int ST = tc_stage_rows(D, QR);
   static_assert(NTW % 2 == 0 || NTW == 1, "value fragments come two n-tiles at a time, or one");
   extern __shared__ __align__(16) unsigned char tc_sm[];
   __shared__ float red[TC_WARPS][R], bmx[R], gmx[R], gz[R]; /* block's max; with S > 1 the run's max and z */
@@ -130,24 +134,28 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
     };
     if (nst > 0) stage(0);
 
-    /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w */
-    uint32_t qa[MT][DC][2][4];
+    /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w; one
+       QR form's stay in registers */
+    constexpr bool QREG = QR != 0;
+    auto qfrag = [&](int mt, int c, uint32_t(&f)[2][4]) {
+      const uint4 lo = *(const uint4 *)(qs + (mt * 16 + g) * QP + 32 * c + 8 * q);
+      const uint4 hi = *(const uint4 *)(qs + (mt * 16 + g + 8) * QP + 32 * c + 8 * q);
+      f[0][0] = lo.x, f[0][1] = hi.x, f[0][2] = lo.y, f[0][3] = hi.y;
+      f[1][0] = lo.z, f[1][1] = hi.z, f[1][2] = lo.w, f[1][3] = hi.w;
+    };
+    uint32_t qa[QREG ? MT : 1][DC][2][4];
+    if (QREG)
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+      for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-      for (int c = 0; c < DC; c++) {
-        const uint4 lo = *(const uint4 *)(qs + (mt * 16 + g) * QP + 32 * c + 8 * q);
-        const uint4 hi = *(const uint4 *)(qs + (mt * 16 + g + 8) * QP + 32 * c + 8 * q);
-        qa[mt][c][0][0] = lo.x, qa[mt][c][0][1] = hi.x, qa[mt][c][0][2] = lo.y, qa[mt][c][0][3] = hi.y;
-        qa[mt][c][1][0] = lo.z, qa[mt][c][1][1] = hi.z, qa[mt][c][1][2] = lo.w, qa[mt][c][1][3] = hi.w;
-      }
+        for (int c = 0; c < DC; c++) qfrag(mt, c, qa[mt][c]);
 
     /* scores of the block's keys: warp w takes its 8-key tiles w, w + W, ..., the key rows of U of them loaded
        before their products (one load's latency per U tiles, not per tile) */
     float mx[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = -INFINITY;
-    constexpr int U = 8 / DC;
+    constexpr int U = QREG ? 8 / DC : DC == 1 ? 2 : 4 / DC;
     const int tend8 = (kend + 7) / 8;
     for (int tb = k0b / 8 + warp; tb < tend8; tb += U * TC_WARPS) {
       uint4 kw[U][DC]; /* rows past the run's keys are never read (they may be unwritten) */
@@ -158,29 +166,60 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
         for (int c = 0; c < DC; c++)
           kw[u][c] = key < kend ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
       }
+      /* a tile's score: bf16, times the scale, bf16 (pair and key past the run's: not stored) */
+      auto score = [&](const float (&acc)[4], int t, int mt) {
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        const int t = tb + u * TC_WARPS;
-        if (t >= tend8) break;
+        for (int e = 0; e < 4; e++) {
+          const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
+          if (pair < np && k2 < nks[pair]) {
+            const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
+            sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
+            mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
+          }
+        }
+      };
+      /* every (tile, m-tile) sum runs over c in order, k step 2c then 2c + 1 */
+      if constexpr (QREG) {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int u = 0; u < U; u++) {
+          const int t = tb + u * TC_WARPS;
+          if (t >= tend8) break;
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int c = 0; c < DC; c++) {
+              dsp_mma16816(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[u][c].x,
+                           kw[u][c].y);
+              dsp_mma16816(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[u][c].z,
+                           kw[u][c].w);
+            }
+            score(acc, t, mt);
+          }
+        }
+      } else { /* each q fragment read once for the U tiles (a tile past the keys: zeros, unused) */
+        float acc[U][MT][4];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++) acc[u][mt][0] = acc[u][mt][1] = acc[u][mt][2] = acc[u][mt][3] = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
           for (int c = 0; c < DC; c++) {
-            dsp_mma16816(acc, qa[mt][c][0][0], qa[mt][c][0][1], qa[mt][c][0][2], qa[mt][c][0][3], kw[u][c].x,
-                         kw[u][c].y);
-            dsp_mma16816(acc, qa[mt][c][1][0], qa[mt][c][1][1], qa[mt][c][1][2], qa[mt][c][1][3], kw[u][c].z,
-                         kw[u][c].w);
-          }
+            uint32_t f[2][4];
+            qfrag(mt, c, f);
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
-            if (pair < np && k2 < nks[pair]) {
-              const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
-              sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
-              mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
+            for (int u = 0; u < U; u++) {
+              dsp_mma16816(acc[u][mt], f[0][0], f[0][1], f[0][2], f[0][3], kw[u][c].x, kw[u][c].y);
+              dsp_mma16816(acc[u][mt], f[1][0], f[1][1], f[1][2], f[1][3], kw[u][c].z, kw[u][c].w);
             }
           }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          if (tb + u * TC_WARPS >= tend8) break;
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++) score(acc[u][mt], tb + u * TC_WARPS, mt);
         }
       }
     }
@@ -373,10 +412,11 @@ __global__ void __launch_bounds__(32 * W, MT == 1 ? 16 / W : 1) k_attention_tc(d
   }
 }
 
-#define TC_KERNELS(X) X(1, 1, 4) X(2, 1, 4) X(1, 2, 4) X(2, 2, 4) X(1, 4, 8) X(2, 4, 8)
+#define TC_KERNELS(X) \
+  X(1, 1, 4, 1) X(2, 1, 4, 1) X(2, 1, 4, 0) X(1, 2, 4, 1) X(2, 2, 4, 1) X(2, 2, 4, 0) X(1, 4, 8, 1) X(2, 4, 8, 1) X(2, 4, 8, 0)
 
 extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit,
-                                          int long_caches) {
+                                          int long_caches, int q_form) {
   const int64_t D = a->q.dim, Hkv = a->kv_heads, L = a->max_len;
   if ((D != 32 && D != 64 && D != 128) || Hkv < 1 || a->q.heads % Hkv || a->kv_stride % 8 || ((uintptr_t)a->k & 15) ||
       ((uintptr_t)a->v & 15))
@@ -387,12 +427,12 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
      call of a cache past one block's scores runs split (at most 15360 positions at head dim 128; long_caches) */
   const int mt_min = group > 16 ? 2 : 1;
   int need = 1;
-  while (long_caches && need < TC_SPLIT && tc_smem(mt_min, D, L, need) > smem_limit) need *= 2;
-  if (tc_smem(mt_min, D, L, need) > smem_limit) return 0;
+  while (long_caches && need < TC_SPLIT && tc_smem(mt_min, 1, D, L, need) > smem_limit) need *= 2;
+  if (tc_smem(mt_min, 1, D, L, need) > smem_limit) return 0;
   int rb = row_group > 1 ? row_group : 1;
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
   int mt = rb * group <= 16 ? 1 : 2;
-  if (tc_smem(mt, D, L, need) > smem_limit) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
+  if (tc_smem(mt, 1, D, L, need) > smem_limit) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
   /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
      faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
   if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
@@ -400,9 +440,13 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
   int split = need;
   while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks &&
-         tc_smem(mt, D, L, 2 * split) <= smem_limit)
+         tc_smem(mt, 1, D, L, 2 * split) <= smem_limit)
     split *= 2;
   a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
+  /* two m-tiles: q in shared memory where that form's blocks then fit two an SM (an SM holds smem_limit plus the
+     kernels' static bytes and 1 KB reserved a block, about 3 KB; the static bytes are at most 2 KB); q_form 1
+     and 2 force registers and shared memory (a launch choice: the same bits) */
+  a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && 2 * (tc_smem(2, 0, D, L, split) + 3072) > smem_limit + 3072);
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */
@@ -412,8 +456,8 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
 }
 
 extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
-#define TC_SET(mt, dc, w) \
-  if (const cudaError_t e = dsp_att_optin((const void *)k_attention_tc<mt, dc, w>, smem_limit)) return e;
+#define TC_SET(mt, dc, w, qr) \
+  if (const cudaError_t e = dsp_att_optin((const void *)k_attention_tc<mt, dc, w, qr>, smem_limit)) return e;
   TC_KERNELS(TC_SET)
 #undef TC_SET
   return cudaSuccess;
@@ -422,8 +466,8 @@ extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
 extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s) {
   const int mt = a->pairs / 16, dc = (int)(a->q.dim / 32);
   const void *k = NULL;
-#define TC_PICK(m_, d_, w_) \
-  if (mt == m_ && dc == d_ && a->warps == w_) k = (const void *)k_attention_tc<m_, d_, w_>;
+#define TC_PICK(m_, d_, w_, qr_) \
+  if (mt == m_ && dc == d_ && a->warps == w_ && (a->q_reg != 0) == (qr_ != 0)) k = (const void *)k_attention_tc<m_, d_, w_, qr_>;
   TC_KERNELS(TC_PICK)
 #undef TC_PICK
   if (a->q.rows <= 0 || !k) return;
@@ -431,7 +475,7 @@ extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block * S), (unsigned)a->kv_heads, 1);
   cfg.blockDim = dim3((unsigned)(32 * a->warps));
-  cfg.dynamicSmemBytes = tc_smem(mt, a->q.dim, a->max_len, S);
+  cfg.dynamicSmemBytes = tc_smem(mt, a->q_reg, a->q.dim, a->max_len, S);
   cfg.stream = s;
   cudaLaunchAttribute at[2];
   int na = 0;

@@ -74,6 +74,7 @@ typedef struct {
   int rows_per_block, heads_per_block, pairs; /* the launch (dsp_cu_attention_config) */
   int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
   int warps, q_vec;          /* tensor-core form: warps per block (4, 8); q read in 16-byte pieces */
+  int q_reg;                 /* tensor-core form: q fragments in registers (1), or two m-tiles' in shared memory */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
@@ -93,8 +94,11 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
  * config returns 0 otherwise (a property of the shapes, never of the batch).
  * It splits a run's keys over a cluster of up to 8 blocks, in whole chunks,
  * while the launch's blocks leave sms free, or for every call of a cache past
- * one block (the sums keep their chunk order, so no bit changes). */
-int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit, int long_caches);
+ * one block (the sums keep their chunk order, so no bit changes). Blocks of
+ * two m-tiles read q from shared memory where that lets two of them share an
+ * SM (q_form 0), always (2) or never (1): again the same bits. */
+int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit, int long_caches,
+                               int q_form);
 cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
 /* The tensor-core form's bits for long runs of rows on a slot (attention_pf.cu): the scores computed three times
