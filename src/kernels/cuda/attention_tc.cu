@@ -436,6 +436,11 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
      faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
   if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
+  /* two m-tiles whose q-in-shared-memory form would not fit two an SM (a cache past about 1300 positions at head
+     dim 128): blocks of one m-tile instead where two of those fit (q_form 0 only; a launch choice, the same bits) */
+  const auto two_an_sm = [&](int m, int qr, int s) { return 2 * (tc_smem(m, qr, D, L, s) + 3072) <= smem_limit + 3072; };
+  if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, 0, need) && two_an_sm(1, 1, need))
+    mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
   /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
   int split = need;
@@ -446,7 +451,7 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   /* two m-tiles: q in shared memory where that form's blocks then fit two an SM (an SM holds smem_limit plus the
      kernels' static bytes and 1 KB reserved a block, about 3 KB; the static bytes are at most 2 KB); q_form 1
      and 2 force registers and shared memory (a launch choice: the same bits) */
-  a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && 2 * (tc_smem(2, 0, D, L, split) + 3072) > smem_limit + 3072);
+  a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && !two_an_sm(2, 0, split));
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */
