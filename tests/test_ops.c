@@ -499,9 +499,11 @@ static void t_attention(void **st) {
   /* GQA groups of 4, 2, 3 and 1; head dims 128, 64, 72, 256, 40; a stacked cache (stride x2); a cache of nine
      128-key chunks, which CUDA's tensor-core form splits over 4 or 8 blocks as the launch's rows leave SMs free;
      16 KV heads of 64, enough rows times heads that the tensor-core form keeps hint 16's rows in two m-tiles (it
-     runs few rows one per block); the shipped pair's 8 / 4 heads of 32 */
-  const att_case cases[] = {{32, 8, 128, 1, 200}, {8, 4, 64, 2, 300},   {6, 2, 72, 1, 190},  {4, 4, 256, 1, 200},
-                            {6, 3, 40, 3, 260},   {8, 2, 128, 1, 1100}, {32, 16, 64, 1, 300}, {8, 4, 32, 1, 300}};
+     runs few rows one per block); the shipped pair's 8 / 4 heads of 32; a cache of 2000 at 32 / 8 heads, where CUDA
+     runs hint 16's rows in blocks of one m-tile (two of them fit an SM, two m-tiles would not) */
+  const att_case cases[] = {{32, 8, 128, 1, 200}, {8, 4, 64, 2, 300},    {6, 2, 72, 1, 190},
+                            {4, 4, 256, 1, 200},  {6, 3, 40, 3, 260},    {8, 2, 128, 1, 1100},
+                            {32, 16, 64, 1, 300}, {8, 4, 32, 1, 300},    {32, 8, 128, 1, 2000}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_att(&cases[i]);
   print_message("attention: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
                 g_cpu ? " (and the CPU against the reference)" : "");
