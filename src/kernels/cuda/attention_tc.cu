@@ -65,7 +65,6 @@ __device__ __forceinline__ const T *tc_peer(const T *p, int rank) {
   return cg::this_cluster().map_shared_rank(p, rank);
 }
 
-
 /* ((0 + x(0)) + x(1)) + ... + x(n - 1) in fp32, the loads issued eight at a time (peers' shared memory is far). */
 template <typename F>
 __device__ __forceinline__ float tc_chain(int n, F x) {
@@ -134,8 +133,8 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
     };
     if (nst > 0) stage(0);
 
-    /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w; one
-       QR form's stay in registers */
+    /* q fragments: k step 2c takes words x, y of the 16-byte piece at dims 32c + 8q, k step 2c + 1 words z, w; the
+       QR form keeps them in registers */
     constexpr bool QREG = QR != 0;
     auto qfrag = [&](int mt, int c, uint32_t(&f)[2][4]) {
       const uint4 lo = *(const uint4 *)(qs + (mt * 16 + g) * QP + 32 * c + 8 * q);
