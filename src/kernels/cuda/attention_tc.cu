@@ -428,18 +428,18 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   int need = 1;
   while (long_caches && need < TC_SPLIT && tc_smem(mt_min, 1, D, L, need) > smem_limit) need *= 2;
   if (tc_smem(mt_min, 1, D, L, need) > smem_limit) return 0;
+  const int r16 = 16 / group > 1 ? 16 / group : 1; /* the rows one m-tile holds */
   int rb = row_group > 1 ? row_group : 1;
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
   int mt = rb * group <= 16 ? 1 : 2;
-  if (tc_smem(mt, 1, D, L, need) > smem_limit) mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
+  if (tc_smem(mt, 1, D, L, need) > smem_limit) mt = 1, rb = r16;
   /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
      faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
   if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
   /* two m-tiles whose q-in-shared-memory form would not fit two an SM (a cache past about 1300 positions at head
      dim 128): blocks of one m-tile instead where two of those fit (q_form 0 only; a launch choice, the same bits) */
   const auto two_an_sm = [&](int m, int qr, int s) { return 2 * (tc_smem(m, qr, D, L, s) + 3072) <= smem_limit + 3072; };
-  if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, 0, need) && two_an_sm(1, 1, need))
-    mt = 1, rb = 16 / group > 1 ? 16 / group : 1;
+  if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, 0, need) && two_an_sm(1, 1, need)) mt = 1, rb = r16;
   /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
   int split = need;
