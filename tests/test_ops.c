@@ -560,13 +560,15 @@ static void check_att_runs(const att_case *c, int64_t T) {
 static void t_attention_runs(void **st) {
   (void)st;
   const long long before = g_compared;
-  /* Qwen3-8B's heads; GQA 3 on a stacked cache (a pair's rows straddle m-tiles); head dim 32; a cache of 6200
-     keys, past one block's scores at head dim 128 (the fp32 form, or with tc-long the one-row kernel split over
-     a cluster); and one of 15500, past a cluster's (the fp32 form, or with tc-long the many-row kernel) */
-  const att_case cases[] = {{32, 8, 128, 1, 700},  {24, 8, 64, 2, 500},    {32, 16, 32, 1, 420},
-                            {32, 8, 128, 1, 6200}, {32, 8, 128, 1, 15500}};
-  const int64_t rows[] = {540, 540, 540, 516, 508};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0] - 2 * !g_cuda; i++) /* the long caches: CUDA's forms */
+  /* Qwen3-8B's heads; GQA 3 on a stacked cache (a pair's rows straddle m-tiles); head dim 32; on CUDA, a cache of
+     6200 keys at Qwen3-8B's heads (one block of the one-row kernel holds a decode row's 4 pairs' scores); at GQA
+     16 (a row's 16 pairs) the same cache, past one block's scores at head dim 128 (the fp32 form, or with
+     tc-long the one-row kernel split over a cluster), and one of 15500, past a cluster's (the fp32 form, or with
+     tc-long the many-row kernel) */
+  const att_case cases[] = {{32, 8, 128, 1, 700},  {24, 8, 64, 2, 500},   {32, 16, 32, 1, 420},
+                            {32, 8, 128, 1, 6200}, {32, 2, 128, 1, 6200}, {32, 2, 128, 1, 15500}};
+  const int64_t rows[] = {540, 540, 540, 516, 516, 508};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0] - 3 * !g_cuda; i++) /* the long caches: CUDA's forms */
     check_att_runs(&cases[i], rows[i]);
   print_message("attention runs: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
 }

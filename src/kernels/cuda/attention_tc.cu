@@ -45,13 +45,17 @@ __host__ __device__ __forceinline__ int64_t tc_cpb(int64_t L, int S) {
 /* Value rows a stage: the same bytes at every head dim, so a short head's p.v waits on as few copies; half of them
  * in the form with q in shared memory (qr 0), so its blocks fit two an SM over more cache positions. */
 __host__ __device__ constexpr int tc_stage_rows(int64_t D, int qr) { return (int)(TC_STAGE * 128 / D) / (qr ? 1 : 2); }
-/* Shared memory: q [R][D + 8], scores / p [R][LP] for the block's keys, values [2][stage rows][D + 8] (bf16; the
- * 16-byte pads keep ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v
- * partials [cpb][R][D] (fp32). */
+/* Shared memory: q [R][D + 8], scores / p [P (+ 1)][LP] for the block's P (row, head) pairs and, where P < R, one
+ * row of zeros (the A fragments' lanes of absent pairs read it), values [2][stage rows][D + 8] (bf16; the 16-byte pads keep
+ * ldmatrix's eight rows on distinct banks); with S > 1 also z partials [cpb][R] and p.v partials [cpb][P][D]
+ * (fp32). Sized by the pairs, not the m-tiles' 16 R rows, so a decode block (P = the GQA group) holds a cache
+ * about 16 / (group + 1) times longer. */
 __host__ __device__ __forceinline__ int64_t tc_pitch(int64_t L, int S) { return tc_cpb(L, S) * TC_CHUNK + 8; }
-static size_t tc_smem(int mt, int qr, int64_t D, int64_t L, int S) {
-  size_t b = (size_t)(16 * mt * (D + 8) + 16 * mt * tc_pitch(L, S) + 2 * tc_stage_rows(D, qr) * (D + 8)) * 2;
-  if (S > 1) b += (size_t)tc_cpb(L, S) * 16 * mt * (1 + D) * 4;
+/* Rows of scores: the P pairs', and the zero row where the m-tiles have rows past them. */
+__host__ __device__ __forceinline__ int tc_rows(int P, int mt) { return P < 16 * mt ? P + 1 : P; }
+static size_t tc_smem(int mt, int P, int qr, int64_t D, int64_t L, int S) {
+  size_t b = (size_t)(16 * mt * (D + 8) + tc_rows(P, mt) * tc_pitch(L, S) + 2 * tc_stage_rows(D, qr) * (D + 8)) * 2;
+  if (S > 1) b += (size_t)tc_cpb(L, S) * (16 * mt + P * D) * 4;
   return b;
 }
 
@@ -98,7 +102,8 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
   __shared__ int nks[R];
   const int S = a.key_split, b = (int)(blockIdx.x % (unsigned)S);
   const int64_t L = a.max_len, ts = a.kv_stride, LP = tc_pitch(L, S), group = a.q.heads / a.kv_heads;
-  uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)R * LP;
+  const int P = a.pairs; /* the pairs a block holds at most (rows per block x heads per block) */
+  uint16_t *qs = (uint16_t *)tc_sm, *sc = qs + R * QP, *vs = sc + (size_t)tc_rows(P, MT) * LP;
   float *zp = (float *)(vs + 2 * ST * VP), *pp = zp + tc_cpb(L, S) * R; /* S > 1 only */
   const int rb = a.rows_per_block, gs = a.heads_per_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -316,8 +321,8 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
           if (j0 + 32 * u < kpe) sp[j0 + 32 * u] = o[u];
       }
     }
-    /* rows past the pairs: zeros, so their (discarded) products stay finite */
-    for (int i = tid; i < (R - np) * kw_; i += TC_THREADS) sc[(np + i / kw_) * LP + i % kw_] = 0;
+    /* rows past the run's pairs and the zero row: zeros, so the absent pairs' (discarded) products stay finite */
+    for (int i = tid; i < (tc_rows(P, MT) - np) * kw_; i += TC_THREADS) sc[(np + i / kw_) * LP + i % kw_] = 0;
 
     /* p.v over the block's keys: warp w owns dims 8 NTW w ..; values staged 64 rows at a time, zero rows past
        the run's keys */
@@ -345,7 +350,8 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
         uint32_t af[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
-          dsp_ldsm4(af[mt], dsp_att_saddr(sc + (mt * 16 + (lane & 15)) * LP + k0 - k0b + (lane >> 4) * 8));
+          dsp_ldsm4(af[mt], dsp_att_saddr(sc + (mt * 16 + (lane & 15) < P ? mt * 16 + (lane & 15) : P) * LP + k0 - k0b +
+                                          (lane >> 4) * 8));
 #pragma unroll
         for (int n2 = 0; n2 < NTW / 2; n2++) {
           const int d0 = (warp * NTW + 2 * n2) * 8;
@@ -372,8 +378,8 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
             for (int n8 = 0; n8 < NTW; n8++)
 #pragma unroll
               for (int e = 0; e < 4; e++) {
-                if (S > 1)
-                  pp[((size_t)cl * R + mt * 16 + g + 8 * (e >> 1)) * D + (warp * NTW + n8) * 8 + 2 * q + (e & 1)] =
+                if (S > 1 && mt * 16 + g + 8 * (e >> 1) < P)
+                  pp[((size_t)cl * P + mt * 16 + g + 8 * (e >> 1)) * D + (warp * NTW + n8) * 8 + 2 * q + (e & 1)] =
                       cacc[mt][n8][e];
                 else
                   tot[mt][n8][e] = __fadd_rn(tot[mt][n8][e], cacc[mt][n8][e]);
@@ -389,7 +395,7 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
       for (int i = b * share + tid; i < i1; i += TC_THREADS) {
         const int pair = i / D, d = i % D;
         const float acc =
-            tc_chain(nch, [&](int c) { return tc_peer(pp, c / cpb)[((size_t)(c % cpb) * R + pair) * D + d]; });
+            tc_chain(nch, [&](int c) { return tc_peer(pp, c / cpb)[((size_t)(c % cpb) * P + pair) * D + d]; });
         *((uint16_t *)a.out.data + (r0 + pair / gs) * a.out.s_row + (h0 + pair % gs) * a.out.s_head +
           (int64_t)d * a.out.s_dim) = dsp_dev_bf16_bits(acc);
       }
@@ -422,35 +428,40 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
     return 0;
   const int group = (int)(a->q.heads / Hkv);
   if (group > 32) return 0;
-  /* the fewest blocks a cluster whose shared memory holds the cache's scores: a property of the shape, so every
-     call of a cache past one block's scores runs split (at most 15360 positions at head dim 128; long_caches) */
+  /* the fewest blocks a cluster whose shared memory holds one row's pairs' scores over the cache: a property of
+     the shape, so every call of a cache past one block's runs split (long_caches; at group 4 and head dim 128 one
+     block holds about 19000 positions) */
   const int mt_min = group > 16 ? 2 : 1;
   int need = 1;
-  while (long_caches && need < TC_SPLIT && tc_smem(mt_min, 1, D, L, need) > smem_limit) need *= 2;
-  if (tc_smem(mt_min, 1, D, L, need) > smem_limit) return 0;
+  while (long_caches && need < TC_SPLIT && tc_smem(mt_min, group, 1, D, L, need) > smem_limit) need *= 2;
+  if (tc_smem(mt_min, group, 1, D, L, need) > smem_limit) return 0;
   const int r16 = 16 / group > 1 ? 16 / group : 1; /* the rows one m-tile holds */
+  /* rows per block: the hint's, as many as 32 pairs and the shared memory (the scores grow with the pairs) hold */
   int rb = row_group > 1 ? row_group : 1;
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
+  while (rb > 1 && tc_smem(rb * group > 16 ? 2 : 1, rb * group, 1, D, L, need) > smem_limit) rb--;
   int mt = rb * group <= 16 ? 1 : 2;
-  if (tc_smem(mt, 1, D, L, need) > smem_limit) mt = 1, rb = r16;
   /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
      faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
   if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
   /* two m-tiles whose q-in-shared-memory form would not fit two an SM (a cache past about 1300 positions at head
      dim 128): blocks of one m-tile instead where two of those fit (q_form 0 only; a launch choice, the same bits) */
-  const auto two_an_sm = [&](int m, int qr, int s) { return 2 * (tc_smem(m, qr, D, L, s) + 3072) <= smem_limit + 3072; };
-  if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, 0, need) && two_an_sm(1, 1, need)) mt = 1, rb = r16;
+  const auto two_an_sm = [&](int m, int p, int qr, int s) {
+    return 2 * (tc_smem(m, p, qr, D, L, s) + 3072) <= smem_limit + 3072;
+  };
+  if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, rb * group, 0, need) && two_an_sm(1, r16 * group, 1, need))
+    mt = 1, rb = r16;
   /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
   int split = need;
   while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks &&
-         tc_smem(mt, 1, D, L, 2 * split) <= smem_limit)
+         tc_smem(mt, rb * group, 1, D, L, 2 * split) <= smem_limit)
     split *= 2;
-  a->rows_per_block = rb, a->heads_per_block = group, a->pairs = 16 * mt, a->key_split = split;
+  a->rows_per_block = rb, a->heads_per_block = group, a->pairs = rb * group, a->key_split = split;
   /* two m-tiles: q in shared memory where that form's blocks then fit two an SM (an SM holds smem_limit plus the
      kernels' static bytes and 1 KB reserved a block, about 3 KB; the static bytes are at most 2 KB); q_form 1
      and 2 force registers and shared memory (a launch choice: the same bits) */
-  a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && !two_an_sm(2, 0, split));
+  a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && !two_an_sm(2, rb * group, 0, split));
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */
@@ -468,7 +479,7 @@ extern "C" cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit) {
 }
 
 extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s) {
-  const int mt = a->pairs / 16, dc = (int)(a->q.dim / 32);
+  const int mt = a->pairs > 16 ? 2 : 1, dc = (int)(a->q.dim / 32);
   const void *k = NULL;
 #define TC_PICK(m_, d_, w_, qr_) \
   if (mt == m_ && dc == d_ && a->warps == w_ && (a->q_reg != 0) == (qr_ != 0)) k = (const void *)k_attention_tc<m_, d_, w_, qr_>;
@@ -479,7 +490,7 @@ extern "C" void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)((a->q.rows + a->rows_per_block - 1) / a->rows_per_block * S), (unsigned)a->kv_heads, 1);
   cfg.blockDim = dim3((unsigned)(32 * a->warps));
-  cfg.dynamicSmemBytes = tc_smem(mt, a->q_reg, a->q.dim, a->max_len, S);
+  cfg.dynamicSmemBytes = tc_smem(mt, a->pairs, a->q_reg, a->q.dim, a->max_len, S);
   cfg.stream = s;
   cudaLaunchAttribute at[2];
   int na = 0;
