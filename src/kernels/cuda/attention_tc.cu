@@ -378,9 +378,11 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
             for (int n8 = 0; n8 < NTW; n8++)
 #pragma unroll
               for (int e = 0; e < 4; e++) {
-                const int row = mt * 16 + g + 8 * (e >> 1);
-                if (S == 1) tot[mt][n8][e] = __fadd_rn(tot[mt][n8][e], cacc[mt][n8][e]);
-                else if (row < P) pp[((size_t)cl * P + row) * D + (warp * NTW + n8) * 8 + 2 * q + (e & 1)] = cacc[mt][n8][e];
+                if (S > 1 && mt * 16 + g + 8 * (e >> 1) < P)
+                  pp[((size_t)cl * P + mt * 16 + g + 8 * (e >> 1)) * D + (warp * NTW + n8) * 8 + 2 * q + (e & 1)] =
+                      cacc[mt][n8][e];
+                else
+                  tot[mt][n8][e] = __fadd_rn(tot[mt][n8][e], cacc[mt][n8][e]);
                 cacc[mt][n8][e] = 0.0f;
               }
         }
