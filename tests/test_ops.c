@@ -1190,7 +1190,7 @@ static void t_perf(void **st) {
       {1, 1, 0, 0, "decode, batch 1"},          {32, 1, 0, 0, "decode, batch 32"},
       {8, 8, 0, 0, "verify-8, batch 1"},        {256, 8, 0, 0, "verify-8, batch 32"},
       {7, 7, 1, 7, "draft block, batch 1"},     {224, 7, 1, 7, "draft block, batch 32"},
-      {256, 8, 0, 8, "verify-8, batch 32, hint 8"}};
+      {8, 8, 0, 8, "verify-8, batch 1, hint 8"}, {256, 8, 0, 8, "verify-8, batch 32, hint 8"}};
   for (size_t i = 0; attention && i < sizeof at / sizeof at[0]; i++) {
     if (!g_cuda && at[i].t > 32) continue;
     double bytes;
@@ -1217,11 +1217,13 @@ static void t_perf(void **st) {
      over a cluster (the many-row kernel for a prefill's runs) */
   if (attention && g_cuda) {
     printf("%-44s %10s %10s %8s\n", "attention (32/8 heads of 128, context 8192)", "ms", "floor ms", "x floor");
-    const int64_t lt[][2] = {{1, 1}, {32, 1}, {8, 8}, {256, 8}};
-    const char *what[] = {"decode, batch 1", "decode, batch 32", "verify-8, batch 1", "verify-8, batch 32"};
-    for (int i = 0; i < 4; i++) {
+    /* the verify hinted as the target hints it (its rows per sequence) and not */
+    const int64_t lt[][3] = {{1, 1, 0}, {32, 1, 0}, {8, 8, 0}, {256, 8, 0}, {8, 8, 8}, {256, 8, 8}};
+    const char *what[] = {"decode, batch 1",           "decode, batch 32",          "verify-8, batch 1",
+                          "verify-8, batch 32",        "verify-8, batch 1, hint 8", "verify-8, batch 32, hint 8"};
+    for (int i = 0; i < 6; i++) {
       double bytes;
-      const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, 0, &bytes);
+      const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, (int)lt[i][2], &bytes);
       printf("%-44s %10.4f %10.4f %8.2f\n", what[i], t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
     }
   }

@@ -441,9 +441,27 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   if (rb * group > 32) rb = 32 / group > 1 ? 32 / group : 1;
   while (rb > 1 && tc_smem(rb * group > 16 ? 2 : 1, rb * group, 1, D, L, need) > smem_limit) rb--;
   int mt = rb * group <= 16 ? 1 : 2;
-  /* few rows (a batch-1 verify or draft block): one row per block and one m-tile, split two ways or more, ran
-     faster on an H200 than their rows grouped over two m-tiles and split eight ways (0.038 against 0.048 ms) */
-  if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) rb = 1, mt = 1;
+  /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
+  const int64_t chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
+  const auto split_for = [&](int r, int m) {
+    const int64_t blocks = (a->q.rows + r - 1) / r * Hkv;
+    int s = need;
+    while (s < TC_SPLIT && blocks * 2 * s <= sms && 2 * s <= chunks && tc_smem(m, r * group, 1, D, L, 2 * s) <= smem_limit)
+      s *= 2;
+    return s;
+  };
+  const auto filled = [&](int r, int m) {
+    const int64_t b = (a->q.rows + r - 1) / r * Hkv * split_for(r, m);
+    return b < sms ? b : (int64_t)sms;
+  };
+  /* few rows (a batch-1 verify or draft block): one m-tile, and the most rows a block whose blocks, split, still
+     fill the SMs as rows alone would: rows alone split two ways ran faster on an H200 than rows over two m-tiles
+     split eight ways (0.038 against 0.048 ms), and every row more in a block shares its keys' loads and q.k mma */
+  if (rb > 1 && group <= 16 && a->q.rows * Hkv * 2 <= sms) {
+    int r = rb < r16 ? rb : r16;
+    while (r > 1 && filled(r, 1) < filled(1, 1)) r--;
+    rb = r, mt = 1;
+  }
   /* two m-tiles whose q-in-shared-memory form would not fit two an SM (a cache past about 1300 positions at head
      dim 128): blocks of one m-tile instead where two of those fit (q_form 0 only; a launch choice, the same bits) */
   const auto two_an_sm = [&](int m, int p, int qr, int s) {
@@ -451,12 +469,7 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
   };
   if (mt == 2 && group <= 16 && q_form == 0 && !two_an_sm(2, rb * group, 0, need) && two_an_sm(1, r16 * group, 1, need))
     mt = 1, rb = r16;
-  /* the key split (a launch choice): doubled while the blocks still fit on the SMs once and each owns a chunk */
-  const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv, chunks = (L + TC_CHUNK - 1) / TC_CHUNK;
-  int split = need;
-  while (split < TC_SPLIT && blocks * 2 * split <= sms && 2 * split <= chunks &&
-         tc_smem(mt, rb * group, 1, D, L, 2 * split) <= smem_limit)
-    split *= 2;
+  const int split = split_for(rb, mt);
   a->rows_per_block = rb, a->heads_per_block = group, a->pairs = rb * group, a->key_split = split;
   /* two m-tiles: q in shared memory where that form's blocks then fit two an SM (an SM holds smem_limit plus the
      kernels' static bytes and 1 KB reserved a block, about 3 KB; the static bytes are at most 2 KB); q_form 1
