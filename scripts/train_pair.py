@@ -7,9 +7,10 @@ tokenizers safetensors numpy) on the GPU machine or, slowly, on a CPU.
 
   train_pair.py OUTDIR [--target-steps N] [--draft-steps N] [--device cpu|cuda]
   train_pair.py OUTDIR --finetune DIR [--dspark BINARY] [--draft-steps N]
-                [--lr L --decay D --tv W --bf16]
+                [--lr L --decay D --tv W --bf16] [--fresh --draft-layers N --markov-rank R]
 
-The second form trains no target: it continues DIR/kjv-draft against
+The second form trains no target: it continues DIR/kjv-draft (with --fresh: a
+new draft of --draft-layers layers and Markov rank --markov-rank) against
 DIR/kjv-target (copied to OUTDIR unchanged), with the target's continuations
 made by `dspark generate` when --dspark names the binary (a CPU runs that far
 faster than this script's loop without a KV cache).
@@ -335,13 +336,17 @@ def fit(steps, done, spent, budget):
 
 
 def run_steps(data, steps, budget, dev):
-    """(step, step count, batch on dev) over data; with a budget, the count shrinks at step 20 to fit it."""
-    t0 = time.time()
+    """(step, step count, batch on dev) over data; with a budget, the count shrinks at step 20 to fit it, and is
+    fitted again at step 300 from the steps since 20 (the first ones carry the device's warm-up)."""
+    t0, t20, asked = time.time(), 0.0, steps
     for step, x in enumerate(data):
         if step >= steps:
             return
         if step == 20 and budget:
-            steps = fit(steps, step, time.time() - t0, budget)
+            t20 = time.time() - t0
+            steps = fit(steps, step, t20, budget)
+        if step == 300 and budget and steps > 300:
+            steps = 20 + fit(asked - 20, 280, time.time() - t0 - t20, budget - t20)
         yield step, steps, x.to(dev)
 
 
@@ -352,7 +357,8 @@ def cosine(step, total, lr, warm=100):
 
 
 def load_pair(src, target, draft):
-    """The weights of src/kjv-target and src/kjv-draft (as save_target and save_draft write them) into the modules."""
+    """The weights of src/kjv-target and, unless draft is None, src/kjv-draft (as save_target and save_draft write
+    them) into the modules."""
     from safetensors.torch import load_file
 
     def put(param, t):
@@ -371,6 +377,8 @@ def load_pair(src, target, draft):
     put(target.embed, w["model.embed_tokens.weight"])
     put(target.norm, w["model.norm.weight"])
     layers("model.layers.", target.layers, w)
+    if draft is None:
+        return
     w = load_file(os.path.join(src, "kjv-draft", "model.safetensors"))
     for name, param in (("norm", draft.norm), ("hidden_norm", draft.hidden_norm), ("fc", draft.fc),
                         ("markov_head.markov_w1", draft.w1), ("markov_head.markov_w2", draft.w2),
@@ -481,10 +489,17 @@ def main():
     ap.add_argument("--decay", type=float, default=0, help="slot k's loss weight exp(-k / decay); 0: uniform")
     ap.add_argument("--tv", type=float, default=0, help="weight of the L1 distribution loss (the rest: soft CE)")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward passes")
+    ap.add_argument("--fresh", action="store_true",
+                    help="with --finetune: a new draft against DIR's target instead of DIR's draft")
+    ap.add_argument("--draft-layers", type=int, default=DRAFT["layers"], help="a new draft's decoder layers")
+    ap.add_argument("--markov-rank", type=int, default=DRAFT["rank"], help="a new draft's Markov rank")
     ap.add_argument("--blocks", default=str(DRAFT["block"]),
                     help="the draft's block rows in training, steps taking these in turn (e.g. 3,7: also blocks of "
                          "3 rows, what `--draft-block gamma` runs at gamma 3)")
     a = ap.parse_args()
+    if a.fresh and not a.finetune:
+        sys.exit("--fresh needs --finetune DIR (the target to draft for)")
+    DRAFT.update(layers=a.draft_layers, rank=a.markov_rank)
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     dev = a.device
@@ -501,7 +516,7 @@ def main():
             shutil.copytree(os.path.join(a.finetune, "kjv-target"), tdir, dirs_exist_ok=True)
         tok = Tokenizer.from_file(os.path.join(tdir, "tokenizer.json"))
         tcfg = json.load(open(os.path.join(tdir, "config.json")))
-        load_pair(a.finetune, target, draft)
+        load_pair(a.finetune, target, None if a.fresh else draft)
     else:
         tok = train_tokenizer(train, TARGET["vocab"])
     assert tok.get_vocab_size() == TARGET["vocab"] and tok.token_to_id("<|mask|>") == TARGET["vocab"] - 1

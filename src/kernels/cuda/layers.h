@@ -89,8 +89,8 @@ void dsp_cu_attention(const dsp_cu_attention_args *a, cudaStream_t s);
  * own fixed orders: q.k in 16-dim tensor-core groups; z and p.v over 128-key
  * chunks added in order (the file's head says how within a chunk). Head dims
  * 32, 64 and 128, GQA groups up to 32, 16-byte aligned caches with kv_stride % 8
- * == 0, and a cache short enough for 16 rows of scores in shared memory (32
- * for groups past 16), or with long_caches in a cluster's shared memory; the
+ * == 0, and a cache short enough for one row's (row, head) pairs' scores in
+ * shared memory, or with long_caches in a cluster's shared memory; the
  * config returns 0 otherwise (a property of the shapes, never of the batch).
  * It splits a run's keys over a cluster of up to 8 blocks, in whole chunks,
  * while the launch's blocks leave sms free, or for every call of a cache past
