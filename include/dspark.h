@@ -480,6 +480,10 @@ typedef struct {
   int32_t append_only;            /* 1: append the context rows and propose nothing (a long prompt in pieces) */
   int32_t ctx_target;             /* 1: ctx_row0 / ctx_count index the rows of the target's last forward, read
                                      where the target keeps its taps (no host copy); ctx is then unused */
+  int32_t rows;                   /* this call's block rows, 1 .. the draft's (0: all): [anchor, mask x (rows-1)],
+                                     the block of a draft loaded with block_gamma and gamma rows; it drafts
+                                     min(rows, gamma) slots, the others' tokens -1 and confidences 0 (no logits
+                                     output below gamma rows; runs uncaptured on CUDA) */
 } dsp_draft_batch;
 
 typedef struct {

@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
   int64_t *slots = read_t(in, "slots", DSP_I64, &n, NULL, 0);
   int64_t *tonly = read_t(in, "tokens_only", DSP_I64, &n, NULL, 0);
   int64_t *bgam = read_t(in, "block_gamma", DSP_I64, &n, NULL, 0);
+  int64_t *rows = read_t(in, "rows", DSP_I64, &n, NULL, 0); /* each call's block rows (dsp_draft_batch.rows) */
   const int64_t B = tsh[0], L = tsh[1], J = ssh[1];
   dsp_backend *be;
   int32_t devices = 1; /* --tp N: N TP ranks in this process */
@@ -131,7 +132,8 @@ int main(int argc, char **argv) {
       cseed[b] = seed ? (uint64_t)seed[b] : 0;
     }
     dsp_draft_batch db = {.nseq = (int32_t)B, .slot = slot, .ctx = &ctxv, .ctx_row0 = row0, .ctx_count = count,
-                          .anchor = anchor, .temperature = temp ? ctemp : NULL, .seed = seed ? cseed : NULL};
+                          .anchor = anchor, .temperature = temp ? ctemp : NULL, .seed = seed ? cseed : NULL,
+                          .rows = rows ? (int32_t)rows[0] : 0};
     int64_t lsh[3] = {B, G, V};
     dsp_tensor lv = dsp_tensor_view(lg, DSP_BF16, 3, lsh);
     dsp_draft_outputs dout = {.tokens = tk, .logits = tonly && tonly[0] ? NULL : &lv,
@@ -158,7 +160,7 @@ int main(int argc, char **argv) {
   }
   free(all), free(one), free(ids), free(otok), free(olog), free(oconf), free(slot), free(row0), free(count);
   free(anchor), free(ctemp), free(cseed), free(tk), free(lg), free(cf2), free(toks), free(lens), free(starts);
-  free(temp), free(seed), free(g), free(slots), free(tonly), free(bgam);
+  free(temp), free(seed), free(g), free(slots), free(tonly), free(bgam), free(rows);
   if (dsp_comm_rank(comm) == 0) fprintf(stderr, "draft_driver: %d captured proposals\n", (int)dsp_draft_graphs(d));
   dsp_draft_free(d);
   dsp_target_free(t);

@@ -51,7 +51,8 @@ static void gen_usage(FILE *f) {
           "         plain sampled decoding with the same seed;\n"
           "         --draft-block: the draft's block has the checkpoint's block_size rows (full, the default,\n"
           "         as in training) or only gamma rows, [anchor, mask x (gamma-1)] (gamma: fewer rows to run,\n"
-          "         a little less acceptance; it pays where drafting costs in proportion to its rows, as on CPUs);\n"
+          "         a little less acceptance; it pays where drafting costs in proportion to its rows, as on CPUs;\n"
+          "         with --gamma auto each round's block has as many rows as the drafts it verifies);\n"
           "         --draft-p-min P cuts a proposal\n"
           "         before its first slot whose confidence is below P; --compare also decodes the prompts\n"
           "         plainly and reports the speedup (and, greedy or exact, whether the tokens are the same), both\n"
@@ -144,9 +145,9 @@ static int parse_gen_args(int argc, char **argv, gen_args *a) {
                     "--draft\n");
     return -1;
   }
-  if (a->block_gamma && a->gamma <= 0) {
-    fprintf(stderr, "dspark generate: --draft-block gamma needs a number for --gamma (the block's rows; gamma auto "
-                    "chooses its drafts after the block has run)\n");
+  if (a->block_gamma && a->gamma == 0) {
+    fprintf(stderr, "dspark generate: --draft-block gamma needs --gamma: a number (the block's rows) or auto (each "
+                    "round's block as many rows as it drafts)\n");
     return -1;
   }
   if (a->gamma == DSP_GAMMA_AUTO && a->temperature >= 1e-5f && a->verify != DSP_VERIFY_EXACT) {

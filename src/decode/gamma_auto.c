@@ -5,12 +5,15 @@
 
 enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32 };
 
+/* A proposal of the batch drafting k tokens (its block of k rows with rows). */
+static double draft_ms(const dsp_gamma_auto *a, int32_t k) { return a->tdraft + a->d1 * (double)k; }
+
 /* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
  * first were accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
 static int deep_may_pay(const dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st, double ms0) {
   const double a0 = ((double)st->kept[0] + 1.0) / ((double)st->tried[0] + 2.0);
   for (int32_t k = 2; k <= G; k++) {
-    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    const double ms = draft_ms(a, k) + a->alpha + a->beta * (double)ns * (double)(k + 1);
     if ((1.0 + a0 * (double)k) * ms0 > ms) return 1;
   }
   return 0;
@@ -41,7 +44,7 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
     const double ak = k - 1 < 64 ? ((double)st->kept[k - 1] + 2.0 * p0) / ((double)st->tried[k - 1] + 2.0) : p0;
     reach *= ak;
     expect += reach;
-    const double ms = a->tdraft + a->alpha + a->beta * (double)ns * (double)(k + 1);
+    const double ms = draft_ms(a, k) + a->alpha + a->beta * (double)ns * (double)(k + 1);
     const double rate = expect / (ms > 1e-6 ? ms : 1e-6);
     if (rate > best_rate) best_rate = rate, best = k;
   }
@@ -51,19 +54,28 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
 dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
                                 double verify_ms, double draft_ms) {
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
-  if (k > 0 && !part) a->draft += draft_ms, a->nprop++; /* tdraft: a proposal of the whole batch */
+  if (k > 0 && !part) { /* tdraft: a proposal of the whole batch */
+    a->draft += draft_ms, a->nprop++;
+    a->sk += k, a->skk += (double)k * k, a->skt += k * draft_ms;
+  }
   else if (k == 0) a->append += draft_ms, a->nappend++;
   ++a->rounds;
   if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
     return DSP_OK;
-  float v[4] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append}, sum[4];
-  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 4, DSP_F32, DSP_REDUCE_MAX));
+  float v[5] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append, (float)a->skt}, sum[5];
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 5, DSP_F32, DSP_REDUCE_MAX));
   const double n = a->rounds, st = sum[0], snt = sum[1];
   const double den = n * a->snn - a->sn * a->sn;
   a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
   if (a->beta < 0.0) a->beta = 0.0; /* noise: a verify never gets cheaper with more tokens */
   a->alpha = (st - a->beta * a->sn) / n;
   a->tdraft = a->nprop ? sum[2] / a->nprop : 0.0;
+  const double dden = a->nprop * a->skk - a->sk * a->sk;
+  if (a->rows && dden > 0.0) { /* the proposals ran blocks of at least two sizes */
+    a->d1 = (a->nprop * (double)sum[4] - a->sk * (double)sum[2]) / dden;
+    if (a->d1 < 0.0) a->d1 = 0.0; /* noise: a block never gets cheaper with more rows */
+    a->tdraft = ((double)sum[2] - a->d1 * a->sk) / a->nprop;
+  }
   a->tappend = a->nappend ? sum[3] / a->nappend : 0.0;
   return DSP_OK;
 }

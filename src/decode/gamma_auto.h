@@ -18,12 +18,15 @@
  * the model's, which is the whole batch's), or G where the optimistic bound says drafting might pay again.
  * k = 0 is a decode step (the draft is not called; its context rows wait). It is chosen only once AUTO_TRIED
  * proposals have been checked: a round without drafts measures no acceptance, so a few unlucky first rounds
- * must not settle it. */
+ * must not settle it. With rows (the draft loaded with block_gamma: each round's block has as many rows as it
+ * drafts) a proposal's cost is fitted the same way, as d0 + d1 x rows, over the proposals of the whole batch. */
 typedef struct {
-  int on, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
+  int on, rows, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
   int32_t part;                          /* this round's probe by part of the batch: its sequences (0: all) */
   double sn, snn, st, snt, draft, append; /* least-squares sums over (tokens, verify ms); draft ms summed */
+  double skk, sk, skt;                    /* with rows: sums over (rows, proposal ms) */
   double alpha, beta, tdraft, tappend;     /* the frozen model */
+  double d1;                               /* with rows: ms a block row (tdraft is then the fit's intercept) */
 } dsp_gamma_auto;
 
 /* The drafts to verify this round (all sequences alike) of at most G, given ns sequences; 0: no proposal. */

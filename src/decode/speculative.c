@@ -353,7 +353,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     dsp_tensor qv = dsp_tensor_view(c->qlog, DSP_BF16, 3, qsh);
     dsp_draft_batch db = {.nseq = np, .slot = c->slot, .ctx_row0 = c->row0, .ctx_count = c->ccount,
                           .anchor = c->anchor, .temperature = c->sampling ? c->temp : NULL, .seed = c->seed,
-                          .append_only = kmax == 0, .ctx_target = 1};
+                          .append_only = kmax == 0, .ctx_target = 1, .rows = c->ag.rows && kmax > 0 ? kmax : 0};
     dsp_draft_outputs dout = {.tokens = c->drafts, .logits = c->rejection && !c->q_dev ? &qv : NULL,
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
@@ -468,7 +468,7 @@ dsp_status dsp_speculate(dsp_target *t, dsp_draft *d, int32_t nseq, const int32_
   spec c = {.t = t, .d = d, .o = o, .G = G, .V = ti->vocab,
             .sampling = o->gen.temperature >= 1e-5f,
             .rejection = o->gen.temperature >= 1e-5f && o->verify == DSP_VERIFY_REJECTION, .nslots = W,
-            .ag = {.on = o->gamma == DSP_GAMMA_AUTO},
+            .ag = {.on = o->gamma == DSP_GAMMA_AUTO, .rows = o->gamma == DSP_GAMMA_AUTO && d->opt.block_gamma},
             .nthreads = omp_get_max_threads()};
   const size_t S = (size_t)W, R = (size_t)ti->max_tokens;
   c.s = calloc((size_t)nseq, sizeof *c.s);

@@ -19,7 +19,10 @@
 
 static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
   const dsp_draft_options *o = &dr->opt;
-  const int64_t H = dr->cfg.hidden, G = dr->blk;
+  if (b && (b->rows < 0 || b->rows > dr->blk))
+    return dsp_fail(DSP_ERR_RANGE, "draft: a block of %d rows; this draft's blocks have 1 .. %lld", b->rows,
+                    (long long)dr->blk);
+  const int64_t H = dr->cfg.hidden, G = b && b->rows > 0 ? b->rows : dr->blk;
   if (!b || b->nseq < 1 || b->nseq > o->max_seqs || !b->slot || (!b->anchor && !b->append_only) || !b->ctx_count ||
       !b->ctx_row0)
     return dsp_fail(DSP_ERR_ARG, "draft: a batch needs 1 .. %d sequences with slots, anchors and context rows",
@@ -69,8 +72,10 @@ static dsp_status check_batch(const dsp_draft *dr, const dsp_draft_batch *b) {
 static void stage(dsp_draft *dr, const dsp_draft_batch *b) {
   dr_dev *d0 = &dr->d[0];
   dr_meta *m = &d0->hm;
-  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, G = dr->blk, P = dr->opt.max_len;
+  const int64_t H = dr->cfg.hidden, T = dr->cfg.ntaps, P = dr->opt.max_len;
+  const int64_t G = b->rows > 0 ? b->rows : dr->blk; /* this call's block rows */
   int64_t n = 0, r = 0;
+  dr->bcall = G;
   for (int32_t s = 0; s < b->nseq; s++) {
     const int64_t sl = b->slot[s], p0 = dr->len[sl];
     for (int32_t i = 0; i < b->ctx_count[s]; i++, n++) {
@@ -162,7 +167,7 @@ static dsp_status block_rows(dsp_draft *dr, int di, int64_t M) {
   dsp_dec_io io = {.kv_stride = L * Wk, .slots = dr->opt.max_seqs + 1, .max_len = dr->opt.max_len,
                    .rows = d->dm.brows, .pos = d->dm.bpos, .rslot = d->dm.bslot, .rkeys = d->dm.bkeys,
                    .rope_cos = &d->rope_cos, .rope_sin = &d->rope_sin, .comm = d->comm,
-                   .row_group = (int)dr->blk};
+                   .row_group = (int)dr->bcall};
   for (int64_t l = 0; l < L; l++) {
     io.k_cache = d->k_cache + l * Wk;
     io.v_cache = d->v_cache + l * Wk;
@@ -232,7 +237,7 @@ static dsp_status run_fused(dsp_draft *dr) {
  * buffers hold (its rows and its context rows, block + 1 per sequence). */
 static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_outputs *out) {
   dr->fused = 0;
-  if (!dr->graphs || b->append_only) return 0;
+  if (!dr->graphs || b->append_only || (b->rows > 0 && b->rows != dr->blk)) return 0;
   int64_t nctx = 0;
   for (int32_t s = 0; s < b->nseq; s++) nctx += b->ctx_count[s];
   dsp_markov_fused fb;
@@ -250,11 +255,17 @@ static int pick_fused(dsp_draft *dr, const dsp_draft_batch *b, const dsp_draft_o
   return 1;
 }
 
-/* c_k = sigmoid(bf16(proj . [h_k ; W1[prev_k]] + b)): fp32 in order over the features. */
-static void confidence(const dsp_draft *dr, int32_t nseq, const int64_t *tokens, const int32_t *anchor, float *out) {
+/* c_k = sigmoid(bf16(proj . [h_k ; W1[prev_k]] + b)): fp32 in order over the features; the first n of the G
+ * slots (the others 0: not drafted). */
+static void confidence(const dsp_draft *dr, int32_t nseq, int64_t n, const int64_t *tokens, const int32_t *anchor,
+                       float *out) {
   const int64_t H = dr->cfg.hidden, R = dr->cfg.markov_rank, G = dr->info.gamma;
   for (int32_t s = 0; s < nseq; s++)
     for (int64_t k = 0; k < G; k++) {
+      if (k >= n) {
+        out[s * G + k] = 0.0f;
+        continue;
+      }
       const dsp_bf16 *h = dr->h_hidden + (s * G + k) * H;
       float acc = 0.0f;
       for (int64_t i = 0; i < H; i++) acc = fmaf(dsp_bf16_to_f32(h[i]), dsp_bf16_to_f32(dr->conf_w[i]), acc);
@@ -274,9 +285,12 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
   DSP_TRY(check_batch(dr, b));
   if (out->confidence && !dr->conf_w)
     return dsp_fail(DSP_ERR_ARG, "draft propose: confidence asked of a checkpoint without a confidence head");
+  if (out->logits && b->rows > 0 && b->rows < dr->info.gamma)
+    return dsp_fail(DSP_ERR_ARG, "draft propose: a block of %d rows drafts fewer than gamma %lld slots: no logits "
+                    "output", b->rows, (long long)dr->info.gamma);
   const int fused = pick_fused(dr, b, out);
   stage(dr, b);
-  const int64_t G = dr->info.gamma, K = dr->blk, H = dr->cfg.hidden;
+  const int64_t G = dr->info.gamma, H = dr->cfg.hidden;
   for (int32_t q = 0; !b->append_only && q < b->nseq; q++) {
     dr->anchor64[q] = b->anchor[q];
     dr->pos64[q] = dr->len[b->slot[q]] + b->ctx_count[q];
@@ -300,11 +314,20 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
     for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
     return DSP_OK;
   }
-  /* the head drafts the first gamma slots of the block */
-  for (int32_t q = 0; G < K && (out->confidence || !fused) && q < b->nseq; q++)
-    memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * K * H, (size_t)(G * H) * 2);
+  /* the head drafts the first gamma slots of the block; a call's block of fewer rows (never captured) gives its
+     last row's state to the slots past it, whose tokens are then not proposals */
+  const int64_t KC = dr->bcall, n = KC < G ? KC : G;
+  for (int32_t q = 0; G < KC && (out->confidence || !fused) && q < b->nseq; q++)
+    memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * KC * H, (size_t)(G * H) * 2);
+  for (int32_t q = b->nseq - 1; KC < G && q >= 0; q--) {
+    memmove(dr->h_hidden + q * G * H, dr->h_hidden + q * KC * H, (size_t)(KC * H) * 2);
+    for (int64_t k = KC; k < G; k++)
+      memcpy(dr->h_hidden + (q * G + k) * H, dr->h_hidden + (q * G + KC - 1) * H, (size_t)H * 2);
+  }
   if (!fused) DSP_TRY(dsp_markov_head_propose(dr->head, &in, &mo));
-  if (out->confidence) confidence(dr, b->nseq, out->tokens, b->anchor, out->confidence);
+  for (int32_t q = 0; q < b->nseq; q++)
+    for (int64_t k = n; k < G; k++) out->tokens[q * G + k] = -1;
+  if (out->confidence) confidence(dr, b->nseq, n, out->tokens, b->anchor, out->confidence);
   for (int32_t q = 0; q < b->nseq; q++) dr->len[b->slot[q]] += b->ctx_count[q];
   return DSP_OK;
 }

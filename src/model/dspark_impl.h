@@ -69,6 +69,7 @@ struct dsp_draft {
   int want_conf;                    /* this call returns confidences: the block's states come to the host */
   int64_t *anchor64, *pos64;        /* [max_seqs] */
   int64_t nctx, nrows;              /* this call's context rows and block rows */
+  int64_t bcall;                    /* this call's rows a block: blk, or the batch's rows */
   int64_t nreal;                    /* its block rows of real sequences (before a bucket's padding rows) */
   int32_t ngraphs;                  /* proposals captured */
   char report[512];

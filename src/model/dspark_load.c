@@ -297,6 +297,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
                                 .markov_rank = c->markov_rank, .ntaps = c->ntaps, .confidence = c->confidence};
     memcpy(dr->info.taps, c->taps, sizeof dr->info.taps);
     dr->blk = opt->block_gamma ? dr->info.gamma : c->block_size; /* a gamma above block_size fails in load_all */
+    dr->bcall = dr->blk;
     s = load_all(dr, dir);
   }
   s = dsp_comm_agree(be->comm, s);

@@ -16,7 +16,9 @@ Checked:
 - bit for bit: a context built by many small appends (as speculative decoding
   does) equals one built at once; a sequence alone equals it in a batch and in
   another slot; gamma below the block size gives the leading slots' values
-  (block_gamma: a block of gamma rows, against the reference's 3-row block);
+  (block_gamma: a block of gamma rows, against the reference's 3-row block),
+  and a call's block of fewer rows (dsp_draft_batch.rows) drafts what a draft
+  of blocks of that many rows does;
 - sampling: reproducible from its seed, and the reference's draws where the
   logits are bit-equal;
 - TP 2 under mpirun within the tolerance;
@@ -213,6 +215,17 @@ def case_invariance(c):
         d.gamma = trained
     if exact < 0.8 * total:
         c.tally.fail("gamma 3, blocks of 3 rows: %d of %d proposals bit-equal (need 80%%)" % (exact, total))
+    # a call's block of fewer rows (dsp_draft_batch.rows, gamma auto's blocks): the draft loaded for gamma 3 with
+    # the full block, called with blocks of 2 rows, drafts bit for bit what a draft of blocks of 2 rows does in
+    # its first two slots (its confidences too), and -1 (confidence 0) in the third
+    o2 = c.ok("gamma 3, calls of 2-row blocks", tdir, ddir, inputs(toks, gamma=[3], rows=[2], tokens_only=[1]))
+    b2 = c.ok("gamma 2, blocks of 2 rows", tdir, ddir, inputs(toks, gamma=[2], block_gamma=[1], tokens_only=[1]))
+    if o2 is not None and b2 is not None:
+        c.tally.tokens_eq("calls of 2-row blocks vs blocks of 2 rows", o2["tokens"][:, :, :2], b2["tokens"])
+        if "confidence" in b2 and not harness.same_bits(o2["confidence"][:, :, :2], b2["confidence"]).all():
+            c.tally.fail("calls of 2-row blocks: confidences differ from blocks of 2 rows")
+        if (o2["tokens"][:, :, 2] != -1).any() or ("confidence" in o2 and (o2["confidence"][:, :, 2] != 0).any()):
+            c.tally.fail("calls of 2-row blocks: the third slot was drafted (%s)" % o2["tokens"][:, :, 2].tolist())
 
 
 def case_sampling(c):
@@ -362,6 +375,9 @@ def case_bad(c):
         return out
 
     expect_refusal(c, "gamma above the block size", tdir, ddir, inputs(toks, gamma=[6]), ["gamma 6", "block_size 5"])
+    expect_refusal(c, "a call's block above the draft's", tdir, ddir, inputs(toks, rows=[6]), ["block of 6 rows", "1 .. 5"])
+    expect_refusal(c, "logits from a call's block below gamma", tdir, ddir, inputs(toks, gamma=[3], rows=[2]),
+                   ["2 rows", "no logits"])
     expect_refusal(c, "hidden size differs", tdir, variant(lambda g: g.__setitem__("hidden_size", 96)), inp,
                    ["hidden_size"])
     expect_refusal(c, "taps name the last layer", tdir, variant(lambda g: g.__setitem__("target_layer_ids", [0, 2])),

@@ -12,7 +12,8 @@ Checked:
   TP 2 and TP 3; the bigram pair accepts (acceptance length above 2);
 - gamma auto: its proposals after rounds without drafts (the draft's context
   rows waiting) equal those of a run appending every round, also in its
-  probes by part of the batch where no drafts pay;
+  probes by part of the batch where no drafts pay; with --draft-block gamma
+  each round's proposal equals that of fixed blocks of its drafts' rows;
 - the trace: every sequence's tokens are its rounds' accepted drafts and
   bonus tokens, in order;
 - lossless sampling: the distribution of the first and second speculative
@@ -158,6 +159,44 @@ def case_probe_part(t, P):
                      "sequence %s, %d proposals after a decode step)" % (drafted, after0))
 
 
+def case_auto_blocks(t, bt, bd, base):
+    """gamma auto with --draft-block gamma: each round's block has as many rows as the drafts it verifies, so each
+    proposal must be the one a draft with blocks of that many rows (--gamma k --draft-block gamma) makes at the
+    same anchor (the same context: both runs' tokens are plain decoding's); a block of other rows would change
+    the drafts. The tokens plain decoding's."""
+    ra = t.gen_json("gamma-auto-block", ["--model", bt, "--draft", bd, "--gamma", "auto", "--draft-block", "gamma",
+                                         "--trace"] + base)
+    check_same(t, "bigram pair, gamma auto in blocks of its drafts", ra, min_accept=1.3)
+    if ra is None:
+        return
+    counts = {}
+    for x in ra["rounds"]:
+        if x["draft"]:
+            counts[len(x["draft"])] = counts.get(len(x["draft"]), 0) + 1
+    ks = sorted(sorted(counts, key=lambda k: -counts[k])[:3])
+    compared, sizes = 0, set()
+    for k in ks:
+        rk = t.gen_json("gamma%d-block-trace" % k, ["--model", bt, "--draft", bd, "--gamma", str(k), "--draft-block",
+                                                     "gamma", "--trace"] + base)
+        if rk is None:
+            return
+        for q in range(len(ra["results"])):
+            mine, theirs = by_anchor(ra, q), by_anchor(rk, q)
+            for i, (d, _) in mine.items():
+                if len(d) != k or i not in theirs or len(theirs[i][0]) != k:
+                    continue
+                if d != theirs[i][0]:
+                    t.tally.fail("gamma auto in blocks: sequence %d, the %d-row proposal anchored at token %d drafts "
+                                 "%s; blocks of %d rows draft %s" % (q, k, i, d, k, theirs[i][0]))
+                compared += 1
+                sizes.add(k)
+    print("gamma auto in blocks of its drafts: rounds by drafts %s; %d proposals compared with fixed blocks of %s rows"
+          % (dict(sorted(counts.items())), compared, sorted(sizes)))
+    if compared < 10 or len(sizes) < 2:
+        t.tally.fail("gamma auto in blocks: only %d proposals compared, at %s rows (expected 10 at two sizes)"
+                     % (compared, sorted(sizes)))
+
+
 def case_greedy(t, P):
     pf = t.prompts_file(PROMPTS)
     base = ["--prompts", pf, "--max-new", "40", "--ignore-eos", "--compare"]
@@ -200,6 +239,7 @@ def case_greedy(t, P):
     if ra is not None and ra.get("rounds_without_drafts", 0) < len(ra["results"]):
         t.tally.fail("gamma auto: %s sequence-rounds without drafts, expected at least one per sequence"
                      % ra.get("rounds_without_drafts"))
+    case_auto_blocks(t, bt, bd, base)
     sizes, env = harness.tp_sizes(t.backend, (2, 3))
     if 2 in sizes:
         check_same(t, "bigram pair, gamma auto, TP 2", t.gen_json(
@@ -481,9 +521,7 @@ def case_bad(t, P):
             ("--draft-block neither full nor gamma", ["--model", rt, "--draft", rd, "--gamma", "2", "--draft-block",
                                                       "half"] + pid, "got 'half'"),
             ("--draft-block gamma without a gamma", ["--model", rt, "--draft", rd, "--draft-block", "gamma"] + pid,
-             "needs a number for --gamma"),
-            ("--draft-block gamma with gamma auto", ["--model", rt, "--draft", rd, "--gamma", "auto", "--draft-block",
-                                                     "gamma"] + pid, "needs a number for --gamma"),
+             "needs --gamma"),
             ("--draft-block without a draft", ["--model", rt, "--draft-block", "gamma"] + pid, "--draft")):
         rc, so, se = t.gen(args)
         if rc in (0, None) or rc > 128 or rc < 0 or needle.lower() not in se.lower() or so.strip():
