@@ -52,18 +52,20 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
 }
 
 dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
-                                double verify_ms, double draft_ms) {
+                                double verify_ms, double draft_ms, double prop_ms) {
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
   if (k > 0 && !part) { /* tdraft: a proposal of the whole batch */
     a->draft += draft_ms, a->nprop++;
-    a->sk += k, a->skk += (double)k * k, a->skt += k * draft_ms;
+    a->sk += k, a->skk += (double)k * k, a->skt += k * prop_ms, a->sprop += prop_ms;
+  } else if (k == 0) {
+    a->append += draft_ms, a->nappend++;
   }
-  else if (k == 0) a->append += draft_ms, a->nappend++;
   ++a->rounds;
   if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_CALIB && a->rounds % AUTO_FULL != 1)))
     return DSP_OK;
-  float v[5] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append, (float)a->skt}, sum[5];
-  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 5, DSP_F32, DSP_REDUCE_MAX));
+  float v[6] = {(float)a->st, (float)a->snt, (float)a->draft, (float)a->append, (float)a->skt, (float)a->sprop};
+  float sum[6];
+  DSP_TRY(dsp_comm_allreduce(comm, v, sum, 6, DSP_F32, DSP_REDUCE_MAX));
   const double n = a->rounds, st = sum[0], snt = sum[1];
   const double den = n * a->snn - a->sn * a->sn;
   a->beta = den > 0.0 ? (n * snt - a->sn * st) / den : 0.0;
@@ -71,10 +73,13 @@ dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, i
   a->alpha = (st - a->beta * a->sn) / n;
   a->tdraft = a->nprop ? sum[2] / a->nprop : 0.0;
   const double dden = a->nprop * a->skk - a->sk * a->sk;
-  if (a->rows && dden > 0.0) { /* the proposals ran blocks of at least two sizes */
-    a->d1 = (a->nprop * (double)sum[4] - a->sk * (double)sum[2]) / dden;
+  if (a->rows && dden > 0.0) { /* the proposals ran blocks of at least two sizes: the slope from the proposal
+                                  calls alone (a round's waiting context rows, appended before them, do not grow
+                                  with its rows; the first round's are the prompt's), the intercept from the rounds */
+    a->d1 = (a->nprop * (double)sum[4] - a->sk * (double)sum[5]) / dden;
     if (a->d1 < 0.0) a->d1 = 0.0; /* noise: a block never gets cheaper with more rows */
     a->tdraft = ((double)sum[2] - a->d1 * a->sk) / a->nprop;
+    if (a->tdraft < 0.0) a->tdraft = 0.0, a->d1 = (double)sum[2] / a->sk; /* noise: through the origin */
   }
   a->tappend = a->nappend ? sum[3] / a->nappend : 0.0;
   return DSP_OK;

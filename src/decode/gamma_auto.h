@@ -24,7 +24,7 @@ typedef struct {
   int on, rows, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
   int32_t part;                          /* this round's probe by part of the batch: its sequences (0: all) */
   double sn, snn, st, snt, draft, append; /* least-squares sums over (tokens, verify ms); draft ms summed */
-  double skk, sk, skt;                    /* with rows: sums over (rows, proposal ms) */
+  double skk, sk, skt, sprop;             /* with rows: sums over (rows, ms of the proposal call alone) */
   double alpha, beta, tdraft, tappend;     /* the frozen model */
   double d1;                               /* with rows: ms a block row (tdraft is then the fit's intercept) */
 } dsp_gamma_auto;
@@ -32,9 +32,10 @@ typedef struct {
 /* The drafts to verify this round (all sequences alike) of at most G, given ns sequences; 0: no proposal. */
 int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st);
 /* One round's times into the fit (k: the drafts it verified, 0 when it proposed none; part: the sequences that
- * proposed in a probe by part of the batch, else 0); at the fitting rounds, the model from the slowest rank's
- * sums (collective over comm). */
+ * proposed in a probe by part of the batch, else 0; draft_ms with the waiting context rows appended before the
+ * proposal, prop_ms the proposal call alone); at the fitting rounds, the model from the slowest rank's sums
+ * (collective over comm). */
 dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
-                                double verify_ms, double draft_ms);
+                                double verify_ms, double draft_ms, double prop_ms);
 
 #endif

@@ -358,7 +358,8 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
                               .confidence = c->o->p_min > 0.0f ? c->conf : NULL};
     double t0 = dsp_now_ms();
     if (!(c->lazy && kmax == 0)) DSP_TRY(dsp_draft_propose(c->d, &db, &dout));
-    st->draft_ms += dsp_now_ms() - t0;
+    const double prop_ms = dsp_now_ms() - t0;
+    st->draft_ms += prop_ms;
     const double draft_ms = st->draft_ms - st_ms; /* with the waiting rows' stash or flush */
     /* verify [anchor, drafts] (cut at the first slot below the confidence threshold) */
     int32_t nt = 0;
@@ -381,7 +382,7 @@ static dsp_status rounds(spec *c, int32_t nseq, const int32_t *const *prompts, c
     const double verify_ms = dsp_now_ms() - t0;
     st->verify_ms += verify_ms;
     st->decode_calls++;
-    if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, part, verify_ms, draft_ms));
+    if (c->ag.on) DSP_TRY(dsp_gamma_auto_learn(&c->ag, t->be->comm, nt, kmax, part, verify_ms, draft_ms, prop_ms));
     /* accept, commit, roll back */
     if (c->rejection) DSP_TRY(accept_sampled(c, ns));
     else /* greedy, or exact sampling: c->next holds the target's own draws */

@@ -161,40 +161,55 @@ def case_probe_part(t, P):
 
 def case_auto_blocks(t, bt, bd, base):
     """gamma auto with --draft-block gamma: each round's block has as many rows as the drafts it verifies, so each
-    proposal must be the one a draft with blocks of that many rows (--gamma k --draft-block gamma) makes at the
-    same anchor (the same context: both runs' tokens are plain decoding's); a block of other rows would change
-    the drafts. The tokens plain decoding's."""
+    proposal must be the one that fixed blocks of that many rows (--gamma k --draft-block gamma) make from the same
+    context and anchor; a block of other rows would change the drafts. One-draft rounds are compared with a run
+    of 1-row blocks at the same anchors, deeper ones with a run whose prompt is the context up to the round's
+    anchor (its first round anchors there). The tokens plain decoding's."""
     ra = t.gen_json("gamma-auto-block", ["--model", bt, "--draft", bd, "--gamma", "auto", "--draft-block", "gamma",
                                          "--trace"] + base)
     check_same(t, "bigram pair, gamma auto in blocks of its drafts", ra, min_accept=1.3)
-    if ra is None:
+    r1 = t.gen_json("gamma1-block-trace", ["--model", bt, "--draft", bd, "--gamma", "1", "--draft-block", "gamma",
+                                           "--trace"] + base)
+    if ra is None or r1 is None:
         return
-    counts = {}
-    for x in ra["rounds"]:
-        if x["draft"]:
-            counts[len(x["draft"])] = counts.get(len(x["draft"]), 0) + 1
-    ks = sorted(sorted(counts, key=lambda k: -counts[k])[:3])
-    compared, sizes = 0, set()
-    for k in ks:
-        rk = t.gen_json("gamma%d-block-trace" % k, ["--model", bt, "--draft", bd, "--gamma", str(k), "--draft-block",
-                                                     "gamma", "--trace"] + base)
-        if rk is None:
+    rounds = [(q, i, d) for q in range(len(ra["results"])) for i, (d, _) in sorted(by_anchor(ra, q).items()) if d]
+    compared, sizes = [0], set()
+
+    def agree(q, i, d, theirs):
+        if d != theirs:
+            t.tally.fail("gamma auto in blocks: sequence %d, the %d-row proposal anchored at token %d drafts %s; "
+                         "blocks of %d rows draft %s" % (q, len(d), i, d, len(d), theirs))
+        compared[0] += 1
+        sizes.add(len(d))
+
+    for q in range(len(ra["results"])):
+        ones = by_anchor(r1, q)
+        for q_, i, d in rounds:
+            if q_ == q and len(d) == 1 and i in ones and len(ones[i][0]) == 1:
+                agree(q, i, d, ones[i][0])
+    deep = [r for r in rounds if len(r[2]) >= 2]
+    for q, i, d in deep[::max(1, len(deep) // 5)][:5]:
+        ids = PROMPTS[q] + ra["results"][q]["tokens"][:i]
+        rp = t.gen_json("prefix-%d-%d" % (q, i), ["--model", bt, "--draft", bd, "--prompt-ids",
+                                                  ",".join(str(x) for x in ids), "--max-new", "2", "--ignore-eos",
+                                                  "--gamma", str(len(d)), "--draft-block", "gamma", "--trace"])
+        if rp is None:
             return
-        for q in range(len(ra["results"])):
-            mine, theirs = by_anchor(ra, q), by_anchor(rk, q)
-            for i, (d, _) in mine.items():
-                if len(d) != k or i not in theirs or len(theirs[i][0]) != k:
-                    continue
-                if d != theirs[i][0]:
-                    t.tally.fail("gamma auto in blocks: sequence %d, the %d-row proposal anchored at token %d drafts "
-                                 "%s; blocks of %d rows draft %s" % (q, k, i, d, k, theirs[i][0]))
-                compared += 1
-                sizes.add(k)
+        if not rp["rounds"] or rp["results"][0]["tokens"][0] != ra["results"][q]["tokens"][i]:
+            t.tally.fail("gamma auto in blocks: the run from sequence %d's first %d tokens did not anchor at its "
+                         "token %d" % (q, i, i))
+            continue
+        agree(q, i, d, rp["rounds"][0]["draft"])
+    counts = {}
+    for _, _, d in rounds:
+        counts[len(d)] = counts.get(len(d), 0) + 1
     print("gamma auto in blocks of its drafts: rounds by drafts %s; %d proposals compared with fixed blocks of %s rows"
-          % (dict(sorted(counts.items())), compared, sorted(sizes)))
-    if compared < 10 or len(sizes) < 2:
-        t.tally.fail("gamma auto in blocks: only %d proposals compared, at %s rows (expected 10 at two sizes)"
-                     % (compared, sorted(sizes)))
+          % (dict(sorted(counts.items())), compared[0], sorted(sizes)))
+    # gamma auto chooses by measured times, so a loaded machine may leave it one draft a round: then only the
+    # one-row blocks are compared here (test_dspark checks a call's block of fewer rows at two and more rows)
+    if compared[0] < 10 or (deep and not any(k >= 2 for k in sizes)):
+        t.tally.fail("gamma auto in blocks: only %d proposals compared, at %s rows (expected 10, and the rounds of "
+                     "two drafts or more among them)" % (compared[0], sorted(sizes)))
 
 
 def case_greedy(t, P):
