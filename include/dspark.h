@@ -310,6 +310,8 @@ typedef struct {
   const float *temperature;   /* [B] or NULL (all greedy); 0 = greedy row */
   const uint64_t *seed;       /* [B] or NULL (0) */
   const int64_t *position;    /* [B] or NULL (0): the anchor's absolute position */
+  int32_t slots;              /* the slots wanted, 1 .. gamma (0: all), without logits: the later slots' tokens
+                                 are unspecified (the CPU head skips their steps) */
 } dsp_markov_inputs;
 
 typedef struct {

@@ -324,6 +324,7 @@ dsp_status dsp_draft_propose(dsp_draft *dr, const dsp_draft_batch *b, dsp_draft_
     for (int64_t k = KC; k < G; k++)
       memcpy(dr->h_hidden + (q * G + k) * H, dr->h_hidden + (q * G + KC - 1) * H, (size_t)H * 2);
   }
+  in.slots = (int32_t)n;
   if (!fused) DSP_TRY(dsp_markov_head_propose(dr->head, &in, &mo));
   for (int32_t q = 0; q < b->nseq; q++)
     for (int64_t k = n; k < G; k++) out->tokens[q * G + k] = -1;

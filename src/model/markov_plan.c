@@ -109,6 +109,8 @@ dsp_status dsp_markov_check_inputs(const dsp_markov_config *cfg, const dsp_marko
                     (long long)(x->ndim > 2 ? x->shape[2] : 0), in->batch, (long long)cfg->gamma,
                     (long long)cfg->hidden);
   if (!x->data) return dsp_fail(DSP_ERR_ARG, "markov head: hidden has no data");
+  if (in->slots < 0 || in->slots > cfg->gamma)
+    return dsp_fail(DSP_ERR_RANGE, "markov head: %d slots wanted of gamma %lld", in->slots, (long long)cfg->gamma);
   for (int32_t b = 0; b < in->batch; b++) {
     if (in->anchor[b] < 0 || in->anchor[b] >= cfg->vocab)
       return dsp_fail(DSP_ERR_RANGE, "anchor[%d] = %lld is outside the vocabulary [0, %lld)", b,

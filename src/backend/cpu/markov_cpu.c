@@ -277,7 +277,9 @@ dsp_status dsp_cpu_markov_propose(dsp_markov_exec *h, const dsp_markov_inputs *i
   h->t_lm_ms = t1 - t0;
   for (int32_t b = 0; b < B; b++) h->prev[b] = in->anchor[b];
   int want_logits = sampling || out->logits;
-  for (int64_t k = 0; k < G; k++) {
+  /* the steps wanted: later slots depend on these, never the reverse */
+  const int64_t steps = in->slots > 0 && in->slots < G && !out->logits ? in->slots : G;
+  for (int64_t k = 0; k < steps; k++) {
     gather_e(h, B);
     dsp_tensor lstep = {.data = h->logits_step, .dtype = dsp_markov_logit_dtype(p), .ndim = 2, .shape = {B, V},
                         .stride = {V, 1}};
