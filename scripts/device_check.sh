@@ -18,7 +18,8 @@
 #   scripts/device_check.sh attn    one call for a change to the attention kernels: build this tree and, when .old/
 #                                   holds an earlier one, its test_ops_cpu and bench_spec; t_attention, racecheck on
 #                                   it, the CUDA model tests; the op harness's attention table old / new twice;
-#                                   bench_spec old / new twice on a random Qwen3-8B pair; DETAIL=ncu kernel filter
+#                                   bench_spec old / new twice on a random Qwen3-8B pair (ROUND_NCU=1 first: ncu's time
+#                                   of every kernel of short bench_spec runs, batch 1 and 32); DETAIL=ncu kernel filter
 #                                   adds one instance's sections and hottest SASS lines
 #   scripts/device_check.sh gemm    one call for a change to the GEMM: build, the product
 #                                   tests (test_ops t_gemm*, test_cuda_head), the op
@@ -404,6 +405,15 @@ if [ "$MODE" = attn ]; then
   stamp "op perf, attention ($B, twice)"
   att_tables "$B"
   wait
+  if [ "${ROUND_NCU:-0}" = 1 ]; then  # every kernel's time of short speculative runs, batch 1 and 32, in launch order
+    for b in 1 32; do
+      stamp "ncu: bench_spec batch $b, 6 new tokens"
+      timeout 240 ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+        --csv build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 --batch $b \
+        --new 6 > "$OUT/round_b$b.csv" 2> "$OUT/round_b$b.err"; echo "ncu rc $?"
+      gzip -f "$OUT/round_b$b.csv"
+    done
+  fi
   [ "${BENCH:-1}" = 1 ] || { stamp "done"; exit 0; }
   for r in 1 2; do for b in $B; do
     stamp "bench_spec ($b)"
