@@ -18,7 +18,10 @@ The shipped pair: the first form on one H200 (about 4 minutes; bench/RESULTS.md,
 tenth session), then on a
 2-core CPU `--finetune models --dspark build/dspark --draft-steps 5000 --bf16
 --lr 6e-4 --decay 4 --tv 0.9` into A, and `--finetune A ... --draft-steps 4500
---lr 4e-4 --blocks 3,7 --seed 2` (the same flags otherwise) into models/.
+--lr 4e-4 --blocks 3,7 --seed 2` (the same flags otherwise) into B; then on an
+H100 `scripts/device_train.sh "S:2:64:models"` (B continued about 9000 steps at
+lr 2e-3, seed 7) and the same with `ARGS="... --lr 1e-3 ... --seed 8"` from that
+result (about 8600 more) into models/ (bench/RESULTS.md, forty-fifth session).
 
 Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
 one: config.json, generation_config.json, model.safetensors, tokenizer.json)
