@@ -17,14 +17,16 @@ static double verify_cost(const dsp_gamma_auto *a, int64_t nt) {
   return a->alpha + a->beta * (double)nt + (nt < DSP_GAMMA_AUTO_NT ? a->vres[nt] : 0.0);
 }
 
-/* Whether some k >= 2 drafts could commit tokens faster than decode steps (ms0 each) if every slot after the
- * first were accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
-static int deep_may_pay(const dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st, double ms0) {
+/* Whether k drafts could commit tokens faster than decode steps (ms0 each) if every slot after the first were
+ * accepted (the first at its acceptance so far): the bound that gates the costly rounds. */
+static int may_pay(const dsp_gamma_auto *a, int32_t k, int32_t ns, const dsp_generate_stats *st, double ms0) {
   const double a0 = ((double)st->kept[0] + 1.0) / ((double)st->tried[0] + 2.0);
-  for (int32_t k = 2; k <= G; k++) {
-    const double ms = draft_ms(a, k) + verify_cost(a, (int64_t)ns * (k + 1));
-    if ((1.0 + a0 * (double)k) * ms0 > ms) return 1;
-  }
+  return (1.0 + a0 * (double)k) * ms0 > draft_ms(a, k) + verify_cost(a, (int64_t)ns * (k + 1));
+}
+
+static int deep_may_pay(const dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_generate_stats *st, double ms0) {
+  for (int32_t k = 2; k <= G; k++)
+    if (may_pay(a, k, ns, st, ms0)) return 1;
   return 0;
 }
 
@@ -33,8 +35,11 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
   if (a->rounds < 2) return a->rounds == 0 ? 1 : 0;
   const double ms0 = a->tappend + verify_cost(a, ns);
   if (a->rounds < AUTO_CALIB) return deep_may_pay(a, G, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
-  /* the sweep: each size once, warm, where drafting may pay (the calibration's were cold or far apart) */
-  if (a->rounds < AUTO_CALIB + G && deep_may_pay(a, G, ns, st, ms0)) return a->last = a->rounds - AUTO_CALIB + 1;
+  /* the sweep: each size not yet run once, where it may pay */
+  for (int32_t k = a->sweep + 1; a->rounds >= AUTO_CALIB && k <= G && k < DSP_GAMMA_AUTO_ROWS; k++)
+    if ((int64_t)ns * (k + 1) < DSP_GAMMA_AUTO_NT && !a->vn[ns * (k + 1)] && may_pay(a, k, ns, st, ms0))
+      return a->last = a->sweep = k;
+  a->sweep = G;
   /* the probe; while decode steps pay best a full one costs more than it can find, so it runs a quarter as
      often and verifies one draft (the first slot's acceptance refreshed) unless drafting might pay again */
   if (a->rounds % AUTO_FULL == 0 && a->last > 0) return G;

@@ -25,8 +25,8 @@
  * of the size's last DSP_GAMMA_AUTO_RING times (one preempted round does not price a size out), from the slowest
  * rank, shrunk toward the line by one pseudo-sample; the first two rounds (cold) are left out. A size never run is
  * priced at the nearest size run below it where that is under its line (a cost never falls with the size: one round
- * then measures it). After the calibration, where drafting may pay, G rounds verify 1 .. G drafts in turn (every
- * size measured warm once). Every AUTO_NEAR rounds that are no probe verify one draft more or one fewer than the
+ * then measures it). After the calibration, rounds verify each count of drafts not yet run, from 1 to G, where it
+ * could pay by the same bound (every size measured warm once). Every AUTO_NEAR rounds that are no probe verify one draft more or one fewer than the
  * choice, in turn, so that the sizes beside it stay measured. */
 #define DSP_GAMMA_AUTO_NT 64
 #define DSP_GAMMA_AUTO_ROWS 65
@@ -39,7 +39,7 @@ typedef struct {
   double alpha, beta, tdraft, tappend;     /* the frozen model */
   double d1;                               /* with rows: ms a block row (tdraft is then the fit's intercept) */
   double p0;                               /* with rows: the proposal call's own intercept (its residuals' line) */
-  int32_t near;                            /* the rounds that explored beside the choice */
+  int32_t near, sweep;                     /* the rounds that explored beside the choice; the last size swept */
   float vt[DSP_GAMMA_AUTO_NT][DSP_GAMMA_AUTO_RING], pt[DSP_GAMMA_AUTO_ROWS][DSP_GAMMA_AUTO_RING]; /* last times */
   int32_t vn[DSP_GAMMA_AUTO_NT], pn[DSP_GAMMA_AUTO_ROWS]; /* times seen per size (alike on every rank) */
   float vres[DSP_GAMMA_AUTO_NT], pres[DSP_GAMMA_AUTO_ROWS]; /* the frozen model's residuals */
