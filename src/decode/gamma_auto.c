@@ -5,7 +5,7 @@
 
 #include "core/status.h"
 
-enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32, AUTO_NEAR = 8 };
+enum { AUTO_CALIB = 4, AUTO_FULL = 16, AUTO_TRIED = 32, AUTO_NEAR = 32 };
 
 /* A proposal of the batch drafting k tokens (its block of k rows with rows). */
 static double draft_ms(const dsp_gamma_auto *a, int32_t k) {
@@ -65,7 +65,7 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
     if (rate > best_rate) best_rate = rate, best = k;
   }
   a->last = best;
-  if (best > 0 && a->rounds % AUTO_NEAR == AUTO_NEAR / 2) { /* beside the choice, one side then the other */
+  if (best > 0 && a->rounds % AUTO_NEAR == AUTO_NEAR / 4) { /* beside the choice, one side then the other */
     const int32_t side = a->near++ % 2 ? -1 : 1, k = best + side >= 1 && best + side <= G ? best + side : best - side;
     return k >= 1 && k <= G ? k : best;
   }
@@ -80,7 +80,7 @@ static double median(const float *ring, int32_t n) {
   const int32_t m = n < DSP_GAMMA_AUTO_RING ? n : DSP_GAMMA_AUTO_RING;
   float v[DSP_GAMMA_AUTO_RING];
   memcpy(v, ring, (size_t)m * sizeof *v);
-  for (int32_t i = 1; i < m; i++) /* insertion sort of at most 4 */
+  for (int32_t i = 1; i < m; i++) /* insertion sort of at most DSP_GAMMA_AUTO_RING */
     for (int32_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
       const float t = v[j];
       v[j] = v[j - 1], v[j - 1] = t;

@@ -22,15 +22,15 @@
  * rows as it drafts) a proposal's cost is fitted the same way, as d0 + d1 x rows, over the proposals of the whole
  * batch. Costs are not linear in the rows (a CPU's products run rows in tiles of a few), so the model adds to each
  * line the residual measured at that size (a verify's tokens below DSP_GAMMA_AUTO_NT, a block's rows): the median
- * of the size's last DSP_GAMMA_AUTO_RING times (one preempted round does not price a size out), from the slowest
- * rank, shrunk toward the line by one pseudo-sample; the first two rounds (cold) are left out. A size never run is
- * priced at the nearest size run below it where that is under its line (a cost never falls with the size: one round
- * then measures it). After the calibration, rounds verify each count of drafts not yet run, from 1 to G, where it
- * could pay by the same bound (every size measured warm once). Every AUTO_NEAR rounds that are no probe verify one draft more or one fewer than the
- * choice, in turn, so that the sizes beside it stay measured. */
+ * of the size's last DSP_GAMMA_AUTO_RING times (up to three preempted rounds of eight do not price a size out),
+ * from the slowest rank, shrunk toward the line by one pseudo-sample; the first two rounds (cold) are left out. A
+ * size never run is priced at the nearest size run below it where that is under its line (a cost never falls with
+ * the size: one round then measures it). After the calibration, rounds verify each count of drafts not yet run,
+ * from 1 to G, where it could pay by the same bound (every size measured warm once). Every AUTO_NEAR rounds (none a
+ * probe) verify one draft more or one fewer than the choice, in turn, so that the sizes beside it stay measured. */
 #define DSP_GAMMA_AUTO_NT 64
 #define DSP_GAMMA_AUTO_ROWS 65
-#define DSP_GAMMA_AUTO_RING 4
+#define DSP_GAMMA_AUTO_RING 8
 typedef struct {
   int on, rows, rounds, nprop, nappend, last; /* last: the k chosen in the last round that was not a probe */
   int32_t part;                          /* this round's probe by part of the batch: its sequences (0: all) */
