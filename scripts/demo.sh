@@ -6,8 +6,9 @@
 # plain decoding of the same target measured in the same run, greedy (the
 # tokens must equal plain decoding's; 3 drafts a round from blocks of 3 rows,
 # which on a CPU cost less than the trained block of 7 and accept as much)
-# and sampled at T 0.8 with 2 drafts a round (there the pair's acceptance
-# length is about 2: the full block of 7 costs more than it commits on a CPU);
+# and sampled at T 0.8 with 2 drafts a round from blocks of 2 rows (there the
+# pair's acceptance length is about 2: the full block of 7 costs more than it
+# commits on a CPU);
 # then a batch of 16 held-out prompts, greedy, --gamma auto (as many drafts
 # per round as pay on this CPU). The
 # speedups depend on the CPU (bench/RESULTS.md: AMX tiles against the AVX-512 or AVX2 chain).
@@ -27,7 +28,7 @@ PY
 echo "== the held-out prompt (Revelation, never trained on)"
 echo "$PROMPT"
 for T in 0 0.8; do
-  GA=(--gamma 2); [ $T = 0 ] && GA=(--gamma 3 --draft-block gamma)
+  GA=(--gamma 2 --draft-block gamma); [ $T = 0 ] && GA=(--gamma 3 --draft-block gamma)
   echo; echo "== dspark generate --model $M/kjv-target --draft $M/kjv-draft --max-new 128 --temperature $T ${GA[*]} --compare"
   "$D" generate --model $M/kjv-target --draft $M/kjv-draft --prompt "$PROMPT" --max-new 128 --temperature $T \
     ${GA[@]+"${GA[@]}"} --seed 1 --compare 2>"$OUT/stderr_$T.txt" | tee "$OUT/text_$T.txt"
