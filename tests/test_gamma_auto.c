@@ -59,16 +59,22 @@ static dsp_generate_stats accepting(double p) {
   return st;
 }
 
-/* The k of most expected tokens a ms: slots accepted with probability p each, the bonus always. */
-static int32_t best_k(double tdraft, double d1, double p) {
+/* The k of most expected tokens a ms under costs c(k) (slots accepted with probability p, the bonus always). */
+static int32_t best_of(const double *c, double p) {
   int32_t best = 1;
   double best_rate = 0.0, expect = 1.0, reach = 1.0;
   for (int32_t k = 1; k <= G; k++) {
     reach *= p, expect += reach;
-    const double rate = expect / (tdraft + d1 * k + V0 + V1 * (k + 1));
-    if (rate > best_rate) best_rate = rate, best = k;
+    if (expect / c[k] > best_rate) best_rate = expect / c[k], best = k;
   }
   return best;
+}
+
+/* The same under the test's verify line and a proposal line tdraft + d1 k. */
+static int32_t best_k(double tdraft, double d1, double p) {
+  double c[G + 1];
+  for (int32_t k = 1; k <= G; k++) c[k] = tdraft + d1 * k + V0 + V1 * (k + 1);
+  return best_of(c, p);
 }
 
 static void test_rows_fit(void **state) {
@@ -111,17 +117,6 @@ static void test_negative_intercept(void **state) {
   assert_true((s.sdraft - 0.1 * s.sk) / s.n < 0.0); /* the line's intercept, or this case checks nothing */
   assert_true(a.tdraft == 0.0);
   assert_true(fabs(a.d1 - s.sdraft / s.sk) < 1e-4);
-}
-
-/* The k of most expected tokens a ms under costs c(k) (slots accepted with probability p, the bonus always). */
-static int32_t best_of(const double *c, double p) {
-  int32_t best = 1;
-  double best_rate = 0.0, expect = 1.0, reach = 1.0;
-  for (int32_t k = 1; k <= G; k++) {
-    reach *= p, expect += reach;
-    if (expect / c[k] > best_rate) best_rate = expect / c[k], best = k;
-  }
-  return best;
 }
 
 static void test_step_costs(void **state) {
