@@ -107,8 +107,12 @@ static void residuals(float *res, const float (*ring)[DSP_GAMMA_AUTO_RING], cons
 
 dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, int32_t k, int32_t part,
                                 double verify_ms, double draft_ms, double prop_ms) {
-  if (a->rounds >= 2 && nt < DSP_GAMMA_AUTO_NT) add_size(a->vt[nt], &a->vn[nt], verify_ms);
-  if (a->rounds >= 2 && k > 0 && !part && k < DSP_GAMMA_AUTO_ROWS) add_size(a->pt[k], &a->pn[k], prop_ms);
+  /* a size run for the first time refits the model at once (its price was a guess); the counts are alike on
+     every rank, so all refit together */
+  int fresh = 0;
+  if (a->rounds >= 2 && nt < DSP_GAMMA_AUTO_NT) fresh |= !a->vn[nt], add_size(a->vt[nt], &a->vn[nt], verify_ms);
+  if (a->rounds >= 2 && k > 0 && !part && k < DSP_GAMMA_AUTO_ROWS)
+    fresh |= a->rows && !a->pn[k], add_size(a->pt[k], &a->pn[k], prop_ms);
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
   if (k > 0 && !part) { /* tdraft: a proposal of the whole batch */
     a->draft += draft_ms, a->nprop++;
@@ -117,7 +121,8 @@ dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, i
     a->append += draft_ms, a->nappend++;
   }
   ++a->rounds;
-  if (a->rounds != 2 && (a->rounds < AUTO_CALIB || (a->rounds > AUTO_FULL && a->rounds % AUTO_FULL != 1)))
+  if (!fresh && a->rounds != 2 &&
+      (a->rounds < AUTO_CALIB || (a->rounds > AUTO_FULL && a->rounds % AUTO_FULL != 1)))
     return DSP_OK;
   /* the sums and every ring slot from the slowest rank (the slots were filled in the same rounds on all) */
   enum { NR = DSP_GAMMA_AUTO_RING, NV = 6 + (DSP_GAMMA_AUTO_NT + DSP_GAMMA_AUTO_ROWS) * NR };
