@@ -36,7 +36,7 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
   const double ms0 = a->tappend + verify_cost(a, ns);
   if (a->rounds < AUTO_CALIB) return deep_may_pay(a, G, ns, st, ms0) ? (a->rounds == 2 ? (G + 1) / 2 : G) : 0;
   /* the sweep: each size not yet run once, where it may pay */
-  for (int32_t k = a->sweep + 1; a->rounds >= AUTO_CALIB && k <= G && k < DSP_GAMMA_AUTO_ROWS; k++)
+  for (int32_t k = a->sweep + 1; k <= G && k < DSP_GAMMA_AUTO_ROWS; k++)
     if ((int64_t)ns * (k + 1) < DSP_GAMMA_AUTO_NT && !a->vn[ns * (k + 1)] && may_pay(a, k, ns, st, ms0))
       return a->last = a->sweep = k;
   a->sweep = G;
