@@ -66,7 +66,9 @@ int32_t dsp_gamma_auto_k(dsp_gamma_auto *a, int32_t G, int32_t ns, const dsp_gen
   }
   a->last = best;
   if (best > 0 && a->rounds % AUTO_NEAR == AUTO_NEAR / 4) { /* beside the choice, one side then the other */
-    const int32_t side = a->near++ % 2 ? -1 : 1, k = best + side >= 1 && best + side <= G ? best + side : best - side;
+    const int32_t side = a->near++ % 2 ? -1 : 1;
+    int32_t k = best + side;
+    if (k < 1 || k > G) k = best - side; /* the edge: the other side */
     return k >= 1 && k <= G ? k : best;
   }
   return best;
@@ -110,9 +112,14 @@ dsp_status dsp_gamma_auto_learn(dsp_gamma_auto *a, dsp_comm *comm, int32_t nt, i
   /* a size run for the first time refits the model at once (its price was a guess); the counts are alike on
      every rank, so all refit together */
   int fresh = 0;
-  if (a->rounds >= 2 && nt < DSP_GAMMA_AUTO_NT) fresh |= !a->vn[nt], add_size(a->vt[nt], &a->vn[nt], verify_ms);
-  if (a->rounds >= 2 && k > 0 && !part && k < DSP_GAMMA_AUTO_ROWS)
-    fresh |= a->rows && !a->pn[k], add_size(a->pt[k], &a->pn[k], prop_ms);
+  if (a->rounds >= 2 && nt < DSP_GAMMA_AUTO_NT) {
+    fresh |= a->vn[nt] == 0;
+    add_size(a->vt[nt], &a->vn[nt], verify_ms);
+  }
+  if (a->rounds >= 2 && k > 0 && !part && k < DSP_GAMMA_AUTO_ROWS) {
+    fresh |= a->rows && a->pn[k] == 0;
+    add_size(a->pt[k], &a->pn[k], prop_ms);
+  }
   a->sn += nt, a->snn += (double)nt * nt, a->st += verify_ms, a->snt += nt * verify_ms;
   if (k > 0 && !part) { /* tdraft: a proposal of the whole batch */
     a->draft += draft_ms, a->nprop++;
