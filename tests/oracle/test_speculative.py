@@ -187,8 +187,12 @@ def case_auto_blocks(t, bt, bd, base):
         for q_, i, d in rounds:
             if q_ == q and len(d) == 1 and i in ones and len(ones[i][0]) == 1:
                 agree(q, i, d, ones[i][0])
+    # deeper rounds fill the comparisons up to 10 (at least 5): gamma auto's sizes follow measured times, so how
+    # many one-draft rounds a machine gives varies (an H100 gave 4)
     deep = [r for r in rounds if len(r[2]) >= 2]
-    for q, i, d in deep[::max(1, len(deep) // 5)][:5]:
+    ones = compared[0]
+    n_deep = min(len(deep), max(5, 10 - ones))
+    for q, i, d in deep[::max(1, len(deep) // max(1, n_deep))][:n_deep]:
         ids = PROMPTS[q] + ra["results"][q]["tokens"][:i]
         rp = t.gen_json("prefix-%d-%d" % (q, i), ["--model", bt, "--draft", bd, "--prompt-ids",
                                                   ",".join(str(x) for x in ids), "--max-new", "2", "--ignore-eos",
@@ -207,9 +211,10 @@ def case_auto_blocks(t, bt, bd, base):
           % (dict(sorted(counts.items())), compared[0], sorted(sizes)))
     # gamma auto chooses by measured times, so a loaded machine may leave it one draft a round: then only the
     # one-row blocks are compared here (test_dspark checks a call's block of fewer rows at two and more rows)
-    if compared[0] < 10 or (deep and not any(k >= 2 for k in sizes)):
-        t.tally.fail("gamma auto in blocks: only %d proposals compared, at %s rows (expected 10, and the rounds of "
-                     "two drafts or more among them)" % (compared[0], sorted(sizes)))
+    want = min(10, ones + len(deep))
+    if compared[0] < want or (deep and not any(k >= 2 for k in sizes)):
+        t.tally.fail("gamma auto in blocks: only %d proposals compared, at %s rows (expected %d, and the rounds of "
+                     "two drafts or more among them)" % (compared[0], sorted(sizes), want))
 
 
 def case_greedy(t, P):
