@@ -20,7 +20,7 @@
 #                                   it, the CUDA model tests; the op harness's attention table old / new twice;
 #                                   bench_spec old / new twice on a random Qwen3-8B pair (ROUND_NCU=1 first: ncu's time
 #                                   of every kernel of short bench_spec runs, batch 1 and 32; batch 32 needs NCU_TIMEOUT
-#                                   about 300); DETAIL=ncu kernel filter
+#                                   about 300; NCU_BATCHES the batches, "1 32"); DETAIL=ncu kernel filter
 #                                   adds one instance's sections and hottest SASS lines; SAN=0 no racecheck, ATT_ROUNDS
 #                                   the attention tables' rounds (2; 0: none)
 #   scripts/device_check.sh gemm    one call for a change to the GEMM: build, the product
@@ -413,7 +413,7 @@ if [ "$MODE" = attn ]; then
     stamp "bench_spec (no ncu)"
     timeout 100 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 --batch 1,32 2>&1 |
       grep -E "^\|" | grep -v "^|---" | head -9
-    for b in 1 32; do
+    for b in ${NCU_BATCHES:-1 32}; do
       stamp "ncu: bench_spec batch $b"
       timeout ${NCU_TIMEOUT:-150} ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum \
         --csv build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda --context 1024 --batch $b \
