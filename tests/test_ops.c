@@ -573,6 +573,58 @@ static void t_attention_runs(void **st) {
   print_message("attention runs: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
 }
 
+/* A batch's verify (runs of causal rows) or draft block (runs that see the same keys): one run of `run` rows on
+ * each of `slots` slots past contexts of different lengths, enough runs that CUDA's blocks, a run each, fill the
+ * SMs (the batch-32 shapes of a speculative round): the same bits with the hint as one row a block (hint 1), each
+ * value within t_attention's tolerance of the reference. */
+static void check_att_batch(const att_case *c, int64_t slots, int64_t run, int causal) {
+  const int64_t D = c->d, Hq = c->hq, W = c->hkv * D * c->stride_mul, P = c->max_len, T = slots * run;
+  int32_t *rs = malloc((size_t)T * 4), *rk = malloc((size_t)T * 4);
+  for (int64_t t = 0; t < T; t++) {
+    const int64_t s = t / run, i = t % run, ctx = 60 + (s * 37) % (P - run - 60);
+    rs[t] = (int32_t)s, rk[t] = (int32_t)(ctx + (causal ? i + 1 : run));
+  }
+  const size_t cn = (size_t)(slots * P * W), qn = (size_t)(T * Hq * D);
+  uint16_t *q, *kc, *vc, *o[2];
+  att_inputs(qn, cn, 0, &q, &kc, &vc);
+  for (int i = 0; i < 2; i++) o[i] = malloc(qn * 2);
+  run_att(g_be, c, T, q, kc, vc, slots, rs, rk, (int)run, 0, o[0]);
+  run_att(g_be, c, T, q, kc, vc, slots, rs, rk, 1, 0, o[1]);
+  double *sc = malloc((size_t)(P + 2 * D) * sizeof *sc), *rv = sc + P, *tl = rv + D;
+  long bad = 0, launch = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
+      for (int64_t d = 0; d < D; d++) {
+        const size_t i = (size_t)((t * Hq + h) * D + d);
+        const int ok = fabs((double)bf(o[0][i]) - rv[d]) <= tl[d];
+        bad += !ok;
+        if (!ok && bad <= 3)
+          print_message("  attention batch: row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n",
+                        (long long)t, (long long)h, (long long)d, (double)bf(o[0][i]), rv[d], tl[d]);
+        launch += o[1][i] != o[0][i];
+        g_compared++;
+      }
+    }
+  if (bad || launch)
+    fail_msg("attention batch Hq %lld Hkv %lld D %lld, %lld runs of %lld %s rows: %ld beyond the tolerance, %ld "
+             "differ between hint %lld and hint 1", (long long)Hq, (long long)c->hkv, (long long)D, (long long)slots,
+             (long long)run, causal ? "causal" : "block", bad, launch, (long long)run);
+  free(sc), free(q), free(kc), free(vc), free(rs), free(rk), free(o[0]), free(o[1]);
+}
+
+static void t_attention_batch(void **st) {
+  (void)st;
+  const long long before = g_compared;
+  /* Qwen3-8B's heads: 36 runs x 8 KV heads = 288 blocks, past an H100's or H200's 132 SMs; a verify of 8 rows
+     (32 pairs a run: two m-tiles) and a draft block of 7 (28); a verify of 4 at GQA 4 and head dim 64 (16 pairs) */
+  const att_case big = {32, 8, 128, 1, 300}, small = {16, 4, 64, 1, 260};
+  check_att_batch(&big, 36, 8, 1);
+  check_att_batch(&big, 36, 7, 0);
+  check_att_batch(&small, 40, 4, 1);
+  print_message("attention batch: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
+}
+
 /* ---- the models' layer ops (docs/CONTRACTS.md, "The models") ---------------------
  * Each op on the backend under test (and on the CPU in CUDA runs) against a
  * reference written here from the contract's rounding points. Exact ops
@@ -1302,7 +1354,7 @@ int main(int argc, char **argv) {
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
-                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_layers),
+                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_attention_batch), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }
