@@ -509,6 +509,32 @@ static void t_attention(void **st) {
                 g_cpu ? " (and the CPU against the reference)" : "");
 }
 
+/* Every value of o[0] (T rows) against the reference within t_attention's tolerance (*bad counts misses, the first
+ * three printed under `what`), and o[1] .. o[n - 1], the same call under other launch choices, against o[0] bit for
+ * bit (*launch counts differences). */
+static void att_compare(const att_case *c, const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                        const int32_t *rs, const int32_t *rk, int64_t T, uint16_t *const *o, int n, const char *what,
+                        long *bad, long *launch) {
+  const int64_t D = c->d, Hq = c->hq;
+  double *sc = malloc((size_t)(c->max_len + 2 * D) * sizeof *sc), *rv = sc + c->max_len, *tl = rv + D;
+  *bad = *launch = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
+      for (int64_t d = 0; d < D; d++) {
+        const size_t i = (size_t)((t * Hq + h) * D + d);
+        const int ok = fabs((double)bf(o[0][i]) - rv[d]) <= tl[d];
+        *bad += !ok;
+        if (!ok && *bad <= 3)
+          print_message("  %s: row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n", what,
+                        (long long)t, (long long)h, (long long)d, (double)bf(o[0][i]), rv[d], tl[d]);
+        for (int v = 1; v < n; v++) *launch += o[v][i] != o[0][i];
+        g_compared++;
+      }
+    }
+  free(sc);
+}
+
 /* Long runs of causal rows on one slot (prefill). CUDA's many-row tensor-core kernel takes them when the hint
  * says the runs fill its blocks, and with tc-long the caches past one block of the other kernel (split over a
  * cluster) and past a cluster (every call); by default the fp32 form takes those caches: the same bits
@@ -533,27 +559,13 @@ static void check_att_runs(const att_case *c, int64_t T) {
   memcpy(o[3], o[0], qn * 2);
   for (int64_t t = 500; t < T; t++)
     run_att(g_be, c, 1, q + (size_t)(t * Hq * D), kc, vc, SLOTS, rs + t, rk + t, 1, 0, o[3] + (size_t)(t * Hq * D));
-  double *sc = malloc((size_t)(P + 2 * D) * sizeof *sc), *rv = sc + P, *tl = rv + D;
-  long bad = 0, launch = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
-      for (int64_t d = 0; d < D; d++) {
-        const size_t i = (size_t)((t * Hq + h) * D + d);
-        const int ok = fabs((double)bf(o[0][i]) - rv[d]) <= tl[d];
-        bad += !ok;
-        if (!ok && bad <= 3)
-          print_message("  attention runs: row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n",
-                        (long long)t, (long long)h, (long long)d, (double)bf(o[0][i]), rv[d], tl[d]);
-        for (int v = 1; v < 4; v++) launch += o[v][i] != o[0][i];
-        g_compared++;
-      }
-    }
+  long bad, launch;
+  att_compare(c, q, kc, vc, rs, rk, T, o, 4, "attention runs", &bad, &launch);
   if (bad || launch)
     fail_msg("attention runs Hq %lld Hkv %lld D %lld cache %lld (%lld rows): %ld beyond the tolerance, %ld differ "
              "between launches (hint 300, hint 1, q rows padded, the last %lld rows alone)",
              (long long)Hq, (long long)c->hkv, (long long)D, (long long)P, (long long)T, bad, launch, (long long)rest);
-  free(sc), free(q), free(kc), free(vc), free(rs), free(rk);
+  free(q), free(kc), free(vc), free(rs), free(rk);
   for (int i = 0; i < 4; i++) free(o[i]);
 }
 
@@ -590,27 +602,13 @@ static void check_att_batch(const att_case *c, int64_t slots, int64_t run, int c
   for (int i = 0; i < 2; i++) o[i] = malloc(qn * 2);
   run_att(g_be, c, T, q, kc, vc, slots, rs, rk, (int)run, 0, o[0]);
   run_att(g_be, c, T, q, kc, vc, slots, rs, rk, 1, 0, o[1]);
-  double *sc = malloc((size_t)(P + 2 * D) * sizeof *sc), *rv = sc + P, *tl = rv + D;
-  long bad = 0, launch = 0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      att_reference(c, q, kc, vc, rs, rk, t, h, sc, rv, tl);
-      for (int64_t d = 0; d < D; d++) {
-        const size_t i = (size_t)((t * Hq + h) * D + d);
-        const int ok = fabs((double)bf(o[0][i]) - rv[d]) <= tl[d];
-        bad += !ok;
-        if (!ok && bad <= 3)
-          print_message("  attention batch: row %lld head %lld dim %lld: got %a, reference %a (tolerance %a)\n",
-                        (long long)t, (long long)h, (long long)d, (double)bf(o[0][i]), rv[d], tl[d]);
-        launch += o[1][i] != o[0][i];
-        g_compared++;
-      }
-    }
+  long bad, launch;
+  att_compare(c, q, kc, vc, rs, rk, T, o, 2, "attention batch", &bad, &launch);
   if (bad || launch)
     fail_msg("attention batch Hq %lld Hkv %lld D %lld, %lld runs of %lld %s rows: %ld beyond the tolerance, %ld "
              "differ between hint %lld and hint 1", (long long)Hq, (long long)c->hkv, (long long)D, (long long)slots,
              (long long)run, causal ? "causal" : "block", bad, launch, (long long)run);
-  free(sc), free(q), free(kc), free(vc), free(rs), free(rk), free(o[0]), free(o[1]);
+  free(q), free(kc), free(vc), free(rs), free(rk), free(o[0]), free(o[1]);
 }
 
 static void t_attention_batch(void **st) {
