@@ -34,6 +34,7 @@
 #include "dspark.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/matmul.h"
+#include "support/ceilings.h"
 #include "test_ops.h"
 
 dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
@@ -93,6 +94,34 @@ void *dev_put(dsp_backend *be, const void *h, size_t bytes) {
 void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes) {
   assert_int_equal(dsp_op_sync(be, 0), DSP_OK);
   assert_int_equal(dsp_op_download(be, 0, h, d, bytes), DSP_OK);
+}
+
+/* dsp_op_copy at offsets that break every alignment, below and above the size the CPU splits over its threads
+ * (1 MiB), byte for byte as memcpy; on the CPU also an overlapping copy, as memmove. */
+static void t_copy(void **st) {
+  (void)st;
+  const size_t sizes[] = {37, ((size_t)3 << 20) + 37};
+  for (int i = 0; i < 2; i++) {
+    const size_t n = sizes[i], all = n + 64;
+    unsigned char *h = malloc(all), *got = malloc(all), *want = malloc(all);
+    for (size_t j = 0; j < all; j++) h[j] = (unsigned char)(rnd() >> 24);
+    void *ds = dev_put(g_be, h, all), *dd = dev_put(g_be, h, all);
+    assert_int_equal(dsp_op_copy(g_be, 0, (char *)dd + 3, (const char *)ds + 5, n), DSP_OK);
+    dev_get(g_be, got, dd, all);
+    memcpy(want, h, all);
+    memcpy(want + 3, h + 5, n);
+    assert_memory_equal(got, want, all);
+    if (!g_cuda) { /* overlapping: forward by 1000 bytes within one buffer */
+      const size_t m = n > 2000 ? n - 1000 : n / 2;
+      assert_int_equal(dsp_op_copy(g_be, 0, (char *)ds + 1000 * (n > 2000), ds, m), DSP_OK);
+      dev_get(g_be, got, ds, all);
+      memcpy(want, h, all);
+      memmove(want + 1000 * (n > 2000), h, m);
+      assert_memory_equal(got, want, all);
+    }
+    dsp_op_release(g_be, 0, ds), dsp_op_release(g_be, 0, dd);
+    free(h), free(got), free(want);
+  }
 }
 
 /* ---- GEMM ------------------------------------------------------------------ */
@@ -1154,11 +1183,19 @@ static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
   return med;
 }
 
-/* Bytes per second of a device copy (read + written). */
+/* The bandwidth the perf tables' floors divide bytes by: a device copy's bytes read + written per second on
+ * CUDA; on the CPU the read stream of dsp_cpu_measure_read_gbps (a CPU copy also reads each destination line). */
 double copy_rate(void) {
-  const size_t n = g_cuda ? (size_t)1 << 30 : (size_t)1 << 28;
+  if (!g_cuda) {
+    const double g = dsp_cpu_measure_read_gbps();
+    assert_true(g > 0);
+    return g * 1e9;
+  }
+  const size_t n = (size_t)1 << 30;
   void *a = dev_put(g_be, NULL, n), *b = dev_put(g_be, NULL, n);
+  /* both ways, so both buffers' pages are written (a CPU buffer never written reads the zero page from cache) */
   assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
+  assert_int_equal(dsp_op_copy(g_be, 0, a, b, n), DSP_OK);
   double best = 1e30;
   for (int i = 0; i < 5; i++) {
     assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
@@ -1352,7 +1389,7 @@ int main(int argc, char **argv) {
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
-                                       cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_attention_batch), cmocka_unit_test(t_layers),
+                                       cmocka_unit_test(t_copy), cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_attention_batch), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   }

@@ -76,6 +76,44 @@ double dsp_cpu_measure_copy_gbps(void) {
   return 2.0 * (double)bytes / median(t, REPS) / 1e9;
 }
 
+double dsp_cpu_measure_read_gbps(void) {
+  const size_t bytes = (size_t)512 << 20, words = bytes / 8;
+  uint64_t *buf = aligned_alloc(64, bytes);
+  if (!buf) {
+    dsp_fail(DSP_ERR_NOMEM, "read bandwidth: cannot allocate 512 MiB");
+    return -1.0;
+  }
+  const int threads = dsp_cpu_threads_resolve(0);
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+    memset(buf + words * id / nt, 1, (words * (id + 1) / nt - words * id / nt) * 8);
+  }
+  enum { REPS = 5 };
+  double t[REPS];
+  uint64_t sum = 0;
+  for (int r = 0; r < REPS; r++) {
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sum)
+    {
+      const size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+      const size_t lo = words * id / nt, hi = words * (id + 1) / nt;
+      /* eight independent sums in registers: the loads, not an add chain, set the pace */
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      for (size_t i = lo; i + 8 <= hi; i += 8) {
+        a0 += buf[i], a1 += buf[i + 1], a2 += buf[i + 2], a3 += buf[i + 3];
+        a4 += buf[i + 4], a5 += buf[i + 5], a6 += buf[i + 6], a7 += buf[i + 7];
+      }
+      sum += a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    }
+    t[r] = now_s() - t0;
+  }
+  volatile uint64_t sink = sum; /* keeps the reads */
+  (void)sink;
+  free(buf);
+  return (double)bytes / median(t, REPS) / 1e9;
+}
+
 /* Repeats fn(ctx) for about `budget` seconds after one warm-up; median seconds. */
 static double time_median(dsp_status (*fn)(void *), void *ctx, double budget) {
   double t0 = now_s();

@@ -9,6 +9,12 @@
  * Returns a negative value (and sets the error message) when it cannot allocate. */
 double dsp_cpu_measure_copy_gbps(void);
 
+/* Reads of a 512 MiB buffer (written first, so no page is the kernel's shared zero page) split over the
+ * DSPARK_THREADS threads: GB/s, median of 5. The rate a product's weight stream can reach: a copy also reads
+ * each destination line before writing it, so it counts a third less than the memory moved. Negative (and the
+ * error message set) when it cannot allocate. */
+double dsp_cpu_measure_read_gbps(void);
+
 /* The product c[M, N] (bf16) = a[M, K] @ w[N, K]^T on random bf16 inputs, packed
  * weights, nthreads as in dsp_cpu_matmul_nt; GFLOP/s = 2*M*K*N / median time of
  * repeated calls (about half a second in all, after one warm-up call).

@@ -28,7 +28,9 @@ int dsp_bench_batches(const char *list, int32_t *bs, int cap, int *n, int32_t *m
 double dsp_bench_now_ms(void);
 /* The median of v[0 .. n-1] (sorts v). */
 double dsp_bench_median(double *v, int n);
-/* Bytes read + written per second by the backend's copy of 1 GiB (best of 5); exits on failure. */
+/* The bandwidth floors divide bytes by: on CUDA the bytes read + written per second by the device's copy of
+ * 1 GiB (best of 5); on the CPU the read stream of dsp_cpu_measure_read_gbps (support/ceilings.h), since a CPU
+ * copy also reads each destination line before writing it. Exits on failure. */
 double dsp_bench_copy_rate(dsp_backend *be);
 /* Flop/s of the backend's bf16 GEMM at m x n x k (best of 5); exits on failure. */
 double dsp_bench_product_rate(dsp_backend *be, int64_t m, int64_t n, int64_t k);
