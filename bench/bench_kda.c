@@ -267,8 +267,8 @@ int main(int argc, char **argv) {
   dsp_backend *be;
   TRY(dsp_tool_backend_create(&bk, comm, &be));
   const double bw = dsp_bench_copy_rate(be);
-  printf("# bench_kda on %s: copy %.0f GB/s; KDA op, %d heads of %d x %d, conv %d, batch staged once\n",
-         dsp_backend_describe(be), bw * 1e-9, H, K, K, W);
+  printf("# bench_kda on %s: %s %.0f GB/s; KDA op, %d heads of %d x %d, conv %d, batch staged once\n",
+         dsp_backend_describe(be), bk.kind == DSP_BACKEND_CUDA ? "copy" : "read", bw * 1e-9, H, K, K, W);
   printf("| call | ms (eager) | ms (graph) | floor ms | x floor |\n|---|---|---|---|---|\n");
   for (int i = 0; i < nd; i++) row(be, db[i], 1, (int32_t)tile, (int)R, bw);
   for (int i = 0; i < np; i++) row(be, 1, pb[i], (int32_t)tile, (int)R, bw);

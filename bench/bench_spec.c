@@ -136,11 +136,12 @@ int main(int argc, char **argv) {
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   if (root) {
     printf("# bench_spec: %s + %s (%s, TP %.0f): target %.2f G parameters in products, draft %lld layers, gamma %d in "
-           "blocks of %d rows, Markov rank %lld; context %lld, %lld new tokens, temperature %g%s; copy %.0f GB/s, bf16 "
+           "blocks of %d rows, Markov rank %lld; context %lld, %lld new tokens, temperature %g%s; %s %.0f GB/s, bf16 "
            "products %.1f "
            "TFLOP/s%s\n", model, draft, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, tparams / 1e9,
            (long long)di.layers, G, Gb, (long long)di.markov_rank, (long long)C, (long long)N, (double)temp,
-           temp > 0 ? (verify == DSP_VERIFY_EXACT ? " (exact verification)" : " (rejection)") : "", bw / 1e9,
+           temp > 0 ? (verify == DSP_VERIFY_EXACT ? " (exact verification)" : " (rejection)") : "",
+           bk.kind == DSP_BACKEND_CUDA ? "copy" : "read", bw / 1e9,
            rate / 1e12, tp > 1 ? " (rank 0's; floors per rank)" : "");
     printf("# backend: %s\n", dsp_backend_describe(be)); /* the kernels the figures come from (AMX or the chain) */
     printf("| batch | call | ms | floor ms | of floor |\n|---|---|---|---|---|\n");

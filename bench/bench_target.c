@@ -80,8 +80,9 @@ int main(int argc, char **argv) {
   const double rate = dsp_bench_product_rate(be, bk.kind == DSP_BACKEND_CUDA ? 8192 : 512, 4096, 4096);
   const double kv_per_pos = 2.0 * 2.0 * (double)in->layers * in->kv_heads * D;
   if (root) {
-    printf("# bench_target: %s (%s, TP %.0f), %.2f G parameters in products; copy %.0f GB/s, bf16 products %.1f "
-           "TFLOP/s%s\n", model, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, params / 1e9, bw / 1e9, rate / 1e12,
+    printf("# bench_target: %s (%s, TP %.0f), %.2f G parameters in products; %s %.0f GB/s, bf16 products %.1f "
+           "TFLOP/s%s\n", model, bk.kind == DSP_BACKEND_CUDA ? "cuda" : "cpu", tp, params / 1e9,
+           bk.kind == DSP_BACKEND_CUDA ? "copy" : "read", bw / 1e9, rate / 1e12,
            tp > 1 ? " (rank 0's; floors per rank)" : "");
     printf("# backend: %s\n", dsp_backend_describe(be)); /* the kernels the figures come from (AMX or the chain) */
     printf("| call | batch | context | ms per call | floor ms | of floor | tokens/s |\n|---|---|---|---|---|---|---|\n");

@@ -1253,8 +1253,8 @@ static void t_perf(void **st) {
   const double bw = copy_rate();
   const int64_t big = g_cuda ? 8192 : 1024;
   const double peak = 2.0 * (double)big * big * big / time_gemm(big, big, big, g_cuda ? 10 : 1);
-  printf("perf on %s: copy %.1f GB/s, bf16 product %.1f GFLOP/s (square %lld, measured now)\n",
-         dsp_backend_describe(g_be), bw * 1e-9, peak * 1e-9, (long long)big);
+  printf("perf on %s: %s %.1f GB/s, bf16 product %.1f GFLOP/s (square %lld, measured now)\n",
+         dsp_backend_describe(g_be), g_cuda ? "copy" : "read", bw * 1e-9, peak * 1e-9, (long long)big);
   const int products = !g_perf_only || !strcmp(g_perf_only, "gemm");
   const int attention = !g_perf_only || !strcmp(g_perf_only, "attention");
   if (products) printf("%-28s %10s %10s %8s\n", "gemm M x N x K", "ms", "floor ms", "x floor");
