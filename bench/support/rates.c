@@ -28,7 +28,7 @@ double dsp_bench_median(double *v, int n) {
   return v[n / 2];
 }
 
-/* Copy bandwidth (bytes read + written per second) through the backend's own copy op. */
+/* The floors' bandwidth (rates.h): the device copy's bytes read + written per second, or the CPU's read stream. */
 double dsp_bench_copy_rate(dsp_backend *be) {
   if (be->kind == DSP_BACKEND_CPU) {
     const double g = dsp_cpu_measure_read_gbps();

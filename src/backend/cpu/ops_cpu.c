@@ -44,8 +44,8 @@ void dsp_cpu_op_release(dsp_backend *be, int dev, void *p) {
   free(p);
 }
 
-/* Copies of 1 MiB or more without overlap run on the device's threads: one thread streams about two thirds of
- * what two do on a 2-core VM (bench/RESULTS.md, forty-sixth session). */
+/* Copies of 1 MiB or more without overlap run on the device's threads: on a 2-core VM one thread streams a half
+ * to four fifths of what two do (bench/RESULTS.md, forty-sixth session). */
 #define COPY_PAR_MIN ((size_t)1 << 20)
 
 dsp_status dsp_cpu_op_copy(dsp_backend *be, int dev, void *dst, const void *src, size_t bytes) {
