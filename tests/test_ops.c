@@ -34,7 +34,7 @@
 #include "dspark.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/matmul.h"
-#include "support/ceilings.h"
+#include "support/rates.h"
 #include "test_ops.h"
 
 dsp_backend *g_be, *g_cpu; /* the backend under test, and the CPU backend to compare with (CUDA runs) */
@@ -1183,32 +1183,8 @@ static double time_gemm(int64_t m, int64_t n, int64_t k, int reps) {
   return med;
 }
 
-/* The bandwidth the perf tables' floors divide bytes by: a device copy's bytes read + written per second on
- * CUDA; on the CPU the read stream of dsp_cpu_measure_read_gbps (a CPU copy also reads each destination line). */
-double copy_rate(void) {
-  if (!g_cuda) {
-    const double g = dsp_cpu_measure_read_gbps();
-    assert_true(g > 0);
-    return g * 1e9;
-  }
-  const size_t n = (size_t)1 << 30;
-  void *a = dev_put(g_be, NULL, n), *b = dev_put(g_be, NULL, n);
-  /* both ways, so both buffers' pages are written (a CPU buffer never written reads the zero page from cache) */
-  assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
-  assert_int_equal(dsp_op_copy(g_be, 0, a, b, n), DSP_OK);
-  double best = 1e30;
-  for (int i = 0; i < 5; i++) {
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    const double t0 = now_s();
-    assert_int_equal(dsp_op_copy(g_be, 0, b, a, n), DSP_OK);
-    assert_int_equal(dsp_op_sync(g_be, 0), DSP_OK);
-    const double t = now_s() - t0;
-    best = t < best ? t : best;
-  }
-  dsp_op_release(g_be, 0, a);
-  dsp_op_release(g_be, 0, b);
-  return 2.0 * (double)n / best;
-}
+/* The bandwidth the perf tables' floors divide bytes by: the benchmarks' own (support/rates.h). */
+double copy_rate(void) { return dsp_bench_copy_rate(g_be); }
 
 /* Seconds per attention call: T rows in runs of `run` rows per slot (a run
  * sees keys nk .. nk + run - 1 causally, or all nk + run - 1 when block),

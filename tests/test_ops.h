@@ -20,7 +20,7 @@ void *dev_put(dsp_backend *be, const void *h, size_t bytes);
 void dev_get(dsp_backend *be, void *h, const void *d, size_t bytes);
 /* Seconds per call of call(ctx) on g_be: a warm-up, then the median of 5 groups of reps. */
 double median_time(dsp_status (*call)(void *), void *ctx, int reps);
-double copy_rate(void); /* bytes per second of a device copy, read + written */
+double copy_rate(void); /* the floors' bandwidth, bytes per second (support/rates.h) */
 
 uint32_t ref_philox0(uint64_t seed, uint64_t id, uint64_t pos); /* Philox4x32-10's first word, written here */
 
