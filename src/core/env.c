@@ -89,6 +89,7 @@ static void env_read(void) {
   g_env.cuda_attention_tc = att != 1;
   g_env.cuda_attention_rows = att == 3 ? 0 : att == 2 ? 2 : 1;
   g_env.cuda_attention_q = env_choice("DSPARK_CUDA_ATTENTION_Q", g_att_q, 0, "auto, registers or shared");
+  g_env.cuda_attention_short = env_choice("DSPARK_CUDA_ATTENTION_SHORT", g_bool, 0, "0 or 1");
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
   g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 0, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");

@@ -350,7 +350,7 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   const int tc_ok = tce && dsp_cu_attention_tc_config(&one, a->row_group, sms, limit, rows == 2,
                                                     dsp_env_get()->cuda_attention_q);
   int pf = 0;
-  if (tc_ok && rows >= 1) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 0);
+  if (tc_ok && rows >= 1) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, dsp_env_get()->cuda_attention_short ? 2 : 0);
   else if (tce && !tc_ok && rows == 2) pf = dsp_cu_attention_pf_config(&c, a->row_group, sms, limit, 1);
   if (tc_ok && !pf) c = one;
   const int tc = tc_ok || pf;

@@ -296,8 +296,12 @@ extern "C" int dsp_cu_attention_pf_config(dsp_cu_attention_args *a, int row_grou
   int64_t rb = np / group;
   const int64_t blocks = (a->q.rows + rb - 1) / rb * Hkv;
   /* runs long enough to fill a block's pairs and enough blocks to fill the SMs; or any call where the
-     tensor-core form cannot hold the cache (need) */
-  if (!need && (row_group * group < np || blocks < sms)) return 0;
+     tensor-core form cannot hold the cache (need 1); need 2: also runs of one m-tile or more whose blocks, a run
+     each, fill the SMs (a batch's verify or draft block, where the one-row kernel's scores over the whole cache
+     leave it one block an SM) */
+  const int rg = row_group > 1 ? row_group : 1;
+  const int short_runs = need == 2 && rg * group >= 16 && rg * group < np && (a->q.rows + rg - 1) / rg * Hkv >= sms;
+  if (need != 1 && !short_runs && (row_group * group < np || blocks < sms)) return 0;
   /* short runs (decode over a long cache): a block per run, so the runs spread over the SMs (a launch choice) */
   if (row_group * group < np) rb = row_group > 1 ? row_group : 1;
   a->rows_per_block = (int)rb, a->heads_per_block = (int)group, a->pairs = (int)np, a->key_split = 1;

@@ -103,8 +103,8 @@ cudaError_t dsp_cu_attention_tc_prepare(size_t smem_limit);
 void dsp_cu_attention_tc(const dsp_cu_attention_args *a, cudaStream_t s);
 /* The tensor-core form's bits for long runs of rows on a slot (attention_pf.cu): the scores computed three times
  * instead of stored, so 64 (row, head) pairs share each staged key tile and any cache length fits. Head dims 32,
- * 64 and 128, groups up to 64. Returns 1 when the runs (row_group) fill its blocks and the blocks the sms, or, with
- * need, for any rows. */
+ * 64 and 128, groups up to 64. Returns 1 when the runs (row_group) fill its blocks and the blocks the sms, with
+ * need 1 for any rows, with need 2 also for runs of 16 pairs or more whose blocks fill the sms. */
 int dsp_cu_attention_pf_config(dsp_cu_attention_args *a, int row_group, int sms, size_t smem_limit, int need);
 cudaError_t dsp_cu_attention_pf_prepare(size_t smem_limit);
 void dsp_cu_attention_pf(const dsp_cu_attention_args *a, cudaStream_t s);
