@@ -622,7 +622,8 @@ static void check_att_batch(const att_case *c, int64_t slots, int64_t run, int c
   const int64_t D = c->d, Hq = c->hq, W = c->hkv * D * c->stride_mul, P = c->max_len, T = slots * run;
   int32_t *rs = malloc((size_t)T * 4), *rk = malloc((size_t)T * 4);
   for (int64_t t = 0; t < T; t++) {
-    const int64_t s = t / run, i = t % run, ctx = 60 + (s * 37) % (P - run - 60);
+    const int64_t span = P < 300 ? P : 300; /* keys within the first 300 positions, whatever the capacity */
+    const int64_t s = t / run, i = t % run, ctx = 60 + (s * 37) % (span - run - 60);
     rs[t] = (int32_t)s, rk[t] = (int32_t)(ctx + (causal ? i + 1 : run));
   }
   const size_t cn = (size_t)(slots * P * W), qn = (size_t)(T * Hq * D);
@@ -649,6 +650,10 @@ static void t_attention_batch(void **st) {
   check_att_batch(&big, 36, 8, 1);
   check_att_batch(&big, 36, 7, 0);
   check_att_batch(&small, 40, 4, 1);
+  /* the same runs in a cache of capacity 3072, where CUDA's launch choice (DSPARK_CUDA_ATTENTION_SHORT auto) moves
+     them to the many-row kernel: the same bits as one row a block */
+  const att_case roomy = {32, 8, 128, 1, 3072};
+  if (g_cuda) check_att_batch(&roomy, 36, 8, 1), check_att_batch(&roomy, 36, 7, 0);
   print_message("attention batch: %lld values compared on %s\n", g_compared - before, dsp_backend_describe(g_be));
 }
 
@@ -1190,8 +1195,9 @@ double copy_rate(void) { return dsp_bench_copy_rate(g_be); }
  * sees keys nk .. nk + run - 1 causally, or all nk + run - 1 when block),
  * Hq / Hkv heads of D; median of 5 timed groups. *bytes: the cache rows read. */
 static double time_att(int64_t Hq, int64_t Hkv, int64_t D, int64_t T, int64_t run, int block, int64_t nk, int hint,
-                       double *bytes) {
-  const int64_t W = Hkv * D, P = nk + run + 16, slots = (T + run - 1) / run;
+                       int64_t cap, double *bytes) {
+  /* cap: the cache's capacity (max_len), which the launch choices read; 0: just past the keys */
+  const int64_t W = Hkv * D, P = cap > nk + run ? cap : nk + run + 16, slots = (T + run - 1) / run;
   const size_t cn = (size_t)(slots * P * W), qn = (size_t)(T * Hq * D);
   uint16_t *h = malloc((cn > qn ? cn : qn) * 2);
   for (size_t i = 0; i < (cn > qn ? cn : qn); i++) h[i] = rand_val();
@@ -1257,7 +1263,7 @@ static void t_perf(void **st) {
   for (size_t i = 0; attention && i < sizeof at / sizeof at[0]; i++) {
     if (!g_cuda && at[i].t > 32) continue;
     double bytes;
-    const double t = time_att(32, 8, 128, at[i].t, at[i].run, at[i].block, 1024, at[i].hint, &bytes);
+    const double t = time_att(32, 8, 128, at[i].t, at[i].run, at[i].block, 1024, at[i].hint, 0, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", at[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
   /* prefill: causal runs from the first key (the many-row kernel takes the hinted runs unless
@@ -1271,7 +1277,7 @@ static void t_perf(void **st) {
       {8192, 8192, 8192, "prefill 8192"}};
   for (size_t i = 0; attention && g_cuda && i < sizeof pfl / sizeof pfl[0]; i++) {
     double bytes;
-    const double t = time_att(32, 8, 128, pfl[i].t, pfl[i].run, 0, 1, pfl[i].hint, &bytes);
+    const double t = time_att(32, 8, 128, pfl[i].t, pfl[i].run, 0, 1, pfl[i].hint, 0, &bytes);
     const double keys = (double)(pfl[i].t / pfl[i].run) * (double)pfl[i].run * (double)(pfl[i].run + 1) / 2.0;
     const double fl = 4.0 * 32 * 128 * keys / peak;
     printf("%-44s %10.4f %10.4f %8.2f\n", pfl[i].what, t * 1e3, fl * 1e3, t / fl);
@@ -1286,9 +1292,24 @@ static void t_perf(void **st) {
                           "verify-8, batch 32",        "verify-8, batch 1, hint 8", "verify-8, batch 32, hint 8"};
     for (int i = 0; i < 6; i++) {
       double bytes;
-      const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, (int)lt[i][2], &bytes);
+      const double t = time_att(32, 8, 128, lt[i][0], lt[i][1], 0, 8192, (int)lt[i][2], 0, &bytes);
       printf("%-44s %10.4f %10.4f %8.2f\n", what[i], t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
     }
+  }
+  /* a batch's verify and draft block as the keys and the cache's capacity grow (the launch choices read the
+     capacity: the stored-scores kernel's shared memory grows with it, the many-row kernel's does not) */
+  if (attention && g_cuda) {
+    printf("%-44s %10s %10s %8s\n", "attention, batch 32 (32/8 heads of 128)", "ms", "floor ms", "x floor");
+    const int64_t kc[][2] = {{1024, 0}, {1536, 0}, {2048, 0}, {2560, 0}, {3072, 0}, {4096, 0}, {1024, 4096}, {1024, 8192}};
+    for (size_t i = 0; i < sizeof kc / sizeof kc[0]; i++)
+      for (int b = 0; b < 2; b++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s, keys %lld, cap %lld", b ? "draft block" : "verify-8, hint 8",
+                 (long long)kc[i][0], (long long)(kc[i][1] ? kc[i][1] : kc[i][0] + (b ? 7 : 8) + 16));
+        double bytes;
+        const double t = time_att(32, 8, 128, b ? 224 : 256, b ? 7 : 8, b, kc[i][0], b ? 7 : 8, kc[i][1], &bytes);
+        printf("%-44s %10.4f %10.4f %8.2f\n", what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
+      }
   }
   /* the shipped pair's shape (8 / 4 heads of 32), where a call's fixed costs and short chains show */
   if (attention)
@@ -1298,7 +1319,7 @@ static void t_perf(void **st) {
       {64, 4, 0, "verify-4, batch 16"}, {3, 3, 1, "draft block 3, batch 1"}};
   for (size_t i = 0; attention && i < sizeof sm / sizeof sm[0]; i++) {
     double bytes;
-    const double t = time_att(8, 4, 32, sm[i].t, sm[i].run, sm[i].block, 256, sm[i].block ? sm[i].run : 0, &bytes);
+    const double t = time_att(8, 4, 32, sm[i].t, sm[i].run, sm[i].block, 256, sm[i].block ? sm[i].run : 0, 0, &bytes);
     printf("%-44s %10.4f %10.4f %8.2f\n", sm[i].what, t * 1e3, bytes / bw * 1e3, t / (bytes / bw));
   }
   if (!g_perf_only) perf_accept(bw);

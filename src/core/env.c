@@ -73,6 +73,7 @@ static const int g_gemm_tile_n[] = {0, 32, 64, 112, 224, 256};
 static const char *const g_attention[] = {"tc", "fp32", "tc-long", "tc-one-row", NULL};
 static const char *const g_small[] = {"0", "1", "auto", NULL};
 static const char *const g_att_q[] = {"auto", "registers", "shared", NULL};
+static const char *const g_short[] = {"auto", "0", "1", NULL};
 
 static void env_read(void) {
   g_env.threads = env_int("DSPARK_THREADS", 0, 0, 4096, "an integer in [0, 4096] (0: the default share of the cores)");
@@ -89,7 +90,7 @@ static void env_read(void) {
   g_env.cuda_attention_tc = att != 1;
   g_env.cuda_attention_rows = att == 3 ? 0 : att == 2 ? 2 : 1;
   g_env.cuda_attention_q = env_choice("DSPARK_CUDA_ATTENTION_Q", g_att_q, 0, "auto, registers or shared");
-  g_env.cuda_attention_short = env_choice("DSPARK_CUDA_ATTENTION_SHORT", g_bool, 0, "0 or 1");
+  g_env.cuda_attention_short = env_choice("DSPARK_CUDA_ATTENTION_SHORT", g_short, 0, "auto, 0 or 1");
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
   g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 0, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");

@@ -31,8 +31,8 @@ typedef struct {
   int cuda_attention_tc;  /* DSPARK_CUDA_ATTENTION=tc (the default): attention on the tensor cores where its shapes allow */
   int cuda_attention_rows; /* 0: the one-row attention kernel only (tc-one-row); 1: the many-row one for long runs (tc); 2: also the caches past one block (tc-long) */
   int cuda_attention_q;   /* DSPARK_CUDA_ATTENTION_Q: two m-tiles' q fragments: 0 auto, 1 registers, 2 shared memory */
-  int cuda_attention_short; /* DSPARK_CUDA_ATTENTION_SHORT=1: the many-row kernel also takes runs of 16 to 63 pairs
-                               (a batch's verify or draft block) where their blocks fill the SMs (a launch choice) */
+  int cuda_attention_short; /* DSPARK_CUDA_ATTENTION_SHORT: the many-row kernel for runs of 16 to 63 pairs (a batch's
+                               verify or draft block) whose blocks fill the SMs: 0 auto, 1 never, 2 always */
   int cuda_pdl;           /* DSPARK_CUDA_PDL=1 (the default): captured products launch programmatically (PDL) */
   int cuda_noise;         /* DSPARK_CUDA_NOISE=1: a sampled Markov tail reads Gumbel noise drawn before it (opt-in until timed) */
   int cuda_tp_unverified; /* DSPARK_CUDA_TP_UNVERIFIED=1: the CUDA target runs TP > 1, a path no machine has run yet */

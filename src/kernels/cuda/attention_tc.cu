@@ -475,6 +475,7 @@ extern "C" int dsp_cu_attention_tc_config(dsp_cu_attention_args *a, int row_grou
      kernels' static bytes and 1 KB reserved a block, about 3 KB; the static bytes are at most 2 KB); q_form 1
      and 2 force registers and shared memory (a launch choice: the same bits) */
   a->q_reg = mt == 1 || q_form == 1 || (q_form == 0 && !two_an_sm(2, rb * group, 0, split));
+  a->per_sm = two_an_sm(mt, rb * group, a->q_reg, split) ? 2 : 1;
   /* 8 warps at D 128 for every launch: a batch's blocks run one or two per SM (their shared memory), and their z
      and p passes (an expf and a division per key and pair) are bound by issue, not bytes (4 warps: verify at
      batch 32 19% slower, bench/RESULTS.md) */

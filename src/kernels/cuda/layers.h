@@ -75,6 +75,7 @@ typedef struct {
   int key_split;             /* tensor-core form: blocks per cluster sharing a run's keys (1 none) */
   int warps, q_vec;          /* tensor-core form: warps per block (4, 8); q read in 16-byte pieces */
   int q_reg;                 /* tensor-core form: q fragments in registers (1), or two m-tiles' in shared memory */
+  int per_sm;                /* tensor-core form (stored scores): its blocks an SM's shared memory holds (1 or 2) */
 } dsp_cu_attention_args;
 /* Chooses the launch (attention.cu): row_group consecutive rows that read one
  * slot (the caller's hint: a draft block's rows; 1 none) and a KV head's query
