@@ -352,7 +352,8 @@ extern "C" dsp_status dsp_cuda_op_attention(dsp_backend *be, int dev, const dsp_
   int pf = 0;
   /* a batch's hinted short runs: the many-row kernel where the stored-scores one would run its blocks one an SM (a
      cache capacity past about 2700 at head dim 128, group 4) or split a run over blocks (a draft block of 7 rows
-     past about 1300); on an H100 at batch 32 it ran 1.4-2.4x slower there, and 1.15-1.25x faster below */
+     past about 1300); at batch 32 on an H100 the stored-scores kernel ran 1.4-2.4x slower than the many-row one
+     there, and 1.15-1.25x faster below */
   const int sh = dsp_env_get()->cuda_attention_short;
   const int short_runs = sh == 2 || (sh == 0 && tc_ok && a->row_group > 1 &&
                                      (one.per_sm < 2 || a->row_group % one.rows_per_block));
