@@ -303,7 +303,7 @@ extern "C" int dsp_cu_attention_pf_config(dsp_cu_attention_args *a, int row_grou
   const int short_runs = need == 2 && rg * group >= 16 && rg * group < np && (a->q.rows + rg - 1) / rg * Hkv >= sms;
   if (need != 1 && !short_runs && (row_group * group < np || blocks < sms)) return 0;
   /* short runs (decode over a long cache): a block per run, so the runs spread over the SMs (a launch choice) */
-  if (row_group * group < np) rb = row_group > 1 ? row_group : 1;
+  if (row_group * group < np) rb = rg;
   a->rows_per_block = (int)rb, a->heads_per_block = (int)group, a->pairs = (int)np, a->key_split = 1;
   a->warps = PF_WARPS;
   a->q_vec = a->q.s_dim == 1 && a->q.s_row % 8 == 0 && a->q.s_head % 8 == 0 && !((uintptr_t)a->q.data & 15);
