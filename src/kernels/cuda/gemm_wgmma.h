@@ -5,7 +5,7 @@
  * Accumulation order of one element (contract 2): onto +0, the K / 16 groups
  * of 16 k in ascending order, one wgmma m64nNk16 each (the tensor core adds a
  * group's 16 products into the fp32 accumulator). The token tile (32, 64,
- * 112, 224 or 256 by M) changes the instruction's width, not an element's
+ * 112, 128, 224 or 256 by M) changes the instruction's width, not an element's
  * sequence; whether the device gives the same bits at every width is measured
  * by dsp_cuda_gemm_wg_check before gemm.cu uses this kernel. Which block
  * computes a row of w changes nothing: batch- and shard-invariant. The split
@@ -33,7 +33,7 @@ int dsp_cuda_gemm_wg_supported(int64_t k);
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
  * out: [m][ldo] (ldo % 8 == 0), bf16, or with f32 the fp32 sums before their
  * rounding (a row-parallel product's partials). nt: 0 picks the token tile by M
- * (dsp_cuda_gemm_wg_tile); 32, 64, 112, 224 or 256 forces one. cluster: 0 the default (2 where pairs of blocks fill at least
+ * (dsp_cuda_gemm_wg_tile); 32, 64, 112, 128, 224 or 256 forces one. cluster: 0 the default (2 where pairs of blocks fill at least
  * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
  * activation loads by TMA multicast. Enqueued on s, capturable. pdl: launched
  * programmatically (PDL): the blocks may start while the kernel before them on
@@ -42,7 +42,7 @@ int dsp_cuda_gemm_wg_supported(int64_t k);
 dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                                 int64_t ldo, int nt, int cluster, int pdl, int f32, cudaStream_t s);
 /* The token tile for M rows of a product with N outputs: 32 and 64 run
- * 64-row weight tiles, 112, 224 and 256 128-row ones (every tile gives the same
+ * 64-row weight tiles, 112, 128, 224 and 256 128-row ones (every tile gives the same
  * bits; DSPARK_GEMM_TILE forces one for every M, for measurement). */
 int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n);
 /* The K split for a weight [n][k] on this device: 1 (none), 2, 4 or 8, the
