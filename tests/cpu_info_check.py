@@ -55,7 +55,7 @@ def main():
                                ("DSPARK_CUDA_STRICT", "-1", "0 or 1"), ("DSPARK_BUCKETS", "4,,8", "batch sizes"),
                                ("DSPARK_BUCKETS", "0", "batch sizes"), ("DSPARK_CUDA_TAIL", "5", "ring-wgmma"),
                                ("DSPARK_CUDA_TAIL", "ring4", "register"), ("DSPARK_GEMM_SPLIT", "2", "0 or 1"),
-                               ("DSPARK_GEMM_TILE", "48", "224 or 256"), ("DSPARK_CUDA_ATTENTION", "fp16", "tc-one-row or tc-long"),
+                               ("DSPARK_GEMM_TILE", "48", "64x112 or 64x128"), ("DSPARK_CUDA_ATTENTION", "fp16", "tc-one-row or tc-long"),
                                ("DSPARK_CUDA_ATTENTION_SHORT", "2", "auto, 0 or 1")):
         r = run([], {var: bad})
         assert r.returncode == 2, (var, bad, r.returncode, r.stdout, r.stderr)

@@ -68,8 +68,8 @@ static const char *env_buckets(const char *name, const char *dflt) {
 static const char *const g_tail_names[] = {"auto", "register", "ring", "ring-wgmma", NULL};
 static const char *const g_cpu_kernels[] = {"auto", "amx", "chain", "avx512bf16", "avx512", "avx2", "scalar", NULL};
 static const char *const g_bool[] = {"0", "1", NULL};
-static const char *const g_gemm_tiles[] = {"auto", "32", "64", "112", "128", "224", "256", NULL};
-static const int g_gemm_tile_n[] = {0, 32, 64, 112, 128, 224, 256};
+static const char *const g_gemm_tiles[] = {"auto", "32", "64", "112", "128", "224", "256", "64x112", "64x128", NULL};
+static const int g_gemm_tile_n[] = {0, 32, 64, 112, 128, 224, 256, 112 | 0x1000, 128 | 0x1000}; /* DSP_WG_NARROW */
 static const char *const g_attention[] = {"tc", "fp32", "tc-long", "tc-one-row", NULL};
 static const char *const g_small[] = {"0", "1", "auto", NULL};
 static const char *const g_att_q[] = {"auto", "registers", "shared", NULL};
@@ -84,7 +84,7 @@ static void env_read(void) {
   g_env.graphs = env_choice("DSPARK_GRAPHS", g_bool, 1, "0 or 1");
   g_env.cuda_strict = env_choice("DSPARK_CUDA_STRICT", g_bool, 0, "0 or 1");
   g_env.gemm_split = env_choice("DSPARK_GEMM_SPLIT", g_bool, 0, "0 or 1");
-  g_env.gemm_tile = g_gemm_tile_n[env_choice("DSPARK_GEMM_TILE", g_gemm_tiles, 0, "auto, 32, 64, 112, 128, 224 or 256")];
+  g_env.gemm_tile = g_gemm_tile_n[env_choice("DSPARK_GEMM_TILE", g_gemm_tiles, 0, "auto, 32, 64, 112, 128, 224, 256, 64x112 or 64x128")];
   g_env.gemm_small = env_choice("DSPARK_GEMM_SMALL", g_small, 2, "0, 1 or auto");
   const int att = env_choice("DSPARK_CUDA_ATTENTION", g_attention, 0, "tc, fp32, tc-one-row or tc-long");
   g_env.cuda_attention_tc = att != 1;

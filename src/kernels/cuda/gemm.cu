@@ -314,7 +314,7 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
                  "part, parts added in rank order)", lm->split);
       else
         snprintf(lm->desc, sizeof lm->desc,
-                 "own wgmma kernel, 64 x 32/64 and 128 x 112/224/256 (vocabulary x token) tiles, %s, k groups in order (token-tile and "
+                 "own wgmma kernel, 64 x 32/64/112/128 and 128 x 112/128/224/256 (vocabulary x token) tiles, %s, k groups in order (token-tile and "
                  "cluster check: %lld values, 0 differ)%s",
                  lm->cluster == 1 ? "single blocks" : "clusters of 2 where they fill the device", cmp,
                  lm->small ? "; up to 32 rows on mma.sync, 16-row strips (checked against it: 0 differ)" : "");

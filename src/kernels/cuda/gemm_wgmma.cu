@@ -30,6 +30,8 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
               : nt == 64  ? lw_default_cluster<64, 64>(dv, s)
               : nt == 112 ? lw_default_cluster<112>(dv, s)
               : nt == 128 ? lw_default_cluster<128>(dv, s)
+              : nt == (112 | DSP_WG_NARROW) ? lw_default_cluster<112, 64>(dv, s)
+              : nt == (128 | DSP_WG_NARROW) ? lw_default_cluster<128, 64>(dv, s)
               : nt == 224 ? lw_default_cluster<224>(dv, s)
                           : lw_default_cluster<256>(dv, s);
   if (cluster != 1 && cluster != 2)
@@ -42,28 +44,38 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
                                      : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (nt == 128) return cluster == 2 ? lw_launch<128, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
                                      : lw_launch<128, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == (112 | DSP_WG_NARROW))
+    return cluster == 2 ? lw_launch<112, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                        : lw_launch<112, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == (128 | DSP_WG_NARROW))
+    return cluster == 2 ? lw_launch<128, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                        : lw_launch<128, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
                                      : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (nt == 256) return cluster == 2 ? lw_launch<256, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
                                      : lw_launch<256, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %d (32, 64, 112, 128, 224 or 256)", nt);
+  return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %#x (32, 64, 112, 128, 224 or 256; 112 or 128 narrow)", nt);
 }
 
 /* Past 64 rows: waves of tiles times a tile's time, 0.6 for 112 tokens against 1 for 224 (an H200's
  * per-k-block times, bench/RESULTS.md, sixteenth session), 256 / 224 for 256 and 128 / 112 of 112's for 128
- * (assumed in proportion to their columns); ties go to the narrower tile. A prefill's 2048 rows: 8 tiles of 256
- * against 10 of 224, whose third wave over 132 SMs is 42% full at N 4096. A batch-32 verify's 256 rows: two
- * tiles of 128 with no row wasted, where 224 wastes 192 rows of its second tile. */
+ * (assumed in proportion to their columns); the narrow tiles (64 weight rows, half the products) about 0.6 of
+ * their wide form's (assumed: the loads per product grow); ties go to the earlier entry. A prefill's 2048 rows:
+ * 8 tiles of 256 against 10 of 224, whose third wave over 132 SMs is 42% full at N 4096. A batch-32 verify's
+ * 256 rows: two tiles of 128 with no row wasted, where 224 wastes 192 rows of its second tile; at N 4096 those
+ * are 64 tiles on 132 SMs, the narrow 128 makes them 128. */
 extern "C" int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n) {
   const int t = dsp_env_get()->gemm_tile;
   if (t) return t;
   if (m <= 64) return m <= 32 ? 32 : 64;
-  const int64_t sms = lw_dev_once().sms > 0 ? lw_dev_once().sms : 1, nvt = (n + LW_BM - 1) / LW_BM;
-  const int tiles[4] = {112, 128, 224, 256}, cost[4] = {21, 24, 35, 40}; /* per k block, in 35ths of a 224 tile's */
+  const int64_t sms = lw_dev_once().sms > 0 ? lw_dev_once().sms : 1;
+  /* per k block, in 35ths of a 224 tile's */
+  const int tiles[6] = {112, 128, 224, 256, 112 | DSP_WG_NARROW, 128 | DSP_WG_NARROW}, cost[6] = {21, 24, 35, 40, 13, 15};
   int best = 0;
   long long bc = -1;
-  for (int i = 0; i < 4; i++) {
-    const long long c = ((m + tiles[i] - 1) / tiles[i] * nvt + sms - 1) / sms * cost[i];
+  for (int i = 0; i < 6; i++) {
+    const int nt = tiles[i] & ~DSP_WG_NARROW, bm = tiles[i] & DSP_WG_NARROW ? 64 : LW_BM;
+    const long long c = ((m + nt - 1) / nt * ((n + bm - 1) / bm) + sms - 1) / sms * cost[i];
     if (bc < 0 || c < bc) bc = c, best = i;
   }
   return tiles[best];
@@ -106,7 +118,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, con
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): split %d (2, 4 or 8)", split);
 }
 
-#define NVAR 11 /* (token tile, cluster) pairs the check compares with (224, 2) */
+#define NVAR 15 /* (token tile, cluster) pairs the check compares with (224, 2) */
 extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, long long *differ) {
   const int64_t M = 224, N = 512;
   *compared = *differ = 0;
@@ -128,7 +140,8 @@ extern "C" dsp_status dsp_cuda_gemm_wg_check(int64_t k, long long *compared, lon
   }
   /* the other (token tile, cluster) pairs in turn against (224, 2) */
   const int other[NVAR][2] = {{112, 2}, {224, 1}, {112, 1}, {32, 2}, {32, 1}, {64, 2}, {64, 1}, {256, 2}, {256, 1},
-                              {128, 2}, {128, 1}};
+                              {128, 2}, {128, 1}, {112 | DSP_WG_NARROW, 2}, {112 | DSP_WG_NARROW, 1},
+                              {128 | DSP_WG_NARROW, 2}, {128 | DSP_WG_NARROW, 1}};
   for (int v = 0; v < NVAR && st == DSP_OK; v++) {
     st = dsp_cuda_gemm_wg_run(a, k, w, o2, M, N, k, N, other[v][0], other[v][1], 0, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h + (size_t)v * no, o2, no * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess))

@@ -12,8 +12,9 @@
  * form (dsp_cuda_gemm_wg_split_run) has its own fixed order, below.
  *
  * Layout: rows of w (output features, vocabulary rows) are wgmma's M (128 per
- * tile, two consumer warpgroups of 64; 64 per tile for token tiles 32 and 64,
- * the two warpgroups taking half of the tokens each), rows of a (tokens) its N. A persistent
+ * tile, two consumer warpgroups of 64; 64 per tile for token tiles 32 and 64
+ * and the narrow 112 and 128, the two warpgroups taking half of the tokens
+ * each), rows of a (tokens) its N. A persistent
  * grid; one producer thread per block streams [64 k] boxes of both operands by
  * TMA with the 128-byte swizzle into a ring of stages. */
 #ifndef DSP_KERNELS_CUDA_GEMM_WGMMA_H
@@ -27,13 +28,18 @@
 extern "C" {
 #endif
 
+/* Or'd into a token tile of 112 or 128: over 64-row weight tiles (twice the tiles of the 128-row ones, for
+ * products whose 128-row tiles leave SMs idle: 4096 outputs at 65-256 rows). */
+#define DSP_WG_NARROW 0x1000
+
 /* 1 when this device and K can run the kernel (sm_90, K % 64 == 0, the ring
  * fits shared memory, a tensor-map encoder exists), else 0. */
 int dsp_cuda_gemm_wg_supported(int64_t k);
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
  * out: [m][ldo] (ldo % 8 == 0), bf16, or with f32 the fp32 sums before their
  * rounding (a row-parallel product's partials). nt: 0 picks the token tile by M
- * (dsp_cuda_gemm_wg_tile); 32, 64, 112, 128, 224 or 256 forces one. cluster: 0 the default (2 where pairs of blocks fill at least
+ * (dsp_cuda_gemm_wg_tile); 32, 64, 112, 128, 224 or 256 (112 and 128 also with
+ * DSP_WG_NARROW) forces one. cluster: 0 the default (2 where pairs of blocks fill at least
  * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the
  * activation loads by TMA multicast. Enqueued on s, capturable. pdl: launched
  * programmatically (PDL): the blocks may start while the kernel before them on
@@ -42,8 +48,9 @@ int dsp_cuda_gemm_wg_supported(int64_t k);
 dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                                 int64_t ldo, int nt, int cluster, int pdl, int f32, cudaStream_t s);
 /* The token tile for M rows of a product with N outputs: 32 and 64 run
- * 64-row weight tiles, 112, 128, 224 and 256 128-row ones (every tile gives the same
- * bits; DSPARK_GEMM_TILE forces one for every M, for measurement). */
+ * 64-row weight tiles, 112, 128, 224 and 256 128-row ones, 112 and 128 with
+ * DSP_WG_NARROW 64-row ones (every tile gives the same bits; DSPARK_GEMM_TILE
+ * forces one for every M, for measurement). */
 int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n);
 /* The K split for a weight [n][k] on this device: 1 (none), 2, 4 or 8, the
  * fewest k blocks per SM with every cluster of the split resident, from n, k

@@ -103,6 +103,17 @@ __device__ __forceinline__ void wg_mma<64>(float (&d)[32], uint64_t da, uint64_t
       : "memory");
 }
 
+/* 56 token columns: half of a 112-token tile, one warpgroup's share under a 64-row weight tile. */
+template <>
+__device__ __forceinline__ void wg_mma<56>(float (&d)[28], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %30, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, %28, %29, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
+      : "l"(da), "l"(db), "r"(1)
+      : "memory");
+}
+
 /* Wide products for the LM-head kernel (lm_wgmma.cu): 224 and 112 token
  * columns. The operand lists are mechanical: N / 2 fp32 accumulators. */
 template <>
