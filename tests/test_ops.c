@@ -1247,10 +1247,11 @@ static void t_perf(void **st) {
     if (!g_cuda && m * n * k > (int64_t)1 << 33) continue;
     perf_gemm_row(m, n, k, g_cuda ? 50 : 2, bw, peak);
   }
-  /* Qwen3-8B's products at the batch shapes of decoding (B 1, 32), verify-8, a draft block and a 2048-token prefill */
+  /* Qwen3-8B's products at the batch shapes of decoding (B 1, 32), verify-8 (B 1, 12, 32), a draft block (B 1, 16,
+     32) and a 2048-token prefill */
   if (products) printf("%-28s %10s %10s %8s\n", "gemm (Qwen3-8B) M x N x K", "ms", "floor ms", "x floor");
   const int64_t ns[][2] = {{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {151936, 4096}};
-  const int64_t ms[] = {1, 7, 8, 32, 224, 256, 2048};
+  const int64_t ms[] = {1, 7, 8, 32, 96, 112, 224, 256, 2048};
   for (size_t i = 0; products && g_cuda && i < sizeof ns / sizeof ns[0]; i++)
     for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) perf_gemm_row(ms[j], ns[i][0], ns[i][1], 20, bw, peak);
   /* attention at context 1024, Qwen3-8B's 32 / 8 heads of 128 */
