@@ -16,6 +16,9 @@ typedef enum {
   DSP_TAIL_RING_WGMMA   /* the ring kernel with wgmma consumers (after its bit check; else ring) */
 } dsp_tail_kernel;
 
+/* Or'd into dsp_env.gemm_tile: the tile is over 64 weight rows (gemm_wgmma.h's DSP_WG_NARROW). */
+#define DSP_ENV_GEMM_NARROW 0x1000
+
 typedef struct {
   int threads;            /* DSPARK_THREADS: CPU threads per process (0 = the default share of the cores) */
   const char *cpu_kernel; /* DSPARK_CPU_KERNEL: auto|amx|chain|avx512bf16|avx512|avx2|scalar */
@@ -26,7 +29,8 @@ typedef struct {
   int cuda_strict;        /* DSPARK_CUDA_STRICT=1: fixed-order fp32 products on the GPU (bitwise = CPU) */
   dsp_tail_kernel cuda_tail; /* DSPARK_CUDA_TAIL */
   int gemm_split;         /* DSPARK_GEMM_SPLIT=1: split a linear layer's K over a cluster where its shape leaves SMs idle */
-  int gemm_tile;          /* DSPARK_GEMM_TILE: the own GEMM's token tile for every M (0: chosen by M) */
+  int gemm_tile;          /* DSPARK_GEMM_TILE: the own GEMM's token tile for every M (0: chosen by M), with
+                             DSP_ENV_GEMM_NARROW or'd in for 64-row weight tiles */
   int gemm_small;         /* DSPARK_GEMM_SMALL: the mma.sync kernel for few token rows (M <= 16): 0 never; 1 and 2 (auto) always */
   int cuda_attention_tc;  /* DSPARK_CUDA_ATTENTION=tc (the default): attention on the tensor cores where its shapes allow */
   int cuda_attention_rows; /* 0: the one-row attention kernel only (tc-one-row); 1: the many-row one for long runs (tc); 2: also the caches past one block (tc-long) */

@@ -59,13 +59,14 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
 
 /* Past 64 rows: waves of tiles times a tile's time, 0.6 for 112 tokens against 1 for 224 (an H200's
  * per-k-block times, bench/RESULTS.md, sixteenth session), 256 / 224 for 256 and 128 / 112 of 112's for 128
- * (assumed in proportion to their columns); the narrow tiles (64 weight rows, half the products) 13 and 15
- * (assumed 0.6 of their wide forms'; they take about 0.9, bound by L2 like them, yet on an H100 at 96-256 rows
- * auto came within 1% of the best forced tile at every Qwen3-8B product, bench/RESULTS.md, forty-eighth
- * session); ties go to the earlier entry. A prefill's 2048 rows:
- * 8 tiles of 256 against 10 of 224, whose third wave over 132 SMs is 42% full at N 4096. A batch-32 verify's
- * 256 rows: two tiles of 128 with no row wasted, where 224 wastes 192 rows of its second tile; at N 4096 those
- * are 64 tiles on 132 SMs, the narrow 128 makes them 128. */
+ * (assumed in proportion to their columns). The narrow tiles (64 weight rows, half the products) cost 13 and 15,
+ * assumed 0.6 of their wide forms': they take about 0.9, bound like them by what each SM takes in from L2, yet
+ * on an H100 at 96-256 rows auto came within 1% of the best forced tile on every Qwen3-8B product
+ * (bench/RESULTS.md, forty-eighth session). Ties go to the earlier entry. A prefill's 2048 rows: 8 tiles of 256
+ * against 10 of 224, whose third wave over 132 SMs is 42% full at N 4096. A batch-32 verify's 256 rows: two
+ * tiles of 128 with no row wasted, where 224 wastes 192 rows of its second tile; at N 4096 those are 64 tiles on
+ * 132 SMs, the narrow 128 makes them 128. */
+static_assert(DSP_WG_NARROW == DSP_ENV_GEMM_NARROW, "DSPARK_GEMM_TILE's narrow tiles are this kernel's");
 extern "C" int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n) {
   const int t = dsp_env_get()->gemm_tile;
   if (t) return t;
