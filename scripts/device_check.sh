@@ -40,7 +40,7 @@
 #                                   step summarized by scripts/ncu_step.py; DETAIL=kernel adds one instance's
 #                                   sections and hottest SASS lines (scripts/ncu_source.py)
 #   scripts/device_check.sh kda     one call for a change to the KDA kernels: build this tree and, when .old/ holds an
-#                                   earlier one, its bench_kda; t_kda (also under racecheck and memcheck), the CUDA
+#                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda (also under racecheck and memcheck), the CUDA
 #                                   KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter with DECODE=batch adds one instance's sections
@@ -436,14 +436,19 @@ if [ "$MODE" = attn ]; then
   stamp "done"; exit 0
 fi
 if [ "$MODE" = kda ]; then
-  CUDA_FLAGS=-lineinfo
-  stamp "configure + build"
-  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=$CUDA_FLAGS &&
-    cmake --build build-gpu -j16 --target dspark_tool test_ops_cpu bench_kda kda_layer_driver test_cuda_kda_views; } > "$OUT/build.log" 2>&1 ||
-    { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-  B="gpu"
-  if [ -d .old ]; then
-    build_old bench_kda && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+  B="gpu" built=0
+  # PREBUILT=1: build-cuda/pre.tgz from scripts/prebuild.sh (NEW_TARGETS "dspark_tool test_ops_cpu bench_kda
+  # kda_layer_driver test_cuda_kda_views", OLD_TARGETS bench_kda); no build tree, so the tests run without ctest
+  unpack_prebuilt && built=1 && [ -d build-old ] && B="old gpu"
+  if [ "$built" = 0 ]; then
+    CUDA_FLAGS=-lineinfo
+    stamp "configure + build"
+    { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=$CUDA_FLAGS &&
+      cmake --build build-gpu -j16 --target dspark_tool test_ops_cpu bench_kda kda_layer_driver test_cuda_kda_views; } > "$OUT/build.log" 2>&1 ||
+      { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+    if [ -d .old ]; then
+      build_old bench_kda && B="old gpu" || { tail -20 "$OUT/build_old.log"; echo "OLD BUILD FAILED"; }
+    fi
   fi
   if [ -d .whl ]; then
     (pip install --no-deps --target /tmp/pyfla .whl/*.whl > "$OUT/pip.log" 2>&1 || tail -3 "$OUT/pip.log") &
@@ -456,8 +461,14 @@ if [ "$MODE" = kda ]; then
       > "$OUT/san_$tool.log" 2>&1
     echo "$tool rc $?: $(grep -E "SUMMARY" "$OUT/san_$tool.log")"
   done
-  (cd build-gpu && timeout 300 ctest -R "oracle_kda_layer_cuda|test_cuda_kda_views" --output-on-failure) > "$OUT/ctest.log" 2>&1
-  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -4
+  if [ "$built" = 0 ]; then
+    (cd build-gpu && timeout 300 ctest -R "oracle_kda_layer_cuda|test_cuda_kda_views" --output-on-failure) > "$OUT/ctest.log" 2>&1
+    grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -4
+  else
+    timeout 60 build-gpu/tests/test_cuda_kda_views > "$OUT/ctest.log" 2>&1; echo "test_cuda_kda_views: rc $?"
+    DSPARK=$PWD/build-gpu/dspark timeout 240 python3 tests/oracle/test_kda_layer.py --driver build-gpu/tests/kda_layer_driver \
+      --backend cuda >> "$OUT/ctest.log" 2>&1; echo "oracle_kda_layer (cuda): rc $?"
+  fi
   wait
   stamp "bench_kda ($B, twice; then RUNS)"
   for r in 1 2; do for b in $B; do
