@@ -40,8 +40,8 @@
 #                                   step summarized by scripts/ncu_step.py; DETAIL=kernel adds one instance's
 #                                   sections and hottest SASS lines (scripts/ncu_source.py)
 #   scripts/device_check.sh kda     one call for a change to the KDA kernels: build this tree and, when .old/ holds an
-#                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda (also under racecheck and memcheck), the CUDA
-#                                   KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
+#                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda
+#                                   (also under racecheck and memcheck), the CUDA KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter with DECODE=batch adds one instance's sections
 #   scripts/device_check.sh parity  the CLI parity step of run alone (a build of dspark and synth first)
@@ -437,6 +437,7 @@ if [ "$MODE" = attn ]; then
 fi
 if [ "$MODE" = kda ]; then
   B="gpu" built=0
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
   # PREBUILT=1: build-cuda/pre.tgz from scripts/prebuild.sh (NEW_TARGETS "dspark_tool test_ops_cpu bench_kda
   # kda_layer_driver test_cuda_kda_views", OLD_TARGETS bench_kda); no build tree, so the tests run without ctest
   unpack_prebuilt && built=1 && [ -d build-old ] && B="old gpu"
