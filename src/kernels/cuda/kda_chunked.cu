@@ -25,6 +25,7 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/expf.cuh"
+#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/kda_dev.cuh"
 
 enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
@@ -386,38 +387,51 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
 static size_t intra_smem(int32_t K, int32_t V) { return intra_lay(K, V).total * sizeof(float); }
 
 /* ---- pass 2 ---------------------------------------------------------------------------
- * Thread (rg, cq) of BV / 4 column quads: rows RT rg .. RT rg + RT - 1 and
- * columns 4 cq .. 4 cq + 3 of the U and o tiles, read as float4 (K padded to K4,
+ * Two groups of NT threads. The state group runs the series: per chunk
+ * U = Ur - W S, then S' = exp(G_last) S + KG^T U into the other state buffer.
+ * The output group computes o = Qg S + Aqk U of chunk k while the state group
+ * is already at chunk k + 1: o is off the series, and the two groups' products
+ * share the SM's issue slots. Two state and two U buffers; mbarriers hand them
+ * over (ready[k & 1]: U_k and S_k written; done[k & 1]: the output group has
+ * read them). Every sum is the one-group form's, in the same order.
+ * In a group, thread (rg, cq) of BV / 4 column quads: rows RT rg .. RT rg + RT - 1
+ * and columns 4 cq .. 4 cq + 3 of the U and o tiles, read as float4 (K padded to K4,
  * a multiple of 4, with zeros); state rows by quads of 4 likewise. */
 /* A chunk's [nc][K] rows of W, Qg or KG in registers (K a multiple of 4),
- * fetched one phase ahead so the loads run under the phase before. */
-enum { XR = C * DSP_CU_KDA_CHUNK_MAX_K / 4 / NT };
+ * fetched one phase ahead so the loads run under the phase before; t is the thread's index in its group. */
+template <int KT> /* float4s a thread holds: KT's rows, or (KT 0) the largest K's */
 struct xrows {
-  float4 r[XR];
+  static constexpr int N = C * (KT > 0 ? KT : DSP_CU_KDA_CHUNK_MAX_K) / 4 / NT;
+  float4 r[N];
 };
 
-__device__ static inline void x_fetch(xrows &p, const float *src, int32_t n4) {
+template <int KT>
+__device__ static inline void x_fetch(xrows<KT> &p, const float *src, int32_t n4, int32_t t) {
+  constexpr int XR = xrows<KT>::N;
 #pragma unroll
   for (int u = 0; u < XR; u++) {
-    const int32_t e = u * NT + (int32_t)threadIdx.x;
+    const int32_t e = u * NT + t;
     p.r[u] = e < n4 ? reinterpret_cast<const float4 *>(src)[e] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
-__device__ static inline void x_put(const xrows &p, float *X, int32_t XP, int32_t n4, int32_t K) {
+template <int KT>
+__device__ static inline void x_put(const xrows<KT> &p, float *X, int32_t XP, int32_t n4, int32_t K, int32_t t) {
+  constexpr int XR = xrows<KT>::N;
 #pragma unroll
   for (int u = 0; u < XR; u++) {
-    const int32_t e = u * NT + (int32_t)threadIdx.x, f = 4 * e, i = f / K;
+    const int32_t e = u * NT + t, f = 4 * e, i = f / K;
     if (e < n4) *reinterpret_cast<float4 *>(X + (size_t)i * XP + (f - i * K)) = p.r[u];
   }
 }
 
 /* The rows into X: from the registers, or (K not a multiple of 4) straight from src. */
-__device__ static inline void x_rows(const xrows &p, bool vec, const float *src, float *X, int32_t XP, int32_t nc,
-                                     int32_t K) {
-  if (vec) x_put(p, X, XP, nc * K / 4, K);
+template <int KT>
+__device__ static inline void x_rows(const xrows<KT> &p, bool vec, const float *src, float *X, int32_t XP, int32_t nc,
+                                     int32_t K, int32_t t) {
+  if (vec) x_put(p, X, XP, nc * K / 4, K, t);
   else
-    for (int32_t e = threadIdx.x; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = src[e];
+    for (int32_t e = t; e < nc * K; e += NT) X[(size_t)(e / K) * XP + e % K] = src[e];
 }
 
 /* acc[r][c] += sum_d X[i0 + r][d] S[d][4 cq + c], d ascending (K4 terms). */
@@ -445,12 +459,22 @@ __device__ __forceinline__ void rows_times_state(float (&acc)[RT][4], const floa
   }
 }
 
+/* Named barrier id over one group's NT threads (0 is __syncthreads'). */
+__device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(NT) : "memory"); }
+
+/* Floats of the state pass's shared memory: states [2][K4][BV], the state group's rows [C][K4 + 4], U [2][C][BV],
+ * the output group's rows [C][K4 + 4] and Aqk [C][C + 1], exp(G_last) [K4], then four mbarriers (8 floats). */
+__host__ __device__ static inline size_t state_floats(int32_t K, int32_t BV) {
+  const size_t K4 = ((size_t)K + 3) & ~(size_t)3;
+  return 2 * K4 * BV + 2 * (size_t)C * (K4 + 4) + 2 * (size_t)C * BV + (size_t)C * (C + 1) + K4 + 8;
+}
+
 template <int BV, int KT> /* KT as k_chunk_intra's */
-__global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
-  extern __shared__ float sm[];
+__global__ void __launch_bounds__(2 * NT, 1) k_chunk_state(chunk_args a) {
+  extern __shared__ __align__(16) float sm[];
   constexpr int CQ = BV / 4, RT = C * CQ / NT;
-  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, cq = tid % CQ, i0 = tid / CQ * RT;
-  const int32_t K4 = (K + 3) & ~3;
+  const int32_t K = KT > 0 ? KT : a.r.K, V = a.r.V, tid = threadIdx.x, grp = tid / NT, t = tid % NT;
+  const int32_t cq = t % CQ, i0 = t / CQ * RT, K4 = (K + 3) & ~3;
   const int32_t n = blockIdx.x, hv = blockIdx.y, v0 = (int32_t)blockIdx.z * BV;
   const int32_t slot = a.r.s.slot[n];
   if (slot < 0) return;
@@ -458,79 +482,155 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
   const int64_t lo = f0 > a.c_lo ? f0 : a.c_lo, hi = f1 < a.c_hi ? f1 : a.c_hi;
   const bool empty = f0 == f1;
   if (empty ? a.window != 0 : lo >= hi) return; /* an empty sequence is done by window 0 */
+  const int64_t nch = hi > lo ? hi - lo : 0;
   const int32_t XP = K4 + 4, AP = C + 1;
-  float *S = sm, *X = S + (size_t)K4 * BV, *U = X + (size_t)C * XP, *Aq = U + (size_t)C * BV, *eg = Aq + (size_t)C * AP;
+  const size_t SS = (size_t)K4 * BV, US = (size_t)C * BV;
+  float *Sb = sm, *XA = Sb + 2 * SS, *Ub = XA + (size_t)C * XP, *XB = Ub + 2 * US, *Aq = XB + (size_t)C * XP;
+  float *eg = Aq + (size_t)C * AP;
+  uint64_t *bars = reinterpret_cast<uint64_t *>(eg + K4); /* ready[2], done[2] */
+  const uint32_t ready0 = dsp_saddr(bars), done0 = dsp_saddr(bars + 2);
   const int64_t KV = (int64_t)K * V, hoff = (int64_t)hv * KV;
   float *own = a.r.state + (int64_t)slot * a.r.slot_stride + hoff;
   const float *src = lo == f0 ? ((!a.r.s.has || a.r.s.has[n]) ? own : NULL) : a.carry + (size_t)((a.window - 1) & 1) * a.r.HV * KV + hoff;
-  for (int32_t e = tid; e < K4 * BV; e += NT) { /* rows K .. K4 - 1 stay zero, as X's columns there */
+  if (tid == 0) {
+    for (int b = 0; b < 4; b++) dsp_bar_init(ready0 + 8 * b, NT);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  for (int32_t e = tid; e < K4 * BV; e += 2 * NT) { /* rows K .. K4 - 1 stay zero, as X's columns there */
     const int32_t d = e / BV, j = e % BV;
-    S[e] = src && d < K && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
+    Sb[e] = src && d < K && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
   }
-  for (int32_t e = tid; e < C * XP; e += NT) X[e] = 0.0f;
+  for (int32_t e = tid; e < C * XP; e += 2 * NT) XA[e] = XB[e] = 0.0f;
+  __syncthreads();
   const bool vec = (K & 3) == 0;
-  xrows pf;
-  if (vec && lo < hi) {
-    int64_t c0;
-    int32_t nc;
-    chunk_span(a.r.s, n, lo, c0, nc);
-    x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.r.HV, hv, K, V).W, nc * K / 4);
-  }
-  for (int64_t c = lo; c < hi; c++) {
-    const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
-    int64_t c0;
-    int32_t nc;
-    chunk_span(a.r.s, n, c, c0, nc);
-    __syncthreads(); /* the previous chunk's X, U and Aq are no longer read */
-    x_rows(pf, vec, sc.W, X, XP, nc, K);
-    {
-      float tu[BV / 4], ta[C * C / NT];
+  /* the state group fetches a phase ahead where K is a template's (a K from the arguments holds too many
+     registers for that beside the products) */
+  const bool ahead = vec && KT > 0;
+  xrows<KT> pf;
+  /* src's rows into X: from pf where they were fetched ahead, else now */
+  auto rows_now = [&](const float *src, float *X, int32_t nc) {
+    if (ahead) x_put(pf, X, XP, nc * K / 4, K, t);
+    else x_rows(pf, false, src, X, XP, nc, K, t);
+  };
+  if (grp == 0) { /* the state group: the series */
+    if (ahead && nch > 0) {
+      int64_t c0;
+      int32_t nc;
+      chunk_span(a.r.s, n, lo, c0, nc);
+      x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.r.HV, hv, K, V).W, nc * K / 4, t);
+    }
+    for (int64_t k = 0; k < nch; k++) {
+      const int64_t c = lo + k;
+      const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
+      int64_t c0;
+      int32_t nc;
+      chunk_span(a.r.s, n, c, c0, nc);
+      const float *S = Sb + (size_t)(k & 1) * SS;
+      float *Sn = Sb + (size_t)((k + 1) & 1) * SS, *U = Ub + (size_t)(k & 1) * US;
+      group_sync(1); /* the previous chunk's rows, U and exp(G_last) are no longer read */
+      rows_now(sc.W, XA, nc);
+      { /* U's buffer was last read by the output group at chunk k - 2, which this group waited for at k - 1 */
+        float tu[BV / 4];
 #pragma unroll
-      for (int u = 0; u < BV / 4; u++) {
-        const int32_t e = u * NT + tid, i = e / BV, j = e % BV;
-        tu[u] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
+        for (int u = 0; u < BV / 4; u++) {
+          const int32_t e = u * NT + t, i = e / BV, j = e % BV;
+          tu[u] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < BV / 4; u++) U[u * NT + t] = tu[u];
       }
+      for (int32_t d = t; d < K4; d += NT) eg[d] = d < K ? sc.eg[d] : 0.0f;
+      group_sync(1);
+      if (ahead) x_fetch(pf, sc.KG, nc * K / 4, t);
+      /* U = Ur - W S */
+      {
+        float acc[RT][4];
 #pragma unroll
-      for (int u = 0; u < C * C / NT; u++) {
-        const int32_t e = u * NT + tid, i = e / C, m = e % C;
-        ta[u] = i < nc && m <= i ? sc.Aqk[(size_t)i * C + m] : 0.0f;
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) acc[r][q] = 0.0f;
+        rows_times_state<RT, BV>(acc, XA, XP, S, K4, i0, cq);
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) U[(i0 + r) * BV + 4 * cq + q] -= acc[r][q];
       }
+      dsp_bar_arrive(ready0 + 8 * (uint32_t)(k & 1)); /* this thread's part of U_k (and of S_k, before) is written */
+      group_sync(1);
+      rows_now(sc.KG, XA, nc);
+      group_sync(1);
+      if (ahead && c + 1 < hi) { /* the next chunk's W, under this state update */
+        int64_t c0n;
+        int32_t ncn;
+        chunk_span(a.r.s, n, c + 1, c0n, ncn);
+        x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.r.HV, hv, K, V).W, ncn * K / 4, t);
+      }
+      /* Sn held S_{k-1}: the output group must be done with chunk k - 1 */
+      if (k >= 1) dsp_bar_wait(done0 + 8 * (uint32_t)((k - 1) & 1), (uint32_t)(((k - 1) >> 1) & 1));
+      /* S' = exp(G_last) S + KG^T U, by (quad of rows d, quad of columns) */
+      for (int32_t e = t; e < K4 / 4 * CQ; e += NT) {
+        const int32_t d0 = e / CQ * 4, c4 = e % CQ * 4;
+        float acc[4][4];
 #pragma unroll
-      for (int u = 0; u < BV / 4; u++) U[u * NT + tid] = tu[u];
+        for (int dd = 0; dd < 4; dd++)
 #pragma unroll
-      for (int u = 0; u < C * C / NT; u++) {
-        const int32_t e = u * NT + tid;
-        Aq[(size_t)(e / C) * AP + e % C] = ta[u];
+          for (int q = 0; q < 4; q++) acc[dd][q] = 0.0f;
+        const float *xp = XA + d0, *up = U + c4;
+#pragma unroll 4
+        for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
+          const float4 kg = ld4(xp), u = ld4(up);
+          const float ks[4] = {kg.x, kg.y, kg.z, kg.w}, us[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int dd = 0; dd < 4; dd++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[dd][q] = kda_mul_add(ks[dd], us[q], acc[dd][q]);
+        }
+#pragma unroll
+        for (int dd = 0; dd < 4; dd++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            const size_t o = (size_t)(d0 + dd) * BV + c4 + q;
+            Sn[o] = kda_mul_add(eg[d0 + dd], S[o], acc[dd][q]);
+          }
       }
     }
-    for (int32_t d = tid; d < K4; d += NT) eg[d] = d < K ? sc.eg[d] : 0.0f;
-    __syncthreads();
-    if (vec) x_fetch(pf, sc.Qg, nc * K / 4);
-    /* U = Ur - W S */
-    {
-      float acc[RT][4];
+  } else { /* the output group: o of chunk k once the state group has made U_k (its loads wait here: the state
+              group's work fills the SM meanwhile) */
+    for (int64_t k = 0; k < nch; k++) {
+      const int64_t c = lo + k;
+      const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
+      int64_t c0;
+      int32_t nc;
+      chunk_span(a.r.s, n, c, c0, nc);
+      const float *S = Sb + (size_t)(k & 1) * SS, *U = Ub + (size_t)(k & 1) * US;
+      group_sync(2); /* the previous chunk's rows and Aqk are no longer read */
+      if (ahead) {
+        x_fetch(pf, sc.Qg, nc * K / 4, t);
+        x_put(pf, XB, XP, nc * K / 4, K, t);
+      } else
+        x_rows(pf, false, sc.Qg, XB, XP, nc, K, t);
+      {
+        float ta[C * C / NT];
 #pragma unroll
-      for (int r = 0; r < RT; r++)
+        for (int u = 0; u < C * C / NT; u++) {
+          const int32_t e = u * NT + t, i = e / C, m = e % C;
+          ta[u] = i < nc && m <= i ? sc.Aqk[(size_t)i * C + m] : 0.0f;
+        }
 #pragma unroll
-        for (int q = 0; q < 4; q++) acc[r][q] = 0.0f;
-      rows_times_state<RT, BV>(acc, X, XP, S, K4, i0, cq);
-#pragma unroll
-      for (int r = 0; r < RT; r++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) U[(i0 + r) * BV + 4 * cq + q] -= acc[r][q];
-    }
-    __syncthreads();
-    x_rows(pf, vec, sc.Qg, X, XP, nc, K);
-    __syncthreads();
-    if (vec) x_fetch(pf, sc.KG, nc * K / 4);
-    /* o = Qg S + Aqk U */
-    {
+        for (int u = 0; u < C * C / NT; u++) {
+          const int32_t e = u * NT + t;
+          Aq[(size_t)(e / C) * AP + e % C] = ta[u];
+        }
+      }
+      group_sync(2);
+      dsp_bar_wait(ready0 + 8 * (uint32_t)(k & 1), (uint32_t)((k >> 1) & 1));
+      /* o = Qg S + Aqk U */
       float acc[RT][4], ac2[RT][4];
 #pragma unroll
       for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int q = 0; q < 4; q++) acc[r][q] = ac2[r][q] = 0.0f;
-      rows_times_state<RT, BV>(acc, X, XP, S, K4, i0, cq);
+      rows_times_state<RT, BV>(acc, XB, XP, S, K4, i0, cq);
       /* Aq is zero above the diagonal: the rows' common range of m adds nothing */
       const int32_t ml = i0 + RT - 1 < nc - 1 ? i0 + RT - 1 : nc - 1;
       const float *ar = Aq + i0 * AP, *up = U + 4 * cq;
@@ -545,6 +645,7 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
           ac2[r][3] = kda_mul_add(x, u.w, ac2[r][3]);
         }
       }
+      dsp_bar_arrive(done0 + 8 * (uint32_t)(k & 1)); /* this thread has read S_k and U_k */
 #pragma unroll
       for (int r = 0; r < RT; r++) {
         const int32_t i = i0 + r;
@@ -555,55 +656,18 @@ __global__ void __launch_bounds__(NT) k_chunk_state(chunk_args a) {
           if (v0 + 4 * cq + q < V) orow[4 * cq + q] = dsp_dev_bf16_bits(acc[r][q] + ac2[r][q]);
       }
     }
-    __syncthreads();
-    x_rows(pf, vec, sc.KG, X, XP, nc, K);
-    __syncthreads();
-    if (vec && c + 1 < hi) { /* the next chunk's W, under this state update */
-      int64_t c0n;
-      int32_t ncn;
-      chunk_span(a.r.s, n, c + 1, c0n, ncn);
-      x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.r.HV, hv, K, V).W, ncn * K / 4);
-    }
-    /* S = exp(G_last) S + KG^T U, by (quad of rows d, quad of columns) */
-    for (int32_t e = tid; e < K4 / 4 * CQ; e += NT) {
-      const int32_t d0 = e / CQ * 4, c4 = e % CQ * 4;
-      float acc[4][4];
-#pragma unroll
-      for (int dd = 0; dd < 4; dd++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) acc[dd][q] = 0.0f;
-      const float *xp = X + d0, *up = U + c4;
-#pragma unroll 4
-      for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
-        const float4 kg = ld4(xp), u = ld4(up);
-        const float ks[4] = {kg.x, kg.y, kg.z, kg.w}, us[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int dd = 0; dd < 4; dd++)
-#pragma unroll
-          for (int q = 0; q < 4; q++) acc[dd][q] = kda_mul_add(ks[dd], us[q], acc[dd][q]);
-      }
-#pragma unroll
-      for (int dd = 0; dd < 4; dd++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          float *sp = S + (d0 + dd) * BV + c4 + q;
-          *sp = kda_mul_add(eg[d0 + dd], *sp, acc[dd][q]);
-        }
-    }
   }
   __syncthreads();
+  const float *S = Sb + (size_t)(nch & 1) * SS;
   float *dst = !empty && hi < f1 ? a.carry + (size_t)(a.window & 1) * a.r.HV * KV + hoff : (a.r.s.write_final ? own : NULL);
   if (dst)
-    for (int32_t e = tid; e < K * BV; e += NT) {
+    for (int32_t e = tid; e < K * BV; e += 2 * NT) {
       const int32_t d = e / BV, j = e % BV;
       if (v0 + j < V) dst[(int64_t)d * V + v0 + j] = S[e];
     }
 }
 
-static size_t state_smem(int32_t K, int32_t BV) {
-  const size_t K4 = ((size_t)K + 3) & ~(size_t)3;
-  return (K4 * BV + (size_t)C * (K4 + 4) + (size_t)C * BV + (size_t)C * (C + 1) + K4) * sizeof(float);
-}
+static size_t state_smem(int32_t K, int32_t BV) { return state_floats(K, BV) * sizeof(float); }
 
 template <int BV>
 static dsp_status launch_state(const chunk_args &a, cudaStream_t st) {
@@ -613,7 +677,7 @@ static dsp_status launch_state(const chunk_args &a, cudaStream_t st) {
                                            : k_chunk_state<BV, 0>;
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((unsigned)a.r.s.num_seqs, (unsigned)a.r.HV, (unsigned)((a.r.V + BV - 1) / BV));
-  kern<<<grid, NT, smem, st>>>(a);
+  kern<<<grid, 2 * NT, smem, st>>>(a);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
