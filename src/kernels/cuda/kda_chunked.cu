@@ -25,7 +25,6 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/expf.cuh"
-#include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/kda_dev.cuh"
 
 enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
@@ -387,13 +386,13 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
 static size_t intra_smem(int32_t K, int32_t V) { return intra_lay(K, V).total * sizeof(float); }
 
 /* ---- pass 2 ---------------------------------------------------------------------------
- * Two groups of NT threads. The state group runs the series: per chunk
- * U = Ur - W S, then S' = exp(G_last) S + KG^T U into the other state buffer.
- * The output group computes o = Qg S + Aqk U of chunk k while the state group
- * is already at chunk k + 1: o is off the series, and the two groups' products
- * share the SM's issue slots. Two state and two U buffers; mbarriers hand them
- * over (ready[k & 1]: U_k and S_k written; done[k & 1]: the output group has
- * read them). Every sum is the one-group form's, in the same order.
+ * Two groups of NT threads over a chunk's two phases, __syncthreads between:
+ *   phase 1: the state group U = Ur - W S; the output group Qg S (o's first sum);
+ *   phase 2: the state group S' = exp(G_last) S + KG^T U into the other state
+ *            buffer; the output group Aqk U (o's second sum), and o.
+ * So o leaves the series, and each phase runs two products side by side. The
+ * next chunk's rows land during phase 2 (two W/KG buffers, two U buffers).
+ * Every sum is the one-group form's, in the same order.
  * In a group, thread (rg, cq) of BV / 4 column quads: rows RT rg .. RT rg + RT - 1
  * and columns 4 cq .. 4 cq + 3 of the U and o tiles, read as float4 (K padded to K4,
  * a multiple of 4, with zeros); state rows by quads of 4 likewise. */
@@ -459,14 +458,11 @@ __device__ __forceinline__ void rows_times_state(float (&acc)[RT][4], const floa
   }
 }
 
-/* Named barrier id over one group's NT threads (0 is __syncthreads'). */
-__device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(NT) : "memory"); }
-
-/* Floats of the state pass's shared memory: states [2][K4][BV], the state group's rows [C][K4 + 4], U [2][C][BV],
- * the output group's rows [C][K4 + 4] and Aqk [C][C + 1], exp(G_last) [K4], then four mbarriers (8 floats). */
+/* Floats of the state pass's shared memory: states [2][K4][BV], the state group's W and KG rows [2][C][K4 + 4],
+ * U [2][C][BV], the output group's Qg rows [C][K4 + 4] and Aqk [C][C + 1], exp(G_last) [2][K4]. */
 __host__ __device__ static inline size_t state_floats(int32_t K, int32_t BV) {
   const size_t K4 = ((size_t)K + 3) & ~(size_t)3;
-  return 2 * K4 * BV + 2 * (size_t)C * (K4 + 4) + 2 * (size_t)C * BV + (size_t)C * (C + 1) + K4 + 8;
+  return 2 * K4 * BV + 3 * (size_t)C * (K4 + 4) + 2 * (size_t)C * BV + (size_t)C * (C + 1) + 2 * K4;
 }
 
 template <int BV, int KT> /* KT as k_chunk_intra's */
@@ -484,98 +480,121 @@ __global__ void __launch_bounds__(2 * NT, 1) k_chunk_state(chunk_args a) {
   if (empty ? a.window != 0 : lo >= hi) return; /* an empty sequence is done by window 0 */
   const int64_t nch = hi > lo ? hi - lo : 0;
   const int32_t XP = K4 + 4, AP = C + 1;
-  const size_t SS = (size_t)K4 * BV, US = (size_t)C * BV;
-  float *Sb = sm, *XA = Sb + 2 * SS, *Ub = XA + (size_t)C * XP, *XB = Ub + 2 * US, *Aq = XB + (size_t)C * XP;
-  float *eg = Aq + (size_t)C * AP;
-  uint64_t *bars = reinterpret_cast<uint64_t *>(eg + K4); /* ready[2], done[2] */
-  const uint32_t ready0 = dsp_saddr(bars), done0 = dsp_saddr(bars + 2);
+  const size_t SS = (size_t)K4 * BV, US = (size_t)C * BV, XS2 = (size_t)C * XP;
+  float *Sb = sm, *XW = Sb + 2 * SS, *XK = XW + XS2, *Ub = XK + XS2, *XQ = Ub + 2 * US, *Aq = XQ + XS2;
+  float *egb = Aq + (size_t)C * AP;
   const int64_t KV = (int64_t)K * V, hoff = (int64_t)hv * KV;
   float *own = a.r.state + (int64_t)slot * a.r.slot_stride + hoff;
   const float *src = lo == f0 ? ((!a.r.s.has || a.r.s.has[n]) ? own : NULL) : a.carry + (size_t)((a.window - 1) & 1) * a.r.HV * KV + hoff;
-  if (tid == 0) {
-    for (int b = 0; b < 4; b++) dsp_bar_init(ready0 + 8 * b, NT);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  /* the state group fetches KG and W a phase ahead where K is a template's (a K from the arguments holds too many
+     registers for that beside the products) */
+  const bool ahead = (K & 3) == 0 && KT > 0;
+  xrows<KT> pf;
+  auto span = [&](int64_t k, int64_t &c0, int32_t &nc) { chunk_span(a.r.s, n, lo + k, c0, nc); };
+  auto scr = [&](int64_t k) { return scr_at(a.scratch, lo + k - a.c_lo, a.r.HV, hv, K, V); };
+  /* src's rows into X: from pf where they were fetched ahead, else now */
+  auto rows_in = [&](const float *rows, float *X, int32_t nc) {
+    if (ahead) x_put(pf, X, XP, nc * K / 4, K, t);
+    else x_rows(pf, false, rows, X, XP, nc, K, t);
+  };
+  auto fetch = [&](const float *rows, int32_t nc) {
+    if (ahead) x_fetch(pf, rows, nc * K / 4, t);
+  };
+  /* rows into X now (the loads in flight together where K is a template's multiple of 4) */
+  auto rows_now = [&](const float *rows, float *X, int32_t nc) {
+    if (ahead) {
+      xrows<KT> r;
+      x_fetch(r, rows, nc * K / 4, t);
+      x_put(r, X, XP, nc * K / 4, K, t);
+    } else
+      x_rows(pf, false, rows, X, XP, nc, K, t);
+  };
+  /* chunk k's Ur columns into U and exp(G_last) into eg (the state group) */
+  auto stage_u = [&](int64_t k, int32_t nc, float *U, float *eg) {
+    const chunk_scr sc = scr(k);
+    float tu[BV / 4];
+#pragma unroll
+    for (int u = 0; u < BV / 4; u++) {
+      const int32_t e = u * NT + t, i = e / BV, j = e % BV;
+      tu[u] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < BV / 4; u++) U[u * NT + t] = tu[u];
+    for (int32_t d = t; d < K4; d += NT) eg[d] = d < K ? sc.eg[d] : 0.0f;
+  };
   for (int32_t e = tid; e < K4 * BV; e += 2 * NT) { /* rows K .. K4 - 1 stay zero, as X's columns there */
     const int32_t d = e / BV, j = e % BV;
     Sb[e] = src && d < K && v0 + j < V ? src[(int64_t)d * V + v0 + j] : 0.0f;
   }
-  for (int32_t e = tid; e < C * XP; e += 2 * NT) XA[e] = XB[e] = 0.0f;
+  for (int32_t e = tid; e < C * XP; e += 2 * NT) XW[e] = XK[e] = XQ[e] = 0.0f;
   __syncthreads();
-  const bool vec = (K & 3) == 0;
-  /* the state group fetches a phase ahead where K is a template's (a K from the arguments holds too many
-     registers for that beside the products) */
-  const bool ahead = vec && KT > 0;
-  xrows<KT> pf;
-  /* src's rows into X: from pf where they were fetched ahead, else now */
-  auto rows_now = [&](const float *src, float *X, int32_t nc) {
-    if (ahead) x_put(pf, X, XP, nc * K / 4, K, t);
-    else x_rows(pf, false, src, X, XP, nc, K, t);
-  };
-  if (grp == 0) { /* the state group: the series */
-    if (ahead && nch > 0) {
-      int64_t c0;
-      int32_t nc;
-      chunk_span(a.r.s, n, lo, c0, nc);
-      x_fetch(pf, scr_at(a.scratch, lo - a.c_lo, a.r.HV, hv, K, V).W, nc * K / 4, t);
+  if (nch > 0) { /* chunk 0's inputs: W, Ur and exp(G_last) (KG ahead), Qg */
+    int64_t c0;
+    int32_t nc;
+    span(0, c0, nc);
+    if (grp == 0) {
+      rows_now(scr(0).W, XW, nc);
+      fetch(scr(0).KG, nc);
+      stage_u(0, nc, Ub, egb);
+    } else {
+      rows_now(scr(0).Qg, XQ, nc);
     }
-    for (int64_t k = 0; k < nch; k++) {
-      const int64_t c = lo + k;
-      const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
-      int64_t c0;
-      int32_t nc;
-      chunk_span(a.r.s, n, c, c0, nc);
-      const float *S = Sb + (size_t)(k & 1) * SS;
-      float *Sn = Sb + (size_t)((k + 1) & 1) * SS, *U = Ub + (size_t)(k & 1) * US;
-      group_sync(1); /* the previous chunk's rows, U and exp(G_last) are no longer read */
-      rows_now(sc.W, XA, nc);
-      { /* U's buffer was last read by the output group at chunk k - 2, which this group waited for at k - 1 */
-        float tu[BV / 4];
+  }
+  __syncthreads();
+  float acc[RT][4];
+  for (int64_t k = 0; k < nch; k++) {
+    int64_t c0;
+    int32_t nc;
+    span(k, c0, nc);
+    const chunk_scr sc = scr(k);
+    const float *S = Sb + (size_t)(k & 1) * SS, *eg = egb + (size_t)(k & 1) * K4;
+    float *U = Ub + (size_t)(k & 1) * US;
 #pragma unroll
-        for (int u = 0; u < BV / 4; u++) {
-          const int32_t e = u * NT + t, i = e / BV, j = e % BV;
-          tu[u] = i < nc && v0 + j < V ? sc.Ur[(size_t)i * V + v0 + j] : 0.0f;
-        }
+    for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int u = 0; u < BV / 4; u++) U[u * NT + t] = tu[u];
-      }
-      for (int32_t d = t; d < K4; d += NT) eg[d] = d < K ? sc.eg[d] : 0.0f;
-      group_sync(1);
-      if (ahead) x_fetch(pf, sc.KG, nc * K / 4, t);
-      /* U = Ur - W S */
-      {
-        float acc[RT][4];
-#pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-          for (int q = 0; q < 4; q++) acc[r][q] = 0.0f;
-        rows_times_state<RT, BV>(acc, XA, XP, S, K4, i0, cq);
-#pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-          for (int q = 0; q < 4; q++) U[(i0 + r) * BV + 4 * cq + q] -= acc[r][q];
-      }
-      dsp_bar_arrive(ready0 + 8 * (uint32_t)(k & 1)); /* this thread's part of U_k (and of S_k, before) is written */
-      group_sync(1);
-      rows_now(sc.KG, XA, nc);
-      group_sync(1);
-      if (ahead && c + 1 < hi) { /* the next chunk's W, under this state update */
+      for (int q = 0; q < 4; q++) acc[r][q] = 0.0f;
+    /* phase 1 */
+    if (grp == 0) {
+      rows_in(sc.KG, XK, nc); /* read in phase 2 */
+      if (k + 1 < nch) {
         int64_t c0n;
         int32_t ncn;
-        chunk_span(a.r.s, n, c + 1, c0n, ncn);
-        x_fetch(pf, scr_at(a.scratch, c + 1 - a.c_lo, a.r.HV, hv, K, V).W, ncn * K / 4, t);
+        span(k + 1, c0n, ncn);
+        fetch(scr(k + 1).W, ncn);
       }
-      /* Sn held S_{k-1}: the output group must be done with chunk k - 1 */
-      if (k >= 1) dsp_bar_wait(done0 + 8 * (uint32_t)((k - 1) & 1), (uint32_t)(((k - 1) >> 1) & 1));
+      rows_times_state<RT, BV>(acc, XW, XP, S, K4, i0, cq); /* U = Ur - W S */
+#pragma unroll
+      for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) U[(i0 + r) * BV + 4 * cq + q] -= acc[r][q];
+    } else {
+      for (int32_t e = t; e < C * C; e += NT) { /* Aqk, zero past the chunk and above the diagonal */
+        const int32_t i = e / C, m = e % C;
+        Aq[(size_t)i * AP + m] = i < nc && m <= i ? sc.Aqk[(size_t)i * C + m] : 0.0f;
+      }
+      rows_times_state<RT, BV>(acc, XQ, XP, S, K4, i0, cq); /* o's Qg S */
+    }
+    __syncthreads();
+    /* phase 2 */
+    if (grp == 0) {
+      if (k + 1 < nch) { /* the next chunk's W, Ur and exp(G_last) (its KG ahead) */
+        int64_t c0n;
+        int32_t ncn;
+        span(k + 1, c0n, ncn);
+        rows_in(scr(k + 1).W, XW, ncn);
+        fetch(scr(k + 1).KG, ncn);
+        stage_u(k + 1, ncn, Ub + (size_t)((k + 1) & 1) * US, egb + (size_t)((k + 1) & 1) * K4);
+      }
       /* S' = exp(G_last) S + KG^T U, by (quad of rows d, quad of columns) */
+      float *Sn = Sb + (size_t)((k + 1) & 1) * SS;
       for (int32_t e = t; e < K4 / 4 * CQ; e += NT) {
         const int32_t d0 = e / CQ * 4, c4 = e % CQ * 4;
-        float acc[4][4];
+        float sa[4][4];
 #pragma unroll
         for (int dd = 0; dd < 4; dd++)
 #pragma unroll
-          for (int q = 0; q < 4; q++) acc[dd][q] = 0.0f;
-        const float *xp = XA + d0, *up = U + c4;
+          for (int q = 0; q < 4; q++) sa[dd][q] = 0.0f;
+        const float *xp = XK + d0, *up = U + c4;
 #pragma unroll 4
         for (int32_t i = 0; i < nc; i++, xp += XP, up += BV) {
           const float4 kg = ld4(xp), u = ld4(up);
@@ -583,54 +602,22 @@ __global__ void __launch_bounds__(2 * NT, 1) k_chunk_state(chunk_args a) {
 #pragma unroll
           for (int dd = 0; dd < 4; dd++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[dd][q] = kda_mul_add(ks[dd], us[q], acc[dd][q]);
+            for (int q = 0; q < 4; q++) sa[dd][q] = kda_mul_add(ks[dd], us[q], sa[dd][q]);
         }
 #pragma unroll
         for (int dd = 0; dd < 4; dd++)
 #pragma unroll
           for (int q = 0; q < 4; q++) {
             const size_t o = (size_t)(d0 + dd) * BV + c4 + q;
-            Sn[o] = kda_mul_add(eg[d0 + dd], S[o], acc[dd][q]);
+            Sn[o] = kda_mul_add(eg[d0 + dd], S[o], sa[dd][q]);
           }
       }
-    }
-  } else { /* the output group: o of chunk k once the state group has made U_k (its loads wait here: the state
-              group's work fills the SM meanwhile) */
-    for (int64_t k = 0; k < nch; k++) {
-      const int64_t c = lo + k;
-      const chunk_scr sc = scr_at(a.scratch, c - a.c_lo, a.r.HV, hv, K, V);
-      int64_t c0;
-      int32_t nc;
-      chunk_span(a.r.s, n, c, c0, nc);
-      const float *S = Sb + (size_t)(k & 1) * SS, *U = Ub + (size_t)(k & 1) * US;
-      group_sync(2); /* the previous chunk's rows and Aqk are no longer read */
-      if (ahead) {
-        x_fetch(pf, sc.Qg, nc * K / 4, t);
-        x_put(pf, XB, XP, nc * K / 4, K, t);
-      } else
-        x_rows(pf, false, sc.Qg, XB, XP, nc, K, t);
-      {
-        float ta[C * C / NT];
-#pragma unroll
-        for (int u = 0; u < C * C / NT; u++) {
-          const int32_t e = u * NT + t, i = e / C, m = e % C;
-          ta[u] = i < nc && m <= i ? sc.Aqk[(size_t)i * C + m] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < C * C / NT; u++) {
-          const int32_t e = u * NT + t;
-          Aq[(size_t)(e / C) * AP + e % C] = ta[u];
-        }
-      }
-      group_sync(2);
-      dsp_bar_wait(ready0 + 8 * (uint32_t)(k & 1), (uint32_t)((k >> 1) & 1));
-      /* o = Qg S + Aqk U */
-      float acc[RT][4], ac2[RT][4];
+    } else {
+      float ac2[RT][4];
 #pragma unroll
       for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) acc[r][q] = ac2[r][q] = 0.0f;
-      rows_times_state<RT, BV>(acc, XB, XP, S, K4, i0, cq);
+        for (int q = 0; q < 4; q++) ac2[r][q] = 0.0f;
       /* Aq is zero above the diagonal: the rows' common range of m adds nothing */
       const int32_t ml = i0 + RT - 1 < nc - 1 ? i0 + RT - 1 : nc - 1;
       const float *ar = Aq + i0 * AP, *up = U + 4 * cq;
@@ -645,7 +632,6 @@ __global__ void __launch_bounds__(2 * NT, 1) k_chunk_state(chunk_args a) {
           ac2[r][3] = kda_mul_add(x, u.w, ac2[r][3]);
         }
       }
-      dsp_bar_arrive(done0 + 8 * (uint32_t)(k & 1)); /* this thread has read S_k and U_k */
 #pragma unroll
       for (int r = 0; r < RT; r++) {
         const int32_t i = i0 + r;
@@ -655,9 +641,15 @@ __global__ void __launch_bounds__(2 * NT, 1) k_chunk_state(chunk_args a) {
         for (int q = 0; q < 4; q++)
           if (v0 + 4 * cq + q < V) orow[4 * cq + q] = dsp_dev_bf16_bits(acc[r][q] + ac2[r][q]);
       }
+      if (k + 1 < nch) { /* the next chunk's Qg (this chunk's was read in phase 1) */
+        int64_t c0n;
+        int32_t ncn;
+        span(k + 1, c0n, ncn);
+        rows_now(scr(k + 1).Qg, XQ, ncn);
+      }
     }
+    __syncthreads();
   }
-  __syncthreads();
   const float *S = Sb + (size_t)(nch & 1) * SS;
   float *dst = !empty && hi < f1 ? a.carry + (size_t)(a.window & 1) * a.r.HV * KV + hoff : (a.r.s.write_final ? own : NULL);
   if (dst)
