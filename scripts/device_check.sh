@@ -43,7 +43,9 @@
 #                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda
 #                                   (also under racecheck and memcheck), the CUDA KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
 #                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
-#                                   kernel filter with DECODE=batch adds one instance's sections
+#                                   kernel filter adds one instance's sections, its hottest SASS lines and every
+#                                   line's counts (detail_src.csv.gz), on bench_kda at decode batch DECODE or with
+#                                   BENCH_ARGS (e.g. "--decode '' --prefill 4096" for the chunked passes)
 #   scripts/device_check.sh parity  the CLI parity step of run alone (a build of dspark and synth first)
 #   scripts/device_check.sh verify  build, parity, t_attention (and under racecheck, memcheck), t_layers, the CUDA
 #                                   model tests; per DSPARK_CUDA_ATTENTION value (VALUES, default "fp32 tc") bench_target on the
@@ -467,6 +469,9 @@ if [ "$MODE" = kda ]; then
     grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -4
   else
     timeout 60 build-gpu/tests/test_cuda_kda_views > "$OUT/ctest.log" 2>&1; echo "test_cuda_kda_views: rc $?"
+    if [ -x build-gpu/tests/test_cuda_mathf ]; then  # the device expf's bits against the CPU's (carried when changed)
+      timeout 120 build-gpu/tests/test_cuda_mathf >> "$OUT/ctest.log" 2>&1; echo "test_cuda_mathf: rc $?"
+    fi
     DSPARK=$PWD/build-gpu/dspark timeout 240 python3 tests/oracle/test_kda_layer.py --driver build-gpu/tests/kda_layer_driver \
       --backend cuda >> "$OUT/ctest.log" 2>&1; echo "oracle_kda_layer (cuda): rc $?"
   fi
@@ -483,16 +488,22 @@ if [ "$MODE" = kda ]; then
     PYTHONPATH=/tmp/pyfla timeout 300 python3 bench/fla_peer_kda.py > "$OUT/peer.log" 2>&1; grep -E "^\||^#" "$OUT/peer.log" | grep -v "^|---"
   fi
   if [ -n "${DETAIL:-}" ]; then
-    stamp "ncu: one $DETAIL at decode batch ${DECODE:-256}"
+    # BENCH_ARGS: bench_kda's calls (default: decode at batch DECODE); "--decode '' --prefill 4096" for the passes
+    stamp "ncu: one $DETAIL (bench_kda ${BENCH_ARGS:---decode ${DECODE:-256} --prefill ''})"
+    eval "set -- ${BENCH_ARGS:---decode ${DECODE:-256} --prefill ''}"
     ncu --cache-control none --clock-control none --kernel-name-base demangled --kernel-name "$DETAIL" --launch-skip 3 \
       --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       --section SourceCounters --import-source yes -o "$OUT/detail" -f \
-      build-gpu/bench/bench_kda --backend cuda --decode ${DECODE:-256} --prefill "" > "$OUT/detail.err" 2>&1
+      build-gpu/bench/bench_kda --backend cuda "$@" > "$OUT/detail.err" 2>&1
     ncu -i "$OUT/detail.ncu-rep" --page details > "$OUT/detail.txt" 2>&1
     grep -E "Duration|Grid Size|Registers|Dynamic Shared|Achieved Occ|Theoretical Occ|Block Limit Reg|No Eligible|DRAM Throughput|Warp Cycles Per Issued|Stall" \
       "$OUT/detail.txt" | head -24
     ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
     python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top ${TOP:-40}
+    # every SASS line's samples and counts, and (binaries built with -lineinfo) each source line's, for sums off
+    # the device
+    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source cuda > "$OUT/detail_cu.csv" 2>&1
+    gzip -f "$OUT/detail_src.csv" "$OUT/detail_cu.csv"
     rm -f "$OUT/detail.ncu-rep"
   fi
   stamp "done"; exit 0

@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   float *P1 = P0 + (size_t)BLK * KP, *P2 = P1 + (size_t)BLK * KP, *rq = sm + ly.rq, *bt = sm + ly.bt;
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
 
-  /* q row i normalised and scaled, element d */
-#define QN(i, d) (dsp_dev_bf16_val(a.r.q.data[(c0 + (i)) * a.r.q.tok + h * a.r.q.head + (d)]) / rq[i] * a.r.scale)
+  /* q row i normalised and scaled, element d: made once into Qg's scratch (Qg = it times exp(G) at the end),
+   * so the loops that read it hold no division (whose slow-path branch would keep their expfs apart) */
+#define QN(i, d) out.Qg[(size_t)(i) * K + (d)]
   /* Element e = i * K + d of the chunk, i < nc, LOADS loads in flight per
    * thread (a loop of global loads into shared memory otherwise waits on each). */
 #define BULK(n, LOAD, STORE)                                                 \
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   for (int32_t e = tid; e < nc * K; e += NT) {
     const int32_t i = e / K, d = e - i * K;
     Kn[i * KP + d] = Kn[i * KP + d] / rk[i];
+    QN(i, d) = G[i * KP + d] / rq[i] * a.r.scale;
   }
   __syncthreads();
   BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[i * KP + d] = x)
@@ -203,17 +205,41 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   for (int32_t r = BLK; r < nc; r += BLK) {
     const int32_t nr = nc - r < BLK ? nc - r : BLK;
     __syncthreads(); /* the previous block's panels are no longer read */
-    /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows */
-    BULK(nr * K, QN(r + i, d), {
-      const float ex = dsp_dev_expf(G[(r + i) * KP + d] - G[r * KP + d]);
-      P0[i * KP + d] = Kn[(r + i) * KP + d] * ex;
-      P1[i * KP + d] = x * ex;
-    })
+    /* P0 = k exp(G - G_r), P1 = q exp(G - G_r) for this block's rows. Past the rows (e >= nr K) the values
+     * are made from row r and dropped: only the stores are conditional, so the expfs overlap. */
+    for (int32_t e0 = tid; e0 < nr * K; e0 += LOADS * NT) {
+      float x_[LOADS], ex_[LOADS];
+#pragma unroll
+      for (int u = 0; u < LOADS; u++) {
+        const int32_t e = e0 + u * NT < nr * K ? e0 + u * NT : 0, i = e / K, d = e - i * K;
+        x_[u] = QN(r + i, d);
+        ex_[u] = dsp_dev_expf(G[(r + i) * KP + d] - G[r * KP + d]);
+      }
+#pragma unroll
+      for (int u = 0; u < LOADS; u++) {
+        const int32_t e = e0 + u * NT, i = e / K, d = e - i * K;
+        if (e < nr * K) {
+          P0[i * KP + d] = Kn[(r + i) * KP + d] * ex_[u];
+          P1[i * KP + d] = x_[u] * ex_[u];
+        }
+      }
+    }
     for (int32_t j0 = 0; j0 < r; j0 += BLK) { /* earlier blocks: P2 = k exp(G_r - G) */
       __syncthreads();
-      for (int32_t e = tid; e < BLK * K; e += NT) {
-        const int32_t j = e / K, d = e % K;
-        P2[j * KP + d] = Kn[(j0 + j) * KP + d] * dsp_dev_expf(G[r * KP + d] - G[(j0 + j) * KP + d]);
+      /* every load before a store (they may alias); one at a time for a K from the arguments (registers) */
+      constexpr int PL = KT > 0 ? LOADS : 1;
+      for (int32_t e0 = tid; e0 < BLK * K; e0 += PL * NT) {
+        float p_[PL];
+#pragma unroll
+        for (int u = 0; u < PL; u++) {
+          const int32_t e = e0 + u * NT < BLK * K ? e0 + u * NT : 0, j = e / K, d = e - j * K;
+          p_[u] = Kn[(j0 + j) * KP + d] * dsp_dev_expf(G[r * KP + d] - G[(j0 + j) * KP + d]);
+        }
+#pragma unroll
+        for (int u = 0; u < PL; u++) {
+          const int32_t e = e0 + u * NT, j = e / K, d = e - j * K;
+          if (e < BLK * K) P2[j * KP + d] = p_[u];
+        }
       }
       __syncthreads();
       if (il < nr) {
@@ -284,21 +310,24 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   }
   __syncthreads();
   /* Qg = q exp(G), KG = k exp(G_last - G) and exp(G_last) out; k exp(G) (W's
-   * right side) kept in registers until X replaces G and Kn. ke holds raw q
+   * right side) kept in registers until X replaces G and Kn. ke holds normalised q
    * first. */
   float ke[KS];
 #pragma unroll
   for (int u = 0; u < KS; u++) {
     const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
-    ke[u] = e < nc * K ? dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]) : 0.0f;
+    ke[u] = e < nc * K ? QN(i, d) : 0.0f;
   }
 #pragma unroll
-  for (int u = 0; u < KS; u++) {
-    const int32_t e = u * NT + tid, i = e / K, d = e - i * K;
-    if (e < nc * K) {
-      const float gi = G[i * KP + d], ex = dsp_dev_expf(gi), kn = Kn[i * KP + d];
-      out.Qg[(size_t)i * K + d] = ke[u] / rq[i] * a.r.scale * ex;
-      out.KG[(size_t)i * K + d] = kn * dsp_dev_expf(G[(nc - 1) * KP + d] - gi);
+  for (int u = 0; u < KS; u++) { /* as P0's: values past the rows from row 0, only the stores conditional */
+    const bool in = u * NT + tid < nc * K;
+    const int32_t e = in ? u * NT + tid : 0, i = e / K, d = e - i * K;
+    const float gi = G[i * KP + d], ex = dsp_dev_expf(gi), kn = Kn[i * KP + d];
+    const float qg = ke[u] * ex, kg = kn * dsp_dev_expf(G[(nc - 1) * KP + d] - gi);
+    asm volatile("" ::"f"(qg), "f"(kg), "f"(ex)); /* made here: nvcc would sink them into the branch */
+    if (in) {
+      out.Qg[(size_t)i * K + d] = qg;
+      out.KG[(size_t)i * K + d] = kg;
       ke[u] = kn * ex;
     }
   }

@@ -12,10 +12,10 @@
 /* global memory, not __constant__: a warp's lanes read different entries, which constant memory serializes */
 static __device__ const uint64_t dsp_dev_exp2_tab[32] = DSP_CPU_EXP2_TAB;
 
+/* Branch-free: the main path runs for every input (its table index is masked, so any x is safe) and the special
+ * values are selected after it. Branches would put each call in its own region, one long dependent chain
+ * (conversions, double ops, the table load) at a time; selects let a loop's calls overlap. */
 __device__ __forceinline__ float dsp_dev_expf(float x) {
-  if (isnan(x)) return x + x;
-  if (x > DSP_CPU_EXP_HI) return INFINITY;
-  if (x < DSP_CPU_EXP_LO) return 0.0f;
   const double xd = (double)x;
   double kd = fma(DSP_CPU_EXP_INVLN2N, xd, DSP_CPU_EXP_SHIFT);
   const uint64_t ki = (uint64_t)__double_as_longlong(kd);
@@ -25,7 +25,10 @@ __device__ __forceinline__ float dsp_dev_expf(float x) {
   const double z = fma(DSP_CPU_EXP_C0, r, DSP_CPU_EXP_C1), r2 = __dmul_rn(r, r);
   double y = fma(DSP_CPU_EXP_C2, r, 1.0);
   y = fma(z, r2, y);
-  return (float)__dmul_rn(y, s);
+  float e = (float)__dmul_rn(y, s);
+  e = x < DSP_CPU_EXP_LO ? 0.0f : e;
+  e = x > DSP_CPU_EXP_HI ? INFINITY : e;
+  return isnan(x) ? x + x : e;
 }
 
 #endif
