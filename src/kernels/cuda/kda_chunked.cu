@@ -80,8 +80,9 @@ __device__ static inline void chunk_span(const dsp_cu_kda_seqs &s, int32_t n, in
  * the last phase X [C][XW], the columns of [k exp(G) | v], over G and Kn. */
 enum { XS = 256, KS = C * DSP_CU_KDA_CHUNK_MAX_K / NT };
 static_assert(NT == 256 && BLK == 16 && C == 64, "the intra pass's thread maps (240 pairs + 16 diagonals, 8-row tiles) assume these");
+static_assert(2 * (C + 1) >= DSP_CU_KDA_CHUNK_MAX_K, "g's rows are staged over A and the panels");
 struct intra_layout {
-  size_t A, R2, rq, bt, total;
+  size_t A, R2, rq, bt, rk, total;
   int32_t XW;
 };
 __host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
@@ -93,7 +94,8 @@ __host__ __device__ static inline intra_layout intra_lay(int32_t K, int32_t V) {
   l.R2 = l.A + (size_t)C * CP;
   l.rq = l.R2 + (p > t ? p : t);
   l.bt = l.rq + C;
-  l.total = l.bt + C;
+  l.rk = l.bt + C;
+  l.total = l.rk + C;
   return l;
 }
 
@@ -141,7 +143,8 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   const intra_layout ly = intra_lay(K, V);
   const int32_t XW = ly.XW;
   float *G = sm, *Kn = G + (size_t)C * KP, *X = sm, *A = sm + ly.A, *TbT = A, *P0 = sm + ly.R2, *T = P0;
-  float *P1 = P0 + (size_t)BLK * KP, *P2 = P1 + (size_t)BLK * KP, *rq = sm + ly.rq, *bt = sm + ly.bt;
+  float *P1 = P0 + (size_t)BLK * KP, *P2 = P1 + (size_t)BLK * KP, *rq = sm + ly.rq, *bt = sm + ly.bt, *rk = sm + ly.rk;
+  float *gs = A; /* g's rows [nc][K] until G is free: A and the panels (2 C (C + 1) floats at least) */
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
 
   /* q row i normalised and scaled, element d: made once into Qg's scratch (Qg = it times exp(G) at the end),
@@ -170,12 +173,25 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       (row < 2 * C ? G + (size_t)row * KP : P0 + (size_t)(row - 2 * C) * KP)[col] = 0.0f;
     }
   }
-  /* raw k into Kn, raw q into G for a moment; then the roots, as the CPU's
-   * (d order, no fma): thread i the root of q row i, thread nc + i of k row i */
-  BULK(nc * K, dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]), Kn[i * KP + d] = x)
-  BULK(nc * K, dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]), G[i * KP + d] = x)
+  /* raw k into Kn, raw q into G for a moment, g into gs, the three tensors' loads in flight together; then the
+   * roots, as the CPU's (d order, no fma): thread i the root of q row i, thread nc + i of k row i */
+  for (int32_t e0 = tid; e0 < nc * K; e0 += LOADS * NT) {
+    float xk[LOADS], xq[LOADS], xg[LOADS];
+#pragma unroll
+    for (int u = 0; u < LOADS; u++) {
+      const int32_t e = e0 + u * NT, i = e / K, d = e - i * K;
+      const bool in = e < nc * K;
+      xk[u] = in ? dsp_dev_bf16_val(a.r.k.data[(c0 + i) * a.r.k.tok + h * a.r.k.head + d]) : 0.0f;
+      xq[u] = in ? dsp_dev_bf16_val(a.r.q.data[(c0 + i) * a.r.q.tok + h * a.r.q.head + d]) : 0.0f;
+      xg[u] = in ? a.r.g[((c0 + i) * a.r.HV + hv) * K + d] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < LOADS; u++) {
+      const int32_t e = e0 + u * NT, i = e / K, d = e - i * K;
+      if (e < nc * K) Kn[i * KP + d] = xk[u], G[i * KP + d] = xq[u], gs[e] = xg[u];
+    }
+  }
   __syncthreads();
-  float *rk = A; /* A is free until the scores */
   if (tid < 2 * nc) {
     const int32_t i = tid < nc ? tid : tid - nc;
     const float root = a.r.qk_raw ? 1.0f : kda_l2_root((tid < nc ? G : Kn) + i * KP, K);
@@ -187,9 +203,8 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     const int32_t i = e / K, d = e - i * K;
     Kn[i * KP + d] = Kn[i * KP + d] / rk[i];
     QN(i, d) = G[i * KP + d] / rq[i] * a.r.scale;
+    G[i * KP + d] = gs[e];
   }
-  __syncthreads();
-  BULK(nc * K, a.r.g[((c0 + i) * a.r.HV + hv) * K + d], G[i * KP + d] = x)
   __syncthreads();
   for (int32_t d = tid; d < K; d += NT) { /* running sums of g */
     float run = 0.0f;
@@ -340,26 +355,33 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     if (e < nc * K) X[i * XW + d] = ke[u];
   }
   fill_v(a.r.v, c0, hv, nc, K, V, 0, X, XW);
-  for (int32_t e = tid; e < nc * C; e += NT) {
+  for (int32_t e = tid; e < nc * C; e += NT) { /* T's sums start from L */
     const int32_t i = e >> 6, m = e & (C - 1);
-    if (m < i) A[i * CP + m] *= bt[i];
+    if (m < i) {
+      const float l = A[i * CP + m] * bt[i];
+      A[i * CP + m] = l, T[i * CP + m] = l;
+    }
   }
   __syncthreads();
-  /* T = (I + L)^-1 by rows: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj), m ascending */
-  for (int32_t i = 1; i < nc; i++) {
-    if (tid < i) {
-      const int32_t j = tid;
-      float t = A[i * CP + j];
+  /* T = (I + L)^-1: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj), m ascending, by columns. Column j's sums take row m's
+   * term once T_mj is final (step m), so a column waits on no other: no block barrier, the same sums. Four lanes
+   * a column (rows i = q mod 4), columns w, w + 8, .. on warp w; T holds the sums, -T_ij, until Tb. */
+  {
+    const int32_t q = lane & 3, j = (lane >> 2) * 8 + warp;
+    for (int32_t m = warp + 1; m < nc - 1; m++) {
+      __syncwarp(); /* row m's last term, added by another lane of the column at step m - 1 */
+      if (j < m) {
+        const float tm = -T[m * CP + j];
 #pragma unroll 4
-      for (int32_t m = j + 1; m < i; m++) t = kda_mul_add(A[i * CP + m], T[m * CP + j], t);
-      T[i * CP + j] = -t;
+        for (int32_t i = m + 1 + ((q - m - 1) & 3); i < nc; i += 4) T[i * CP + j] = kda_mul_add(A[i * CP + m], tm, T[i * CP + j]);
+      }
     }
-    __syncthreads();
   }
+  __syncthreads();
   /* Tb = T diag(beta), transposed over L: TbT[j][i] = Tb_ij (zero above the diagonal) */
   for (int32_t e = tid; e < C * C; e += NT) {
     const int32_t j = e >> 6, i = e & (C - 1);
-    TbT[e] = j < i ? T[i * CP + j] * bt[j] : j == i ? bt[i] : 0.0f;
+    TbT[e] = j < i ? -T[i * CP + j] * bt[j] : j == i ? bt[i] : 0.0f;
   }
   __syncthreads();
 
