@@ -500,10 +500,7 @@ if [ "$MODE" = kda ]; then
       "$OUT/detail.txt" | head -24
     ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source sass > "$OUT/detail_src.csv" 2>&1
     python3 scripts/ncu_source.py "$OUT/detail_src.csv" --top ${TOP:-40}
-    # every SASS line's samples and counts, and (binaries built with -lineinfo) each source line's, for sums off
-    # the device
-    ncu -i "$OUT/detail.ncu-rep" --page source --csv --print-source cuda > "$OUT/detail_cu.csv" 2>&1
-    gzip -f "$OUT/detail_src.csv" "$OUT/detail_cu.csv"
+    gzip -f "$OUT/detail_src.csv"  # every SASS line's samples and counts: scripts/ncu_regions.py sums them by region
     rm -f "$OUT/detail.ncu-rep"
   fi
   stamp "done"; exit 0
