@@ -14,10 +14,10 @@ usage: scripts/ncu_regions.py DISASM.txt SRC.csv[.gz] FUNCTION FILE KERNEL_LINE 
   FILE         the kernel's source file name, e.g. kda_chunked.cu
   KERNEL_LINE  the kernel's first line; LINE:NAME a region from LINE on (the lines before the first: "start")
 """
-import csv
-import gzip
 import re
 import sys
+
+from ncu_step import csv_table
 
 
 def line_map(path, function, file_name, kernel_line):
@@ -49,11 +49,12 @@ def main():
     offs = line_map(dis, function, file_name, int(kernel_line))
     if not offs:
         sys.exit("no SASS of %s in %s" % (function, dis))
-    text = (gzip.open(src, "rt") if src.endswith(".gz") else open(src)).read().splitlines()
-    rows = list(csv.reader(text[next(k for k, l in enumerate(text) if l.startswith('"Address"')):]))
-    hdr, rows = rows[0], rows[1:]
-    ia, isamp, iinst = hdr.index("Address"), hdr.index("Warp Stall Sampling (All Samples)"), hdr.index("Instructions Executed")
-    reasons = [(k, h[6:]) for k, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
+    rows = csv_table(src, ('"Address"',))
+    if not rows:
+        sys.exit("%s: no SASS rows" % src)
+    hdr = list(rows[0].keys())
+    ia, isamp, iinst = "Address", "Warp Stall Sampling (All Samples)", "Instructions Executed"
+    reasons = [(h, h[6:]) for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     num = lambda v: float((v or "0").replace(",", "") or 0)
     base = int(rows[0][ia], 16)
     agg, missing = {}, 0

@@ -10,13 +10,15 @@ usage: scripts/ncu_step.py NCU.csv [--step N]
 """
 import collections
 import csv
+import gzip
 import io
 import sys
 
 
 def csv_table(path, heads):
     """The rows of the first CSV table in an ncu output whose header line starts with one of heads."""
-    lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    opener = gzip.open if path.endswith(".gz") else open
+    lines = opener(path, "rt", encoding="utf-8", errors="replace").read().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith(heads)), None)
     if start is None:
         sys.exit("%s: no ncu CSV table in it (first lines: %r)" % (path, lines[:3]))
