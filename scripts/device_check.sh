@@ -42,7 +42,8 @@
 #   scripts/device_check.sh kda     one call for a change to the KDA kernels: build this tree and, when .old/ holds an
 #                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda
 #                                   (also under racecheck and memcheck), the CUDA KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
-#                                   runs of this tree); fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
+#                                   runs of this tree, twice, with RUN_ARGS, default decode only); PASSES=1: ncu's
+#                                   durations of both chunked passes at 16384 tokens; fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter adds one instance's sections, its hottest SASS lines and every
 #                                   line's counts (detail_src.csv.gz), on bench_kda at decode batch DECODE or with
 #                                   BENCH_ARGS (e.g. "--decode '' --prefill 4096" for the chunked passes)
@@ -480,9 +481,18 @@ if [ "$MODE" = kda ]; then
   for r in 1 2; do for b in $B; do
     echo "== $b"; timeout 150 build-$b/bench/bench_kda --backend cuda 2>&1 | grep -E "^\| (decode|prefill)"
   done; done
-  for v in ${RUNS:-}; do
-    echo "== gpu $v"; env "$v" timeout 150 build-gpu/bench/bench_kda --backend cuda --prefill "" 2>&1 | grep -E "^\| decode"
-  done
+  # RUNS: "VAR=value" runs of this tree, RUN_ARGS their bench_kda calls (default decode only; "--decode ''" for prefill),
+  # twice, alternated
+  eval "set -- ${RUN_ARGS:---prefill ''}"
+  for r in $( [ -n "${RUNS:-}" ] && echo 1 2); do for v in ${RUNS}; do
+    echo "== gpu $v"; env "$v" timeout 150 build-gpu/bench/bench_kda --backend cuda "$@" 2>&1 | grep -E "^\| (decode|prefill)"
+  done; done
+  if [ "${PASSES:-0}" = 1 ]; then  # each chunked pass's duration at 16384 tokens (ncu, the second call's launches)
+    stamp "ncu: the chunked passes at 16384 tokens"
+    timeout 150 ncu --cache-control none --clock-control none --kernel-name regex:k_chunk_ --launch-skip 2 --launch-count 2 \
+      --section SpeedOfLight --section WarpStateStats build-gpu/bench/bench_kda --backend cuda --decode '' --prefill 16384 \
+      --reps 5 2>&1 | grep -E "k_chunk_|Duration|Warp Cycles Per Issued|Compute \(SM\) Throughput" | head -12
+  fi
   if [ -d /tmp/pyfla ]; then
     stamp "fla peer"
     PYTHONPATH=/tmp/pyfla timeout 300 python3 bench/fla_peer_kda.py > "$OUT/peer.log" 2>&1; grep -E "^\||^#" "$OUT/peer.log" | grep -v "^|---"
