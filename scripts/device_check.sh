@@ -484,7 +484,7 @@ if [ "$MODE" = kda ]; then
   # RUNS: "VAR=value" runs of this tree, RUN_ARGS their bench_kda calls (default decode only; "--decode ''" for prefill),
   # twice, alternated
   eval "set -- ${RUN_ARGS:---prefill ''}"
-  for r in $( [ -n "${RUNS:-}" ] && echo 1 2); do for v in ${RUNS}; do
+  for r in 1 2; do for v in ${RUNS:-}; do
     echo "== gpu $v"; env "$v" timeout 150 build-gpu/bench/bench_kda --backend cuda "$@" 2>&1 | grep -E "^\| (decode|prefill)"
   done; done
   if [ "${PASSES:-0}" = 1 ]; then  # each chunked pass's duration at 16384 tokens (ncu, the second call's launches)
