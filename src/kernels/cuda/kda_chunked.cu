@@ -363,21 +363,38 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
     }
   }
   __syncthreads();
-  /* T = (I + L)^-1: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj), m ascending, by columns. Column j's sums take row m's
-   * term once T_mj is final (step m), so a column waits on no other: no block barrier, the same sums. Four lanes
-   * a column (rows i = q mod 4), columns w, w + 8, .. on warp w; T holds the sums, -T_ij, until Tb. */
-  {
-    const int32_t q = lane & 3, j = (lane >> 2) * 8 + warp;
-    for (int32_t m = warp + 1; m < nc - 1; m++) {
-      __syncwarp(); /* row m's last term, added by another lane of the column at step m - 1 */
-      if (j < m) {
-        const float tm = -T[m * CP + j];
-#pragma unroll 4
-        for (int32_t i = m + 1 + ((q - m - 1) & 3); i < nc; i += 4) T[i * CP + j] = kda_mul_add(A[i * CP + m], tm, T[i * CP + j]);
+  /* T = (I + L)^-1: T_ij = -(L_ij + sum_{j<m<i} L_im T_mj), m ascending, in four 16-row phases. Phase b first
+   * finishes block b's rows: each column's terms from rows inside the block, a step per row, four lanes a column
+   * (rows 16 b + q + 4 k) ordered by __syncwarp. Rows m of block b are then final, and every later row takes their
+   * terms, in m order, one (row, column) a thread. So each sum gets its terms in the CPU's order. T holds the sums,
+   * -T_ij, until Tb. */
+  for (int32_t b0 = 0; b0 < nc; b0 += BLK) {
+    {
+      const int32_t j = tid >> 2, q = tid & 3;
+      for (int32_t s = 0; s < BLK - 1; s++) {
+        const int32_t m = b0 + s;
+        __syncwarp(); /* row m's last term, added by another lane of the column at step s - 1 */
+        if (j < m && m < nc) {
+          const float tm = -T[m * CP + j];
+#pragma unroll
+          for (int32_t k = 0; k < BLK / 4; k++) {
+            const int32_t i = b0 + q + 4 * k;
+            if (i > m && i < nc) T[i * CP + j] = kda_mul_add(A[i * CP + m], tm, T[i * CP + j]);
+          }
+        }
       }
     }
+    __syncthreads();
+    const int32_t r0 = b0 + BLK, nj = b0 + BLK, mend = b0 + BLK < nc ? b0 + BLK : nc;
+    if (r0 >= nc) break;
+    for (int32_t e = tid; e < (nc - r0) * nj; e += NT) {
+      const int32_t i = r0 + e / nj, j = e - (i - r0) * nj;
+      float t = T[i * CP + j];
+      for (int32_t m = b0 > j + 1 ? b0 : j + 1; m < mend; m++) t = kda_mul_add(A[i * CP + m], -T[m * CP + j], t);
+      T[i * CP + j] = t;
+    }
+    __syncthreads();
   }
-  __syncthreads();
   /* Tb = T diag(beta), transposed over L: TbT[j][i] = Tb_ij (zero above the diagonal) */
   for (int32_t e = tid; e < C * C; e += NT) {
     const int32_t j = e >> 6, i = e & (C - 1);
