@@ -28,7 +28,7 @@
 #include "kernels/cuda/common/expf.cuh"
 #include "kernels/cuda/kda_dev.cuh"
 
-enum { C = 64, BLK = 16, NT = 256, LOADS = 8, VLOADS = 8 };
+enum { C = 64, BLK = 16, NT = 256, LOADS = 8 };
 
 /* Scratch of one (chunk, head), in floats: W, Qg, KG [C][K]; Ur [C][V]; Aqk [C][C]; eg [K]. */
 struct chunk_scr {
@@ -209,11 +209,11 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   /* four elements a load where the views allow: a quarter of the load instructions, half the L1 wavefronts */
   const bool vld = (K & 3) == 0 && ((a.r.k.tok | a.r.k.head | a.r.q.tok | a.r.q.head) & 3) == 0 &&
                    (((uintptr_t)a.r.k.data | (uintptr_t)a.r.q.data) & 7) == 0 && ((uintptr_t)a.r.g & 15) == 0;
-  for (int32_t e0 = 4 * tid; vld && e0 < nc * K; e0 += 4 * (VLOADS) * NT) {
-    uint2 xk[VLOADS], xq[VLOADS];
-    float4 xg[VLOADS];
+  for (int32_t e0 = 4 * tid; vld && e0 < nc * K; e0 += 4 * LOADS * NT) {
+    uint2 xk[LOADS], xq[LOADS];
+    float4 xg[LOADS];
 #pragma unroll
-    for (int u = 0; u < VLOADS; u++) {
+    for (int u = 0; u < LOADS; u++) {
       const int32_t e = e0 + 4 * u * NT, i = e / K, d = e - i * K;
       if (e < nc * K) {
         xk[u] = *reinterpret_cast<const uint2 *>(a.r.k.data + (c0 + i) * a.r.k.tok + h * a.r.k.head + d);
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
       }
     }
 #pragma unroll
-    for (int u = 0; u < VLOADS; u++) {
+    for (int u = 0; u < LOADS; u++) {
       const int32_t e = e0 + 4 * u * NT, i = e / K, d = e - i * K;
       if (e < nc * K) {
         *reinterpret_cast<float4 *>(Kn + i * KP + d) = bf16x4(xk[u]);
