@@ -21,7 +21,6 @@
 #include "kernels/cuda/kda.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
@@ -54,7 +53,6 @@ struct chunk_args {
   int32_t window;
   int64_t c_lo, c_hi;
   float *scratch, *carry;
-  int32_t ahead; /* intra pass: blocks resident at once (a block prefetches the rows of the one this far on); 0 none */
 };
 
 /* The sequence holding chunk c: the last n with chunk_first[n] <= c. */
@@ -136,28 +134,6 @@ __device__ __forceinline__ void wy_terms(float (&acc)[8][4], const float *tp, co
       for (int cc = 0; cc < 4; cc++) acc[r][cc] = kda_mul_add(tb[r], xs[cc], acc[r][cc]);
 }
 
-/* The k, q, g and v rows of the block `ahead` places on in launch order, into L2: it starts about when this one
- * ends, and its loads, the pass's largest wait, then come from L2, not from memory. Thread t: row t % C, tensor t / C. */
-__device__ static inline void prefetch_ahead(const chunk_args &a, int32_t K, int32_t V) {
-  const int64_t L = ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) + a.ahead;
-  if (a.ahead <= 0 || L >= (int64_t)gridDim.x * gridDim.y) return;
-  const int64_t c = a.c_lo + L % gridDim.x;
-  const int32_t hv = (int32_t)(L / gridDim.x), h = hv / (a.r.HV / a.r.H), n = seq_of_chunk(a.r.s, c);
-  if (a.r.s.slot[n] < 0) return;
-  int64_t c0;
-  int32_t nc;
-  chunk_span(a.r.s, n, c, c0, nc);
-  const int32_t i = threadIdx.x % C, part = threadIdx.x / C;
-  if (i >= nc) return;
-  const char *p;
-  int32_t bytes;
-  if (part == 0) p = (const char *)(a.r.k.data + (c0 + i) * a.r.k.tok + h * a.r.k.head), bytes = 2 * K;
-  else if (part == 1) p = (const char *)(a.r.q.data + (c0 + i) * a.r.q.tok + h * a.r.q.head), bytes = 2 * K;
-  else if (part == 2) p = (const char *)(a.r.g + ((c0 + i) * a.r.HV + hv) * K), bytes = 4 * K;
-  else p = (const char *)(a.r.v.data + (c0 + i) * a.r.v.tok + hv * a.r.v.head), bytes = 2 * V;
-  for (int32_t o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-}
-
 template <int KT> /* K, or 0: K from the arguments (the index divisions by K are shifts otherwise) */
 __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   extern __shared__ float sm[];
@@ -176,7 +152,6 @@ __global__ void __launch_bounds__(NT, 2) k_chunk_intra(chunk_args a) {
   float *P1 = P0 + (size_t)BLK * KP, *P2 = P1 + (size_t)BLK * KP, *rq = sm + ly.rq, *bt = sm + ly.bt, *rk = sm + ly.rk;
   float *gs = A; /* g's rows [nc][K] until G is free: A and the panels (2 C (C + 1) floats at least) */
   const chunk_scr out = scr_at(a.scratch, blockIdx.x, a.r.HV, hv, K, V);
-  prefetch_ahead(a, K, V);
 
   /* q row i normalised and scaled, element d: made once into Qg's scratch (Qg = it times exp(G) at the end),
    * so the loops that read it hold no division (whose slow-path branch would keep their expfs apart) */
@@ -809,18 +784,12 @@ extern "C" dsp_status dsp_cu_kda_chunked(int32_t H, int32_t HV, int32_t K, int32
   if (s->num_seqs > 65535 || HV > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda chunked: %d sequences of %d heads", (int)s->num_seqs, (int)HV);
   if (tile <= 0) tile = 32;
   if (tile != 16 && tile != 32 && tile != 64) return dsp_fail(DSP_ERR_ARG, "cuda kda chunked: value tile %d (16, 32 or 64)", (int)tile);
-  chunk_args a = {{H, HV, K, V, 0, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride},
-                  window, c_lo, c_hi, scratch, carry, 0};
+  const chunk_args a = {{H, HV, K, V, 0, qk_raw, scale, *s, q, k, v, g, beta, o_data, o_tok, o_head, state, slot_stride},
+                        window, c_lo, c_hi, scratch, carry};
   if (c_hi > c_lo) {
     const size_t smem = intra_smem(K, V);
     void (*kern)(chunk_args) = K == 128 ? k_chunk_intra<128> : K == 64 ? k_chunk_intra<64> : k_chunk_intra<0>;
     DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int dev = 0, sms = 0, per_sm = 0;
-    DSP_CUDA_TRY(cudaGetDevice(&dev));
-    DSP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    DSP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem));
-    const char *pf = getenv("DSPARK_KDA_PREFETCH"); /* "0": no prefetch (to measure what it gives) */
-    a.ahead = pf && pf[0] == '0' ? 0 : sms * per_sm;
     kern<<<dim3((unsigned)(c_hi - c_lo), (unsigned)HV), NT, smem, st>>>(a);
     DSP_CUDA_TRY_LAUNCH();
   }
