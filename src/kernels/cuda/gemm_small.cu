@@ -215,6 +215,17 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
       const int row0 = 16 * (C * grp + warp);
 #pragma unroll
       for (int t = 0; t < NT8; t++) {
+        if (f32 == DSP_DEV_OUT_SILU) { /* gate row g, its up row g + 8: feature row0 / 2 + g (devmath.cuh) */
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int tok = 8 * t + 2 * q4 + e;
+            if (row0 + g < n && tok < m)
+              dsp_dev_store_silu(out, (size_t)tok * (size_t)ldo + row0 / 2 + g, d[t][e], d[t][2 + e]);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; e++) d[t][e] = 0.0f;
+          continue;
+        }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);

@@ -11,8 +11,9 @@ extern "C" int dsp_cuda_gemm_wg_supported(int64_t k) {
 
 /* The operands both entry points need: this device, K in 64s, 8-element strides, 16-byte alignment. */
 static dsp_status wg_operands(const lw_dev &dv, const void *a, int64_t lda, const void *w, int64_t n, int64_t k,
-                              int64_t ldo) {
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
+                              int64_t ldo, int f32) {
+  const int64_t cols = f32 == DSP_DEV_OUT_SILU ? n / 2 : n; /* SwiGLU pairs store one column a pair */
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < cols || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
                     (long long)k, (long long)lda, (long long)ldo);
   return DSP_OK;
@@ -23,7 +24,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const voi
                                            cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
-  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo, f32));
   if (nt == 0) nt = dsp_cuda_gemm_wg_tile(m, n);
   if (cluster == 0)
     cluster = nt == 32    ? lw_default_cluster<32, 64>(dv, s)
@@ -114,7 +115,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, con
                                                  cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
-  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo, f32));
   if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);

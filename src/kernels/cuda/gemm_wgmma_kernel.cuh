@@ -277,10 +277,19 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
       const int r = v0 + rc + 16 * w4 + g;
+      /* SwiGLU pairs: r % 16 == g < 8, so this thread holds gate row r and its up row r + 8 (devmath.cuh) */
+      const int feat = (r >> 4) * 8 + (r & 7);
       if (SK == 1) {
 #pragma unroll
         for (int j = 0; j < CW / 8; j++) {
           const int col = m0 + cc0 + 8 * j + 2 * q;
+          if (f32 == DSP_DEV_OUT_SILU) {
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+              if (r < nlim && col + e < m)
+                dsp_dev_store_silu(out, (size_t)(col + e) * (size_t)ldo + feat, d[4 * j + e], d[4 * j + 2 + e]);
+            continue;
+          }
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
@@ -310,6 +319,12 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int p = 1; p < SK; p++) v[0] += x[p].x, v[1] += x[p].y, v[2] += x[p].z, v[3] += x[p].w;
           const int col = m0 + 8 * j + 2 * q;
+          if (f32 == DSP_DEV_OUT_SILU) {
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+              if (r < nlim && col + e < m) dsp_dev_store_silu(out, (size_t)(col + e) * (size_t)ldo + feat, v[e], v[2 + e]);
+            continue;
+          }
 #pragma unroll
           for (int e = 0; e < 4; e++) {
             const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
