@@ -43,7 +43,7 @@
 #                                   earlier one, its bench_kda (PREBUILT=1: both from build-cuda/pre.tgz); t_kda
 #                                   (also under racecheck and memcheck), the CUDA KDA layer and view tests; bench_kda old / new twice (RUNS: extra "VAR=value"
 #                                   runs of this tree, twice, with RUN_ARGS, default decode only); PASSES=1: ncu's
-#                                   durations of both chunked passes at 16384 tokens; fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
+#                                   durations of both chunked passes at 16384 tokens, PASSES=2 of every kernel of one call; fla's peer rows when .whl/ holds its wheels; DETAIL=ncu
 #                                   kernel filter adds one instance's sections, its hottest SASS lines and every
 #                                   line's counts (detail_src.csv.gz), on bench_kda at decode batch DECODE or with
 #                                   BENCH_ARGS (e.g. "--decode '' --prefill 4096" for the chunked passes)
@@ -492,6 +492,12 @@ if [ "$MODE" = kda ]; then
     timeout 150 ncu --cache-control none --clock-control none --kernel-name regex:k_chunk_ --launch-skip 2 --launch-count 2 \
       --section SpeedOfLight --section WarpStateStats build-gpu/bench/bench_kda --backend cuda --decode '' --prefill 16384 \
       --reps 5 2>&1 | grep -E "k_chunk_|Duration|Warp Cycles Per Issued|Compute \(SM\) Throughput" | head -12
+  fi
+  if [ "${PASSES:-0}" = 2 ]; then  # every kernel of the first prefill calls at 16384 tokens (ncu, durations, DRAM bytes)
+    stamp "ncu: every kernel of one prefill call at 16384 tokens"
+    timeout 150 ncu --cache-control none --clock-control none --launch-count 20 \
+      --metrics gpu__time_duration.sum,dram__bytes.sum build-gpu/bench/bench_kda --backend cuda --decode '' \
+      --prefill 16384 --reps 5 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|dram__bytes" | head -60
   fi
   if [ -d /tmp/pyfla ]; then
     stamp "fla peer"
