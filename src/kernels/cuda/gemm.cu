@@ -421,7 +421,9 @@ extern "C" dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *lm, const void *a, in
   return run(lm, a, lda, w, out, m, ldo, 1, s);
 }
 
-extern "C" int dsp_cuda_gemm_pairs_ok(const dsp_cuda_gemm *lm) { return lm->wg && !lm->strict && lm->n % 16 == 0; }
+extern "C" int dsp_cuda_gemm_pairs_ok(const dsp_cuda_gemm *lm) {
+  return lm->wg && !lm->strict && lm->split <= 1 && lm->n % 16 == 0;
+}
 
 extern "C" dsp_status dsp_cuda_gemm_run_silu(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out,
                                              int64_t m, int64_t ldo, cudaStream_t s) {
