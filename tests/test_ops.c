@@ -31,7 +31,6 @@
 #include <cmocka.h>
 
 #include "backend/ops.h"
-#include "core/tensor.h"
 #include "dspark.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/matmul.h"
@@ -368,99 +367,6 @@ static void t_gemm_f32(void **st) {
   g_rng = keep;
   print_message("gemm f32: %ld values compared (rounded against the BF16 output; grid values against the CPU)\n",
                 compared);
-}
-
-/* The SwiGLU product (dsp_op_gemm_silu on a weight from dsp_op_weight_create_swiglu) against the plain product of
- * the same weight then silu_mul of its halves: bit for bit on one backend, for every row count the kernels take
- * (the few-row kernel to 32, the warpgroup tiles past it, the K split where the device picks it), with I a multiple
- * of 8 (on CUDA the product's fused epilogue, which must then be in use unless the weight splits K) and not (the
- * composition), and strict
- * weights; on grid values (exact sums) also against the CPU's. A plain product of the SwiGLU weight either gives
- * the plain weight's bits or is refused as an argument error. The shared random stream is put back. */
-static void t_gemm_silu(void **st) {
-  (void)st;
-  const uint64_t keep = g_rng;
-  /* I, K, strict */
-  const int64_t shapes[][3] = {{2560, 2048, 0}, {256, 2048, 0}, {260, 1024, 0}, {40, 256, 0}, {68, 256, 0}, {40, 192, 1}};
-  const int64_t ms[] = {1, 7, 16, 32, 33, 300}, M = 300;
-  long compared = 0, fused = 0;
-  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-    const int64_t I = shapes[si][0], N = 2 * I, K = shapes[si][1];
-    const int strict = (int)shapes[si][2];
-    for (int grid = 0; grid < 2; grid++) {
-      uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *gu = malloc((size_t)(M * N) * 2);
-      uint16_t *ref = malloc((size_t)(M * I) * 2), *got = malloc((size_t)(M * I) * 2), *cpu = malloc((size_t)(M * I) * 2);
-      for (int64_t i = 0; i < M * K; i++) a[i] = grid ? grid_val() : rand_val();
-      for (int64_t i = 0; i < N * K; i++) w[i] = grid ? grid_val() : rand_val();
-      dsp_weight *wp, *ws, *wc = NULL;
-      const dsp_tensor wv = dsp_tensor_2d(w, DSP_BF16, N, K);
-      assert_int_equal(dsp_op_weight_create(g_be, 0, &wv, strict, &wp), DSP_OK);
-      assert_int_equal(dsp_op_weight_create_swiglu(g_be, 0, &wv, strict, &ws), DSP_OK);
-      if (g_cpu && grid) assert_int_equal(dsp_op_weight_create_swiglu(g_cpu, 0, &wv, 0, &wc), DSP_OK);
-      const char *how = dsp_op_weight_describe(g_be, ws);
-      const int pairs = strstr(how, "SwiGLU pairs") != NULL;
-      if (g_cuda && I % 8 == 0 && strstr(how, "own wgmma") && !strstr(how, "K split") && !pairs)
-        fail_msg("gemm silu I %lld K %lld: the own kernel's fused epilogue is not in use: %s", (long long)I,
-                 (long long)K, how);
-      fused += pairs;
-      void *da = dev_put(g_be, a, (size_t)(M * K) * 2), *dg = dev_put(g_be, NULL, (size_t)(M * N) * 2);
-      void *dr = dev_put(g_be, NULL, (size_t)(M * I) * 2), *dt = dev_put(g_be, NULL, (size_t)(M * I) * 2);
-      for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
-        const int64_t m = ms[j];
-        dsp_tensor av = {.data = da, .dtype = DSP_BF16, .ndim = 2, .shape = {m, K}, .stride = {K, 1}};
-        dsp_tensor gv = {.data = dg, .dtype = DSP_BF16, .ndim = 2, .shape = {m, N}, .stride = {N, 1}};
-        dsp_tensor rv = {.data = dr, .dtype = DSP_BF16, .ndim = 2, .shape = {m, I}, .stride = {I, 1}};
-        dsp_tensor tv = rv;
-        tv.data = dt;
-        assert_int_equal(dsp_op_gemm(g_be, 0, &av, wp, &gv), DSP_OK);
-        const dsp_tensor g = dsp_tensor_cols(&gv, 0, I), u = dsp_tensor_cols(&gv, I, N);
-        assert_int_equal(dsp_op_silu_mul(g_be, 0, &g, &u, &rv), DSP_OK);
-        dev_get(g_be, ref, dr, (size_t)(m * I) * 2);
-        dev_get(g_be, gu, dg, (size_t)(m * N) * 2);
-        for (int64_t i = 0; i < m * I; i++) got[i] = (uint16_t)~ref[i]; /* stale bits must not pass */
-        assert_int_equal(dsp_op_upload(g_be, 0, dt, got, (size_t)(m * I) * 2), DSP_OK);
-        const dsp_status sf = dsp_op_gemm_silu(g_be, 0, &av, ws, &gv, &tv);
-        if (sf != DSP_OK) fail_msg("gemm silu I %lld K %lld M %lld (%s): %s", (long long)I, (long long)K, (long long)m,
-                                   how, dsp_error_message());
-        dev_get(g_be, got, dt, (size_t)(m * I) * 2);
-        long differ = 0, cross = 0;
-        for (int64_t i = 0; i < m * I; i++) differ += got[i] != ref[i];
-        if (wc) { /* the CPU's fused op on the same rows */
-          dsp_tensor cav = av, cgv = gv, ctv = tv;
-          uint16_t *cg = malloc((size_t)(m * N) * 2);
-          cav.data = a, cgv.data = cg, ctv.data = cpu;
-          assert_int_equal(dsp_op_gemm_silu(g_cpu, 0, &cav, wc, &cgv, &ctv), DSP_OK);
-          for (int64_t i = 0; i < m * I; i++) cross += cpu[i] != got[i];
-          free(cg);
-        }
-        /* the SwiGLU weight through the plain product: its bits or an argument error */
-        uint16_t *gp = malloc((size_t)(m * N) * 2);
-        const dsp_status sp = dsp_op_gemm(g_be, 0, &av, ws, &gv);
-        if (sp == DSP_OK) {
-          dev_get(g_be, gp, dg, (size_t)(m * N) * 2);
-          if (memcmp(gp, gu, (size_t)(m * N) * 2))
-            fail_msg("gemm silu I %lld K %lld M %lld: the SwiGLU weight's plain product differs from the plain weight's",
-                     (long long)I, (long long)K, (long long)m);
-        } else if (sp != DSP_ERR_ARG) {
-          fail_msg("gemm silu I %lld K %lld M %lld: the plain product of a SwiGLU weight: %s", (long long)I,
-                   (long long)K, (long long)m, dsp_error_message());
-        }
-        free(gp);
-        compared += (long)(m * I);
-        if (differ || cross)
-          fail_msg("gemm silu I %lld K %lld M %lld (%s, %s): %ld of %lld outputs differ from the product then silu_mul, "
-                   "%ld from the CPU's", (long long)I, (long long)K, (long long)m, how, grid ? "grid" : "random", differ,
-                   (long long)(m * I), cross);
-      }
-      dsp_op_release(g_be, 0, da), dsp_op_release(g_be, 0, dg), dsp_op_release(g_be, 0, dr), dsp_op_release(g_be, 0, dt);
-      dsp_op_weight_free(g_be, wp), dsp_op_weight_free(g_be, ws);
-      if (wc) dsp_op_weight_free(g_cpu, wc);
-      free(a), free(w), free(gu), free(ref), free(got), free(cpu);
-    }
-  }
-  g_rng = keep;
-  print_message("gemm silu: %ld values compared against the product then silu_mul (%ld weights with the fused epilogue)\n",
-                compared, fused);
 }
 
 /* ---- attention ------------------------------------------------------------------
@@ -1480,7 +1386,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_gemm_silu), cmocka_unit_test(t_markov_step),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
                                        cmocka_unit_test(t_copy), cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_attention_batch), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -115,11 +115,6 @@ typedef struct {
   void (*thread_enter)(dsp_backend *be, int dev);
   /* Memory in use (ops.h; NULL: not known) */
   dsp_status (*memory_used)(dsp_backend *be, int dev, size_t *bytes);
-  /* A [gate; up] weight in the row order of the backend's fused SwiGLU product, and that product (ops.h; NULL:
-   * weight_create, and gemm then silu_mul). gemm_silu sets *done = 0 where it leaves a call to the composition. */
-  dsp_status (*weight_create_swiglu)(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
-  dsp_status (*gemm_silu)(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *out,
-                          int *done);
 } dsp_backend_ops;
 
 struct dsp_backend {

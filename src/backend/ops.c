@@ -6,7 +6,6 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "core/status.h"
-#include "core/tensor.h"
 
 static dsp_status check_dev(const dsp_backend *be, int dev) {
   if (!be) return dsp_fail(DSP_ERR_ARG, "op: no backend");
@@ -48,27 +47,14 @@ dsp_status dsp_op_sync(dsp_backend *be, int dev) {
   return be->ops->sync(be, dev);
 }
 
-static dsp_status check_weight(dsp_backend *be, int dev, const dsp_tensor *host, dsp_weight **out) {
+dsp_status dsp_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {
   if (!out) return dsp_fail(DSP_ERR_ARG, "op weight: NULL output");
   *out = NULL;
   DSP_TRY(check_dev(be, dev));
   if (!host || host->dtype != DSP_BF16 || host->ndim != 2 || host->shape[0] < 1 || host->shape[1] < 1 ||
       host->stride[1] != 1 || host->stride[0] < host->shape[1] || !host->data)
     return dsp_fail(DSP_ERR_SHAPE, "op weight: want a non-empty [N, K] BF16 host view with contiguous rows");
-  return DSP_OK;
-}
-
-dsp_status dsp_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {
-  DSP_TRY(check_weight(be, dev, host, out));
   return be->ops->weight_create(be, dev, host, strict, out);
-}
-
-dsp_status dsp_op_weight_create_swiglu(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {
-  DSP_TRY(check_weight(be, dev, host, out));
-  if (host->shape[0] % 2)
-    return dsp_fail(DSP_ERR_SHAPE, "op weight (swiglu): %lld rows, not a [gate; up] pair", (long long)host->shape[0]);
-  return (be->ops->weight_create_swiglu ? be->ops->weight_create_swiglu : be->ops->weight_create)(be, dev, host,
-                                                                                                 strict, out);
 }
 
 void dsp_op_weight_free(dsp_backend *be, dsp_weight *w) {
@@ -87,25 +73,6 @@ dsp_status dsp_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_
   if (a->stride[1] != 1 || c->stride[1] != 1 || c->shape[0] != a->shape[0])
     return dsp_fail(DSP_ERR_SHAPE, "op gemm: rows of a and c must agree and be contiguous");
   return be->ops->gemm(be, dev, a, w, c);
-}
-
-dsp_status dsp_op_gemm_silu(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *gu,
-                            dsp_tensor *out) {
-  DSP_TRY(check_dev(be, dev));
-  if (!a || !w || !gu || !out) return dsp_fail(DSP_ERR_ARG, "op gemm_silu: NULL argument");
-  if (a->dtype != DSP_BF16 || gu->dtype != DSP_BF16 || out->dtype != DSP_BF16 || a->ndim != 2 || gu->ndim != 2 ||
-      out->ndim != 2 || gu->shape[1] != 2 * out->shape[1] || gu->shape[0] != a->shape[0] ||
-      out->shape[0] != a->shape[0] || a->stride[1] != 1 || gu->stride[1] != 1 || out->stride[1] != 1)
-    return dsp_fail(DSP_ERR_SHAPE, "op gemm_silu: want a [M, K], gu [M, 2I] and out [M, I], BF16 with contiguous rows");
-  if (be->ops->gemm_silu) {
-    int done = 0;
-    DSP_TRY(be->ops->gemm_silu(be, dev, a, w, out, &done));
-    if (done) return DSP_OK;
-  }
-  DSP_TRY(dsp_op_gemm(be, dev, a, w, gu));
-  const int64_t I = out->shape[1];
-  const dsp_tensor g = dsp_tensor_cols(gu, 0, I), u = dsp_tensor_cols(gu, I, 2 * I);
-  return dsp_op_silu_mul(be, dev, &g, &u, out);
 }
 
 dsp_status dsp_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a) {

@@ -36,16 +36,6 @@ void dsp_op_weight_free(dsp_backend *be, dsp_weight *w);
 /* Which kernel the weight's products run (e.g. "avx512f panels", "own wgmma kernel, ..."). */
 const char *dsp_op_weight_describe(const dsp_backend *be, const dsp_weight *w);
 
-/* A SwiGLU MLP's [gate; up] weight [2I, K] (gate_proj's I rows, then up_proj's) for dsp_op_gemm_silu. A backend
- * may keep its rows in another order (CUDA: interleaved for the product's fused epilogue), and dsp_op_gemm then
- * refuses the weight. */
-dsp_status dsp_op_weight_create_swiglu(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
-/* out = silu_mul(gate, up) of the product a w^T, w from dsp_op_weight_create_swiglu: the bits of dsp_op_gemm into
- * gu, then dsp_op_silu_mul of gu's two halves into out. gu [M, 2I] BF16 is scratch the backend may leave unwritten
- * (a fused product) or overwrite; out [M, I] BF16. */
-dsp_status dsp_op_gemm_silu(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *gu,
-                            dsp_tensor *out);
-
 /* c[m, n] = sum_k a[m, k] * w[n, k] (contract 2): a [M, K] BF16, c [M, N] BF16
  * (rounded once) or F32 (the accumulator as is: partial sums a row-parallel
  * layer all-reduces) with unit column stride; rows may be strided. */

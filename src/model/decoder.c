@@ -85,8 +85,7 @@ dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, c
   DSP_TRY(weight_rows(be, dev, host, (s->hq + 2 * s->hkv) * D, H, &L->qkv));
   dsp_dec_copy_rows(host, &g, r * s->inter, s->inter);
   dsp_dec_copy_rows(host + s->inter * H, &u, r * s->inter, s->inter);
-  const dsp_tensor gu = dsp_tensor_2d(host, DSP_BF16, 2 * s->inter, H);
-  DSP_TRY(dsp_op_weight_create_swiglu(be, dev, &gu, -1, &L->gate_up));
+  DSP_TRY(weight_rows(be, dev, host, 2 * s->inter, H, &L->gate_up));
   /* o and down: this rank's input columns (row-parallel) */
   dsp_tensor oc = dsp_tensor_cols(&o, r * s->hq * D, (r + 1) * s->hq * D);
   DSP_TRY(dsp_op_weight_create(be, dev, &oc, -1, &L->o));
@@ -181,6 +180,8 @@ dsp_status dsp_dec_layer_forward(dsp_backend *be, int dev, const dsp_dec_layer *
   DSP_TRY(dsp_op_attention(be, dev, &aa));
   DSP_TRY(residual(be, dev, s, a, &attn, L->o, M, io->comm, &L->post_norm));
   dsp_tensor gu = dsp_dec_rows(a->gu, M), act = dsp_dec_rows(a->act, M);
-  DSP_TRY(dsp_op_gemm_silu(be, dev, &h, L->gate_up, &gu, &act));
+  DSP_TRY(dsp_op_gemm(be, dev, &h, L->gate_up, &gu));
+  dsp_tensor g = dsp_dec_cols(gu, 0, s->inter), u = dsp_dec_cols(gu, s->inter, s->inter);
+  DSP_TRY(dsp_op_silu_mul(be, dev, &g, &u, &act));
   return residual(be, dev, s, a, &act, L->down, M, io->comm, io->next_norm);
 }

@@ -24,8 +24,6 @@ extern "C" {
 
 struct dsp_weight {
   int device, strict;
-  int pairs;             /* a [gate; up] weight with rows interleaved for the fused SwiGLU product (gemm.h) */
-  char desc[360];        /* pairs: the product's description and the epilogue's */
   int64_t n, k;
   uint16_t *d;           /* [n][k] */
   dsp_cuda_gemm *g;
@@ -76,33 +74,8 @@ extern "C" dsp_status dsp_cuda_op_sync(dsp_backend *be, int dev) {
   return DSP_OK;
 }
 
-/* The host rows into w->d: as they are, or (pairs) gate row 8b + i at 16b + i and up row 8b + i at 16b + 8 + i. On
- * the backend's stream and complete on return: a plain cudaMemcpy2D from pageable memory may return before its DMA
- * lands, and the backend's non-blocking stream would not wait for the legacy stream's copy. */
-static cudaError_t upload_rows(dsp_weight *w, const dsp_tensor *host, cudaStream_t st) {
-  const size_t rb = (size_t)w->k * 2, sp = (size_t)host->stride[0] * 2;
-  const uint16_t *src = (const uint16_t *)host->data;
-  cudaError_t e = cudaSuccess;
-  if (!w->pairs) {
-    e = cudaMemcpy2DAsync(w->d, rb, src, sp, rb, (size_t)w->n, cudaMemcpyHostToDevice, st);
-  } else {
-    const int64_t I = w->n / 2;
-    for (int half = 0; half < 2 && e == cudaSuccess; half++) {
-      const uint16_t *h = src + (size_t)(half * I) * (size_t)host->stride[0];
-      uint16_t *d = w->d + (size_t)(8 * half) * (size_t)w->k;
-      if (host->stride[0] == w->k) /* each group of 8 rows is one contiguous piece */
-        e = cudaMemcpy2DAsync(d, 16 * rb, h, 8 * rb, 8 * rb, (size_t)(I / 8), cudaMemcpyHostToDevice, st);
-      else
-        for (int64_t b = 0; b < I / 8 && e == cudaSuccess; b++)
-          e = cudaMemcpy2DAsync(d + (size_t)(16 * b) * (size_t)w->k, rb, h + (size_t)(8 * b) * (size_t)host->stride[0],
-                                sp, rb, 8, cudaMemcpyHostToDevice, st);
-    }
-  }
-  return e == cudaSuccess ? cudaStreamSynchronize(st) : e;
-}
-
-static dsp_status weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, int swiglu,
-                                dsp_weight **out) {
+extern "C" dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict,
+                                                dsp_weight **out) {
   DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
   dsp_weight *w = (dsp_weight *)calloc(1, sizeof *w);
   if (!w) return dsp_fail(DSP_ERR_NOMEM, "cuda weight: out of memory");
@@ -110,33 +83,27 @@ static dsp_status weight_create(dsp_backend *be, int dev, const dsp_tensor *host
   w->strict = strict < 0 ? dsp_env_get()->cuda_strict : strict != 0;
   w->n = host->shape[0];
   w->k = host->shape[1];
-  /* the product's kernel choice first: whether it runs SwiGLU pairs decides the rows' order */
-  dsp_status s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA_SPLIT, &w->g);
-  w->pairs = s == DSP_OK && swiglu && dsp_cuda_gemm_pairs_ok(w->g);
-  if (s == DSP_OK && cudaMalloc((void **)&w->d, (size_t)(w->n * w->k) * 2) != cudaSuccess) {
+  dsp_status s = DSP_OK;
+  if (cudaMalloc((void **)&w->d, (size_t)(w->n * w->k) * 2) != cudaSuccess) {
     cudaGetLastError();
     s = dsp_fail(DSP_ERR_NOMEM, "cuda weight: no device memory for [%lld, %lld]", (long long)w->n, (long long)w->k);
   }
-  if (s == DSP_OK && upload_rows(w, host, dsp_cuda_stream(be, dev)) != cudaSuccess)
+  /* on the backend's stream and complete on return: a plain cudaMemcpy2D from
+     pageable memory may return before its DMA lands, and the backend's
+     non-blocking stream would not wait for the legacy stream's copy */
+  cudaStream_t st = dsp_cuda_stream(be, dev);
+  if (s == DSP_OK && (cudaMemcpy2DAsync(w->d, (size_t)w->k * 2, host->data, (size_t)host->stride[0] * 2,
+                                        (size_t)w->k * 2, (size_t)w->n, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+                      cudaStreamSynchronize(st) != cudaSuccess))
     s = dsp_fail(DSP_ERR_DEVICE, "%s:%d: cuda weight upload: %s", __FILE__, __LINE__,
                  cudaGetErrorString(cudaGetLastError()));
+  if (s == DSP_OK) s = dsp_cuda_gemm_create(w->n, w->k, w->strict, DSP_GEMM_WGMMA_SPLIT, &w->g);
   if (s != DSP_OK) {
     dsp_cuda_op_weight_free(be, w);
     return s;
   }
-  if (w->pairs) snprintf(w->desc, sizeof w->desc, "%s; SwiGLU pairs in the epilogue", dsp_cuda_gemm_describe(w->g));
   *out = w;
   return DSP_OK;
-}
-
-extern "C" dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict,
-                                                dsp_weight **out) {
-  return weight_create(be, dev, host, strict, 0, out);
-}
-
-extern "C" dsp_status dsp_cuda_op_weight_create_swiglu(dsp_backend *be, int dev, const dsp_tensor *host, int strict,
-                                                       dsp_weight **out) {
-  return weight_create(be, dev, host, strict, 1, out);
 }
 
 extern "C" void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w) {
@@ -148,13 +115,10 @@ extern "C" void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w) {
   free(w);
 }
 
-extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) {
-  return w->pairs ? w->desc : dsp_cuda_gemm_describe(w->g);
-}
+extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) { return dsp_cuda_gemm_describe(w->g); }
 
 extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,
                                        dsp_tensor *c) {
-  if (w->pairs) return dsp_fail(DSP_ERR_ARG, "op gemm: a SwiGLU weight's rows are interleaved; use op gemm_silu");
   if (a->shape[1] != w->k || c->shape[1] != w->n)
     return dsp_fail(DSP_ERR_SHAPE, "op gemm: a [%lld, %lld], w [%lld, %lld], c [%lld, %lld]", (long long)a->shape[0],
                     (long long)a->shape[1], (long long)w->n, (long long)w->k, (long long)c->shape[0],
@@ -195,21 +159,6 @@ extern "C" dsp_status dsp_cuda_op_allreduce(dsp_backend *be, int dev, dsp_comm *
  * identity as anchors, base and W2 laid out as the kernel reads them; logits
  * come from the sampling instance (every T = 0: greedy selection). Scratch is
  * made per call: this op serves the harness, the head keeps its own buffers. */
-extern "C" dsp_status dsp_cuda_op_gemm_silu(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,
-                                            dsp_tensor *out, int *done) {
-  *done = 0;
-  if (!w->pairs) return DSP_OK; /* ops.c composes the product and silu_mul */
-  if (a->shape[1] != w->k || 2 * out->shape[1] != w->n)
-    return dsp_fail(DSP_ERR_SHAPE, "op gemm_silu: a [%lld, %lld], w [%lld, %lld], out [%lld, %lld]",
-                    (long long)a->shape[0], (long long)a->shape[1], (long long)w->n, (long long)w->k,
-                    (long long)out->shape[0], (long long)out->shape[1]);
-  DSP_CUDA_TRY(cudaSetDevice(be->device[dev]));
-  DSP_TRY(dsp_cuda_gemm_run_silu(w->g, a->data, a->stride[0], w->d, out->data, a->shape[0], out->stride[0],
-                                 dsp_cuda_stream(be, dev)));
-  *done = 1;
-  return DSP_OK;
-}
-
 extern "C" dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a) {
   const int64_t B = a->e->shape[0], R = a->e->shape[1], N = a->w2->n;
   if (a->w2->k != R || a->base->shape[0] != B || a->base->shape[1] < a->n_valid || a->n_valid > N || a->n_valid < 0)

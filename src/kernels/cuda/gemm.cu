@@ -363,13 +363,9 @@ extern "C" dsp_status dsp_cuda_gemm_prepare(dsp_cuda_gemm *lm, int64_t m) {
 static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t ldo,
                       int f32, cudaStream_t s) {
   if (m < 1) return DSP_OK;
-  const int64_t cols = f32 == DSP_DEV_OUT_SILU ? lm->n / 2 : lm->n;
-  if (lda < lm->k || ldo < cols)
-    return dsp_fail(DSP_ERR_ARG, "cuda gemm: lda %lld < K %lld or ldo %lld < %lld output columns", (long long)lda,
-                    (long long)lm->k, (long long)ldo, (long long)cols);
-  if (f32 == DSP_DEV_OUT_SILU && !dsp_cuda_gemm_pairs_ok(lm))
-    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: SwiGLU pairs run on the own kernels with N %% 16 == 0, not on %s "
-                    "(N %lld)", lm->desc, (long long)lm->n);
+  if (lda < lm->k || ldo < lm->n)
+    return dsp_fail(DSP_ERR_ARG, "cuda gemm: lda %lld < K %lld or ldo %lld < N %lld", (long long)lda, (long long)lm->k,
+                    (long long)ldo, (long long)lm->n);
   if (lm->strict) {
     const int vec = lm->k % 8 == 0 && lda % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)w % 16 == 0;
     dim3 grid((unsigned)((lm->n + LM_TILE - 1) / LM_TILE), (unsigned)((m + LM_TILE - 1) / LM_TILE));
@@ -419,15 +415,6 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
 extern "C" dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, float *out,
                                             int64_t m, int64_t ldo, cudaStream_t s) {
   return run(lm, a, lda, w, out, m, ldo, 1, s);
-}
-
-extern "C" int dsp_cuda_gemm_pairs_ok(const dsp_cuda_gemm *lm) {
-  return lm->wg && !lm->strict && lm->split <= 1 && lm->n % 16 == 0;
-}
-
-extern "C" dsp_status dsp_cuda_gemm_run_silu(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, void *out,
-                                             int64_t m, int64_t ldo, cudaStream_t s) {
-  return run(lm, a, lda, w, out, m, ldo, DSP_DEV_OUT_SILU, s);
 }
 
 extern "C" const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *lm) { return lm->desc; }

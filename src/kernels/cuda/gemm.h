@@ -57,14 +57,6 @@ dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *g, const void *a, int64_t lda, const
  * a weight on cuBLASLt gets DSP_ERR_UNSUPPORTED. */
 dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, float *out, int64_t m,
                                  int64_t ldo, cudaStream_t s);
-/* Whether the product runs SwiGLU pairs (dsp_cuda_gemm_run_silu): the own kernels (small and wgmma), N % 16 == 0. */
-int dsp_cuda_gemm_pairs_ok(const dsp_cuda_gemm *g);
-/* A [gate; up] product with silu_mul in its epilogue: w's 2I rows interleaved in 16-row groups (8 gate rows, then
- * the up rows of the same 8 features), out [m][ldo] bf16 (ldo >= I) = bf16(bf16(silu(g)) * u) of the gate and up
- * values the plain product would store: the bits of dsp_cuda_gemm_run on the plain weight then silu_mul.
- * DSP_ERR_UNSUPPORTED where dsp_cuda_gemm_pairs_ok does not hold. */
-dsp_status dsp_cuda_gemm_run_silu(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, void *out, int64_t m,
-                                  int64_t ldo, cudaStream_t s);
 /* "own wgmma kernel, ...", "cublasLt algo 66 tile 24 ... (pinned, ...)" or "strict fmaf chain". */
 const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *g);
 void dsp_cuda_gemm_free(dsp_cuda_gemm *g);

@@ -99,7 +99,7 @@ __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f
       dsp_mma16816(d[t], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * t], f.b[i][2 * t + 1]);
 }
 
-template <int NT8, int SB, bool SILU = false>
+template <int NT8, int SB>
 __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
                                                                void *__restrict__ out, int m, int n, int nkb,
@@ -215,22 +215,11 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
       const int row0 = 16 * (C * grp + warp);
 #pragma unroll
       for (int t = 0; t < NT8; t++) {
-        if constexpr (SILU) { /* gate row g, its up row g + 8: feature row0 / 2 + g (devmath.cuh) */
 #pragma unroll
-          for (int e = 0; e < 2; e++) {
-            const int tok = 8 * t + 2 * q4 + e;
-            if (row0 + g < n && tok < m)
-              dsp_dev_store_silu(out, (size_t)tok * (size_t)ldo + row0 / 2 + g, d[t][e], d[t][2 + e]);
-          }
-#pragma unroll
-          for (int e = 0; e < 4; e++) d[t][e] = 0.0f;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
-            if (row < n && tok < m) dsp_dev_store_sum(out, (size_t)tok * (size_t)ldo + row, d[t][e], f32);
-            d[t][e] = 0.0f;
-          }
+        for (int e = 0; e < 4; e++) {
+          const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
+          if (row < n && tok < m) dsp_dev_store_sum(out, (size_t)tok * (size_t)ldo + row, d[t][e], f32);
+          d[t][e] = 0.0f;
         }
       }
       grp += (int)gridDim.x;
@@ -295,8 +284,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
   DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
   void (*kern)(const CUtensorMap, const CUtensorMap, void *, int, int, int, long long, int, int, int) =
-      f32 == DSP_DEV_OUT_SILU ? (sh.sb == 2 ? gs_kernel<NT8, 2, true> : gs_kernel<NT8, 4, true>)
-                              : (sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>);
+      sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
   cudaLaunchConfig_t cfg = {};
@@ -313,8 +301,7 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
 dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
                   int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
   if (m < 1) return DSP_OK;
-  const int64_t cols = f32 == DSP_DEV_OUT_SILU ? n / 2 : n; /* SwiGLU pairs store one column a pair */
-  if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < cols ||
+  if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < n ||
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): M %lld, K %lld, lda %lld not supported", (long long)m,
                     (long long)k, (long long)lda);

@@ -39,7 +39,7 @@ typedef struct {
 } dsp_gemm_small_shape;
 
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k, k % 64 == 0), out:
- * [m][ldo], bf16, (f32 1) the unrounded fp32 sums or (f32 2) SwiGLU pairs (gemm.h); a and w 16-byte aligned;
+ * [m][ldo], bf16 or (f32) the unrounded fp32 sums; a and w 16-byte aligned;
  * 1 <= m <= DSP_GEMM_SMALL_MAX_M. Enqueued on s, capturable; pdl as
  * dsp_cuda_gemm_wg_run's; shape NULL: the kernel's pick. */
 dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,

@@ -11,19 +11,19 @@ extern "C" int dsp_cuda_gemm_wg_supported(int64_t k) {
 
 /* The operands both entry points need: this device, K in 64s, 8-element strides, 16-byte alignment. */
 static dsp_status wg_operands(const lw_dev &dv, const void *a, int64_t lda, const void *w, int64_t n, int64_t k,
-                              int64_t ldo, int f32) {
-  const int64_t cols = f32 == DSP_DEV_OUT_SILU ? n / 2 : n; /* SwiGLU pairs store one column a pair */
-  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < cols || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
+                              int64_t ldo) {
+  if (!dv.ok || k % LW_BK || ldo % 8 || ldo < n || lda % 8 || lda < k || (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): not supported here (K %lld, lda %lld, ldo %lld)",
                     (long long)k, (long long)lda, (long long)ldo);
   return DSP_OK;
 }
 
-/* S: the SwiGLU pairs' instances (f32 DSP_DEV_OUT_SILU) */
-template <bool S>
-static dsp_status wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
-                         int64_t ldo, int nt, int cluster, int pdl, int f32, cudaStream_t s) {
+extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
+                                           int64_t k, int64_t ldo, int nt, int cluster, int pdl, int f32,
+                                           cudaStream_t s) {
+  if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
   if (nt == 0) nt = dsp_cuda_gemm_wg_tile(m, n);
   if (cluster == 0)
     cluster = nt == 32    ? lw_default_cluster<32, 64>(dv, s)
@@ -36,34 +36,25 @@ static dsp_status wg_run(const void *a, int64_t lda, const void *w, void *out, i
                           : lw_default_cluster<256>(dv, s);
   if (cluster != 1 && cluster != 2)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): cluster %d (1 or 2)", cluster);
-  if (nt == 32) return cluster == 2 ? lw_launch<32, 2, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                    : lw_launch<32, 1, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  if (nt == 64) return cluster == 2 ? lw_launch<64, 2, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                    : lw_launch<64, 1, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  if (nt == 112) return cluster == 2 ? lw_launch<112, 2, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                     : lw_launch<112, 1, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  if (nt == 128) return cluster == 2 ? lw_launch<128, 2, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                     : lw_launch<128, 1, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 32) return cluster == 2 ? lw_launch<32, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                    : lw_launch<32, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 64) return cluster == 2 ? lw_launch<64, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                    : lw_launch<64, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 112) return cluster == 2 ? lw_launch<112, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<112, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 128) return cluster == 2 ? lw_launch<128, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<128, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (nt == (112 | DSP_WG_NARROW))
-    return cluster == 2 ? lw_launch<112, 2, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                        : lw_launch<112, 1, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+    return cluster == 2 ? lw_launch<112, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                        : lw_launch<112, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (nt == (128 | DSP_WG_NARROW))
-    return cluster == 2 ? lw_launch<128, 2, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                        : lw_launch<128, 1, 0, 1, 64, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  if (nt == 224) return cluster == 2 ? lw_launch<224, 2, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                     : lw_launch<224, 1, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
-  if (nt == 256) return cluster == 2 ? lw_launch<256, 2, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
-                                     : lw_launch<256, 1, 0, 1, LW_BM, S>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+    return cluster == 2 ? lw_launch<128, 2, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                        : lw_launch<128, 1, 0, 1, 64>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 224) return cluster == 2 ? lw_launch<224, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<224, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
+  if (nt == 256) return cluster == 2 ? lw_launch<256, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32)
+                                     : lw_launch<256, 1>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   return dsp_fail(DSP_ERR_ARG, "cuda gemm (wgmma): token tile %#x (32, 64, 112, 128, 224 or 256; 112 or 128 narrow)", nt);
-}
-
-extern "C" dsp_status dsp_cuda_gemm_wg_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                           int64_t k, int64_t ldo, int nt, int cluster, int pdl, int f32,
-                                           cudaStream_t s) {
-  if (m < 1) return DSP_OK;
-  DSP_TRY(wg_operands(lw_dev_once(), a, lda, w, n, k, ldo, f32));
-  return f32 == DSP_DEV_OUT_SILU ? wg_run<true>(a, lda, w, out, m, n, k, ldo, nt, cluster, pdl, f32, s)
-                                 : wg_run<false>(a, lda, w, out, m, n, k, ldo, nt, cluster, pdl, f32, s);
 }
 
 /* Past 64 rows: waves of tiles times a tile's time, 0.6 for 112 tokens against 1 for 224 (an H200's
@@ -123,8 +114,7 @@ extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, con
                                                  cudaStream_t s) {
   if (m < 1) return DSP_OK;
   const lw_dev &dv = lw_dev_once();
-  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo, f32));
-  if (f32 == DSP_DEV_OUT_SILU) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (wgmma): SwiGLU pairs with K split");
+  DSP_TRY(wg_operands(dv, a, lda, w, n, k, ldo));
   if (split == 2) return lw_launch<112, 1, 0, 2>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (split == 4) return lw_launch<112, 1, 0, 4>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);
   if (split == 8) return lw_launch<112, 1, 0, 8>(a, lda, w, out, m, n, k, ldo, dv, s, pdl, f32);

@@ -36,9 +36,8 @@ extern "C" {
  * fits shared memory, a tensor-map encoder exists), else 0. */
 int dsp_cuda_gemm_wg_supported(int64_t k);
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k), both 16-byte aligned;
- * out: [m][ldo] (ldo % 8 == 0), bf16, or with f32 1 the fp32 sums before their
- * rounding (a row-parallel product's partials), or with f32 2 (DSP_DEV_OUT_SILU)
- * SwiGLU pairs, n / 2 columns (gemm.h, dsp_cuda_gemm_run_silu). nt: 0 picks the token tile by M
+ * out: [m][ldo] (ldo % 8 == 0), bf16, or with f32 the fp32 sums before their
+ * rounding (a row-parallel product's partials). nt: 0 picks the token tile by M
  * (dsp_cuda_gemm_wg_tile); 32, 64, 112, 128, 224 or 256 (112 and 128 also with
  * DSP_WG_NARROW) forces one. cluster: 0 the default (2 where pairs of blocks fill at least
  * 15/16 of the SMs, else 1), 1 single blocks, 2 pairs of blocks that share the

@@ -148,7 +148,7 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  *
  * BM 64 (no split): the tile is 64 vocabulary rows; each consumer warpgroup multiplies them with its half of
  * the token tile. An element's k groups and instructions are those of BM 128 (m64 wgmma), only N is narrower. */
-template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM, bool SILU = false>
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lw_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap ta, void *__restrict__ out,
               int m, int n, int nkb, long long ldo, int nmt, int nvt, int nwalk, int stages, int f32) {
@@ -277,23 +277,14 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
       const int nlim = store ? n : 0; /* a predicate, not a branch (C7520 again) */
       /* d[4 j + {0, 1, 2, 3}] = (row r, token 8 j + 2 q), (r, + 1), (r + 8, 8 j + 2 q), (r + 8, + 1) */
       const int r = v0 + rc + 16 * w4 + g;
-      /* SwiGLU pairs: r % 16 == g < 8, so this thread holds gate row r and its up row r + 8 (devmath.cuh) */
-      const int feat = (r >> 4) * 8 + (r & 7);
       if (SK == 1) {
 #pragma unroll
         for (int j = 0; j < CW / 8; j++) {
           const int col = m0 + cc0 + 8 * j + 2 * q;
-          if constexpr (SILU) {
 #pragma unroll
-            for (int e = 0; e < 2; e++)
-              if (r < nlim && col + e < m)
-                dsp_dev_store_silu(out, (size_t)(col + e) * (size_t)ldo + feat, d[4 * j + e], d[4 * j + 2 + e]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-              if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, d[4 * j + e], f32);
-            }
+          for (int e = 0; e < 4; e++) {
+            const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+            if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, d[4 * j + e], f32);
           }
         }
       } else {
@@ -319,16 +310,10 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #pragma unroll
           for (int p = 1; p < SK; p++) v[0] += x[p].x, v[1] += x[p].y, v[2] += x[p].z, v[3] += x[p].w;
           const int col = m0 + 8 * j + 2 * q;
-          if constexpr (SILU) {
 #pragma unroll
-            for (int e = 0; e < 2; e++)
-              if (r < nlim && col + e < m) dsp_dev_store_silu(out, (size_t)(col + e) * (size_t)ldo + feat, v[e], v[2 + e]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
-              if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, v[e], f32);
-            }
+          for (int e = 0; e < 4; e++) {
+            const int rr = r + 8 * (e >> 1), cc = col + (e & 1);
+            if (rr < nlim && cc < m) dsp_dev_store_sum(out, (size_t)cc * (size_t)ldo + rr, v[e], f32);
           }
         }
         dsp_named_sync(256); /* every consumer has read its columns; one thread tells the blocks */
@@ -391,14 +376,14 @@ const lw_dev &lw_dev_once() {
   return dv;
 }
 
-template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM, bool SILU = false>
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
   constexpr int CS = CL * SK;
   static std::atomic<int> resident{0};
   if (!resident.load()) {
     cfg.gridDim = dim3((unsigned)(dv.sms / CS * CS));
     int nc = 0;
-    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART, SK, BM, SILU>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&nc, lw_kernel<NT, CL, PART, SK, BM>, &cfg) != cudaSuccess) {
       cudaGetLastError();
       return 0;
     }
@@ -411,11 +396,11 @@ int lw_resident(const lw_dev &dv, cudaLaunchConfig_t cfg) {
 }
 
 /* The launch configuration of an instance (its shared memory opted in on the current device). */
-template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM, bool SILU = false>
+template <int NT, int CL, int PART, int SK = 1, int BM = LW_BM>
 dsp_status lw_config(const lw_dev &dv, cudaStream_t s, cudaLaunchAttribute *attr, cudaLaunchConfig_t *cfg) {
   const size_t smem = lw_smem<NT, SK, BM>(lw_stages<NT, SK, BM>(dv.optin));
   /* per call: the opt-in is per device, and one process may drive several (TP threads) */
-  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART, SK, BM, SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DSP_CUDA_TRY(cudaFuncSetAttribute(lw_kernel<NT, CL, PART, SK, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem));
   *cfg = cudaLaunchConfig_t{};
   cfg->blockDim = dim3(LW_THREADS);
@@ -461,8 +446,7 @@ int lw_split_resident(const lw_dev &dv) {
   return lw_resident<NT, 1, 0, SK>(dv, cfg);
 }
 
-/* SILU: the SwiGLU pairs' epilogue (gemm.h), its own instance so the plain ones keep their code */
-template <int NT, int CL, int PART = 0, int SK = 1, int BM = LW_BM, bool SILU = false>
+template <int NT, int CL, int PART = 0, int SK = 1, int BM = LW_BM>
 dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k,
                      int64_t ldo, const lw_dev &dv, cudaStream_t s, bool pdl = false, int f32 = 0) {
   const int stages = lw_stages<NT, SK, BM>(dv.optin);
@@ -475,13 +459,13 @@ dsp_status lw_launch(const void *a, int64_t lda, const void *w, void *out, int64
   const int nmt = (int)((m + NT - 1) / NT), nvt = (int)((n + BM - 1) / BM);
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg;
-  DSP_TRY((lw_config<NT, CL, PART, SK, BM, SILU>(dv, s, attr, &cfg)));
+  DSP_TRY((lw_config<NT, CL, PART, SK, BM>(dv, s, attr, &cfg)));
   if (pdl) attr[1] = dsp_pdl_attribute(), cfg.numAttrs = 2;
-  const int most = lw_resident<NT, CL, PART, SK, BM, SILU>(dv, cfg); /* clusters that fit at once */
+  const int most = lw_resident<NT, CL, PART, SK, BM>(dv, cfg); /* clusters that fit at once */
   if (most < 1) return dsp_fail(DSP_ERR_DEVICE, "cuda lm head (wgmma): no resident cluster of %d", CL * SK);
   const int nwalk = nmt * ((nvt + CL - 1) / CL), walkers = nwalk < most ? nwalk : most;
   cfg.gridDim = dim3((unsigned)(walkers * CL * SK));
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK, BM, SILU>, tw, ta, out, (int)m, (int)n,
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, lw_kernel<NT, CL, PART, SK, BM>, tw, ta, out, (int)m, (int)n,
                                   (int)(k / LW_BK), (long long)ldo, nmt, nvt, nwalk, stages, f32));
   return DSP_OK;
 }

@@ -322,7 +322,8 @@ __device__ __forceinline__ uint16_t elem_op(float x, float yb, float pv) {
   if (OP == 0) { /* add */
     y = __fadd_rn(x, yb);
   } else if (OP == 1) { /* silu(g) * u */
-    y = dsp_dev_silu_mul(x, yb);
+    const float sg = dsp_dev_round_bf16(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))));
+    y = __fmul_rn(sg, yb);
   } else { /* x + bf16(p) */
     y = __fadd_rn(x, dsp_dev_round_bf16(pv));
   }

@@ -68,21 +68,6 @@ __device__ __forceinline__ void dsp_dev_store_sum(void *out, size_t i, float v, 
   else ((uint16_t *)out)[i] = dsp_dev_bf16_bits(v);
 }
 
-/* silu_mul's element from bf16 inputs g and u: bf16(silu(g)) * u, before the output's rounding. */
-__device__ __forceinline__ float dsp_dev_silu_mul(float g, float u) {
-  return __fmul_rn(dsp_dev_round_bf16(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g)))), u);
-}
-
-/* Output modes of the products' epilogues (gemm.h): bf16, the fp32 sums, or SwiGLU pairs (a [gate; up] weight's
- * rows interleaved in 16-row groups, 8 gate rows then the same features' 8 up rows: the product's bf16 gate and up
- * values go through silu_mul's element and only the feature's output is stored, at column (row / 16) * 8 + row % 8). */
-enum { DSP_DEV_OUT_BF16 = 0, DSP_DEV_OUT_F32 = 1, DSP_DEV_OUT_SILU = 2 };
-
-/* One SwiGLU output from the fp32 sums of its gate and up rows: the bits of storing both as bf16 and then silu_mul. */
-__device__ __forceinline__ void dsp_dev_store_silu(void *out, size_t i, float g, float u) {
-  ((uint16_t *)out)[i] = dsp_dev_bf16_bits(dsp_dev_silu_mul(dsp_dev_round_bf16(g), dsp_dev_round_bf16(u)));
-}
-
 /* fp32 output with the canonical NaN. */
 __device__ __forceinline__ float dsp_dev_canon_f32(float f) { return f != f ? __uint_as_float(0x7FC00000u) : f; }
 
