@@ -494,7 +494,7 @@ if [ "$MODE" = kda ]; then
       --reps 5 2>&1 | grep -E "k_chunk_|Duration|Warp Cycles Per Issued|Compute \(SM\) Throughput" | head -12
   fi
   if [ "${PASSES:-0}" = 2 ]; then  # every kernel of the first prefill calls at 16384 tokens (ncu, durations, DRAM bytes)
-    stamp "ncu: every kernel of one prefill call at 16384 tokens"
+    stamp "ncu: every kernel of the first prefill calls at 16384 tokens (20 launches)"
     timeout 150 ncu --cache-control none --clock-control none --launch-count 20 \
       --metrics gpu__time_duration.sum,dram__bytes.sum build-gpu/bench/bench_kda --backend cuda --decode '' \
       --prefill 16384 --reps 5 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|dram__bytes" | head -60
