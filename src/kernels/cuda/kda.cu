@@ -75,10 +75,7 @@ __global__ void k_conv_rows(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int
       for (int j = 0; j < W1; j++) win[j] = win[j + 1];
     }
     win[W1] = x[t * x_tok + c];
-    float acc = b;
-#pragma unroll
-    for (int j = 0; j < W; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], dsp_dev_bf16_val(win[j])));
-    y[t * y_tok + c] = dsp_dev_bf16_bits(acc / (1.0f + dsp_dev_expf(-acc)));
+    y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win, w, W, b)); /* W constant: inlined, win in registers */
   }
 }
 
