@@ -39,6 +39,46 @@ __global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16
   }
 }
 
+/* The same outputs for a width W known at compile time: a thread keeps one channel's weights and its window in
+ * registers over CONV_TT consecutive tokens (k_conv_out reloads W inputs and W weights a token, its window in
+ * local memory), rebuilding the window where the sequence changes. The same sums in the same order. */
+#define CONV_TT 16
+template <int W>
+__global__ void k_conv_rows(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok, const float *weight,
+                            const float *bias, const uint16_t *state, int64_t slot_stride, uint16_t *y, int64_t y_tok) {
+  constexpr int W1 = W - 1;
+  const int32_t c = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= D) return;
+  float w[W];
+#pragma unroll
+  for (int j = 0; j < W; j++) w[j] = weight[(int64_t)c * W + j];
+  const float b = bias ? bias[c] : 0.0f;
+  const int64_t tb = (int64_t)blockIdx.x * CONV_TT, te = tb + CONV_TT < s.tokens ? tb + CONV_TT : s.tokens;
+  uint16_t win[W];
+  int32_t prev = -1;
+  for (int64_t t = tb; t < te; t++) {
+    const int32_t n = s.tok_seq[t], slot = s.slot[n];
+    if (slot < 0) {
+      prev = -1;
+      continue;
+    }
+    if (n != prev) { /* the window's older inputs from x or the sequence's conv state */
+      int64_t t0, t1;
+      kda_seq_span(s, n, t0, t1);
+      const bool has = !s.has || s.has[n];
+      const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
+#pragma unroll
+      for (int j = 0; j < W1; j++) win[j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has);
+      prev = n;
+    } else {
+#pragma unroll
+      for (int j = 0; j < W1; j++) win[j] = win[j + 1];
+    }
+    win[W1] = x[t * x_tok + c];
+    y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win, w, W, b)); /* W constant: inlined, win in registers */
+  }
+}
+
 /* One token per sequence (cu NULL: decode, or a verify of one token): output
  * and new window in one pass, thread per (sequence, channel); the sums are
  * k_conv_out's, the window k_conv_state's. */
@@ -102,7 +142,14 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
-  if (s->tokens > 0) {
+  if (s->tokens > 0 && W == 4) { /* Kimi-Linear's width */
+    const unsigned rb = (unsigned)((D + 255) / 256);
+    if (rb > 65535 || (s->tokens + CONV_TT - 1) / CONV_TT > INT32_MAX)
+      return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d channels of %lld tokens", (int)D, (long long)s->tokens);
+    k_conv_rows<4><<<dim3((unsigned)((s->tokens + CONV_TT - 1) / CONV_TT), rb), 256, 0, st>>>(
+        D, *s, x, x_tok, weight, bias, state, slot_stride, y, y_tok);
+    DSP_CUDA_TRY_LAUNCH();
+  } else if (s->tokens > 0) {
     if (cblocks > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d channels", (int)D);
     k_conv_out<<<dim3((unsigned)s->tokens, cblocks), 256, 0, st>>>(D, W, *s, x, x_tok, weight, bias, state, slot_stride,
                                                                   y, y_tok);
