@@ -98,10 +98,11 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
     int nkmax = 1;
     for (int p = 0; p < np; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
     const int pa = 16 * warp + g, na = nks[pa], nb = nks[pa + 8];
-    int wmax = na > nb ? na : nb; /* the warp's longest pair: its tiles past it are skipped */
+    int wmax = na > nb ? na : nb, wmin = na < nb ? na : nb; /* the warp's longest pair (tiles past it are skipped)
+                                                               and shortest (tiles before it need no mask) */
     for (int o = 16; o > 0; o >>= 1) {
-      const int y = __shfl_xor_sync(0xffffffffu, wmax, o);
-      wmax = y > wmax ? y : wmax;
+      const int y = __shfl_xor_sync(0xffffffffu, wmax, o), y2 = __shfl_xor_sync(0xffffffffu, wmin, o);
+      wmax = y > wmax ? y : wmax, wmin = y2 < wmin ? y2 : wmin;
     }
     /* q fragments as the tensor-core form takes them: k step 2c + u reads words 2u, 2u + 1 of the 16-byte piece
        at dims 32c + 8q (loaded a word at a time, so each fragment's four registers are allocated together) */
@@ -148,14 +149,21 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       if (kt0 < wmax) {
         float acc[TT][4];
         pf_qk<TT, DC, KP>(ks + (tl % PF_STAGES) * PF_TILE * KP, 0, g, q, qa, acc);
+        if (mono && kt0 + PF_TILE <= wmin) { /* every key of the tile inside every pair of the warp: no mask */
 #pragma unroll
-        for (int nt = 0; nt < TT; nt++)
+          for (int nt = 0; nt < TT; nt++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) { /* fmaxf, as the comparison, passes over a NaN */
-            const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
-            const float x = key < (h ? nb : na) ? (mono ? acc[nt][e] : pf_score(acc[nt][e], scale)) : -INFINITY;
-            mx[h] = fmaxf(mx[h], x);
-          }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], acc[nt][e]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < TT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* fmaxf, as the comparison, passes over a NaN */
+              const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
+              const float x = key < (h ? nb : na) ? (mono ? acc[nt][e] : pf_score(acc[nt][e], scale)) : -INFINITY;
+              mx[h] = fmaxf(mx[h], x);
+            }
+        }
       }
       __syncthreads(); /* every warp has read this step's tiles before they are refilled */
     }
@@ -176,14 +184,23 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       if (kt0 < wmax) {
         float acc[TT][4];
         pf_qk<TT, DC, KP>(ks + (s % PF_STAGES) * PF_TILE * KP, 0, g, q, qa, acc);
+        if (kt0 + PF_TILE <= wmin) { /* no key of the tile masked */
 #pragma unroll
-        for (int nt = 0; nt < TT; nt++) /* keys in increasing order onto each lane partial (a masked key adds +0) */
+          for (int nt = 0; nt < TT; nt++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
-            const float x = expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[h]));
-            zc[h][nt & 3][e & 1] = __fadd_rn(zc[h][nt & 3][e & 1], key < (h ? nb : na) ? x : 0.0f);
-          }
+            for (int e = 0; e < 4; e++)
+              zc[e >> 1][nt & 3][e & 1] =
+                  __fadd_rn(zc[e >> 1][nt & 3][e & 1], expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[e >> 1])));
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < TT; nt++) /* keys in increasing order onto each lane partial (a masked key adds +0) */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
+              const float x = expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[h]));
+              zc[h][nt & 3][e & 1] = __fadd_rn(zc[h][nt & 3][e & 1], key < (h ? nb : na) ? x : 0.0f);
+            }
+        }
       }
       if (tl % PF_CPT == PF_CPT - 1 || tl == ntl - 1) /* a chunk's tree: xor 16 and 8 over t, 4 and 2 the quad, 1 over e; z in order */
 #pragma unroll
