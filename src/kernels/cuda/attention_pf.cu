@@ -241,18 +241,15 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
           float pv[4];
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int h = e >> 1, key = kt0 + k32 * 32 + n * 8 + 2 * q + (e & 1);
             uint32_t fast;
-            sc[n][e] = expf(__fsub_rn(pf_score(sc[n][e], scale), mx[h]));
-            const float p = dsp_dev_div_fast(sc[n][e], dz[h], fast);
-            const bool in = key < (h ? nb : na);
-            slow |= (uint32_t)in & (fast ^ 1u);
-            pv[e] = in ? p : 0.0f;
+            sc[n][e] = expf(__fsub_rn(pf_score(sc[n][e], scale), mx[e >> 1]));
+            pv[e] = dsp_dev_div_fast(sc[n][e], dz[e >> 1], fast);
+            slow |= fast ^ 1u;
           }
           af[n >> 1][2 * (n & 1)] = dsp_dev_bf16x2_hw(pv[0], pv[1]);
           af[n >> 1][2 * (n & 1) + 1] = dsp_dev_bf16x2_hw(pv[2], pv[3]);
         }
-        if (slow) {
+        if (slow || kt0 + k32 * 32 + 32 > wmin) { /* or a key of the 32 masked: the masks are applied there */
 #pragma unroll
           for (int n = 0; n < 4; n++) {
             float pv[4];
