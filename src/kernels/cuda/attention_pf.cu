@@ -120,9 +120,11 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
     const uint16_t *kb = a.k + (slot * a.max_len) * ts + kvh * D + 8 * cr, *vb = a.v + (slot * a.max_len) * ts + kvh * D + 8 * cr;
     /* steps: the K tiles for the max, again for z, then K and V tiles for p and p.v; keys past the run's are zeros */
     const int ntl = (nkmax + PF_TILE - 1) / PF_TILE, nsteps = 3 * ntl;
-    auto issue = [&](int s) { /* a group for every step, empty past the last, so the waits count steps */
-      if (s < nsteps) {
-        const int k0 = (s % ntl) * PF_TILE, st = s % PF_STAGES;
+    /* steps are issued in order, so the next one's number and tile are counted, not divided out of s */
+    int is = 0, itl = 0;
+    auto issue = [&]() { /* a group for every step, empty past the last, so the waits count steps */
+      if (is < nsteps) {
+        const int k0 = itl * PF_TILE, st = is % PF_STAGES;
         const uint32_t kd = dsp_att_saddr(ks + (st * PF_TILE + rr) * KP + 8 * cr), vd = dsp_att_saddr(vs + (st * PF_TILE + rr) * VP + 8 * cr);
 #pragma unroll
         for (int j = 0; j < PF_TILE / RSTEP; j++) {
@@ -130,21 +132,22 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
           const bool ok = key < nkmax;
           const int64_t off = (int64_t)(ok ? key : 0) * ts;
           dsp_cp16(kd + j * RSTEP * KP * 2, kb + off, ok);
-          if (s >= 2 * ntl) dsp_cp16(vd + j * RSTEP * VP * 2, vb + off, ok);
+          if (is >= 2 * ntl) dsp_cp16(vd + j * RSTEP * VP * 2, vb + off, ok);
         }
       }
       dsp_cp_commit();
+      is++, itl = itl + 1 == ntl ? 0 : itl + 1;
     };
-    auto step = [&](int s) {
-      issue(s + PF_STAGES - 1);
+    auto step = [&]() {
+      issue();
       dsp_cp_wait<PF_STAGES - 1>();
       __syncthreads();
     };
-    for (int i = 0; i < PF_STAGES - 1; i++) issue(i);
+    for (int i = 0; i < PF_STAGES - 1; i++) issue();
 
     float mx[2] = {-INFINITY, -INFINITY};
     for (int tl = 0; tl < ntl; tl++) {
-      step(tl);
+      step();
       const int kt0 = tl * PF_TILE;
       if (kt0 < wmax) {
         float acc[TT][4];
@@ -180,7 +183,7 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       for (int t = 0; t < 4; t++) zc[h][t][0] = zc[h][t][1] = 0.0f;
     for (int tl = 0; tl < ntl; tl++) {
       const int s = ntl + tl, kt0 = tl * PF_TILE;
-      step(s);
+      step();
       if (kt0 < wmax) {
         float acc[TT][4];
         pf_qk<TT, DC, KP>(ks + (s % PF_STAGES) * PF_TILE * KP, 0, g, q, qa, acc);
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       for (int e = 0; e < 4; e++) tw[(4 * n + e) * 32] = cacc[n][e] = 0.0f;
     for (int tl = 0; tl < ntl; tl++) {
       const int s = 2 * ntl + tl, kt0 = tl * PF_TILE;
-      step(s);
+      step();
       const uint16_t *kt = ks + (s % PF_STAGES) * PF_TILE * KP, *vt = vs + (s % PF_STAGES) * PF_TILE * VP;
 #pragma unroll 1
       for (int k32 = 0; k32 < PF_TILE / 32; k32++) { /* 32 keys: four score tiles, then two 16-key p.v groups */
