@@ -98,10 +98,11 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
     int nkmax = 1;
     for (int p = 0; p < np; p++) nkmax = nks[p] > nkmax ? nks[p] : nkmax;
     const int pa = 16 * warp + g, na = nks[pa], nb = nks[pa + 8];
-    int wmax = na > nb ? na : nb; /* the warp's longest pair: its tiles past it are skipped */
+    int wmax = na > nb ? na : nb, wmin = na < nb ? na : nb; /* the warp's longest pair (tiles past it are skipped)
+                                                               and shortest (tiles before it need no mask) */
     for (int o = 16; o > 0; o >>= 1) {
-      const int y = __shfl_xor_sync(0xffffffffu, wmax, o);
-      wmax = y > wmax ? y : wmax;
+      const int y = __shfl_xor_sync(0xffffffffu, wmax, o), y2 = __shfl_xor_sync(0xffffffffu, wmin, o);
+      wmax = y > wmax ? y : wmax, wmin = y2 < wmin ? y2 : wmin;
     }
     /* q fragments as the tensor-core form takes them: k step 2c + u reads words 2u, 2u + 1 of the 16-byte piece
        at dims 32c + 8q (loaded a word at a time, so each fragment's four registers are allocated together) */
@@ -119,9 +120,11 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
     const uint16_t *kb = a.k + (slot * a.max_len) * ts + kvh * D + 8 * cr, *vb = a.v + (slot * a.max_len) * ts + kvh * D + 8 * cr;
     /* steps: the K tiles for the max, again for z, then K and V tiles for p and p.v; keys past the run's are zeros */
     const int ntl = (nkmax + PF_TILE - 1) / PF_TILE, nsteps = 3 * ntl;
-    auto issue = [&](int s) { /* a group for every step, empty past the last, so the waits count steps */
-      if (s < nsteps) {
-        const int k0 = (s % ntl) * PF_TILE, st = s % PF_STAGES;
+    /* steps are issued in order, so the next one's number and tile are counted, not divided out of s */
+    int is = 0, itl = 0;
+    auto issue = [&]() { /* a group for every step, empty past the last, so the waits count steps */
+      if (is < nsteps) {
+        const int k0 = itl * PF_TILE, st = is % PF_STAGES;
         const uint32_t kd = dsp_att_saddr(ks + (st * PF_TILE + rr) * KP + 8 * cr), vd = dsp_att_saddr(vs + (st * PF_TILE + rr) * VP + 8 * cr);
 #pragma unroll
         for (int j = 0; j < PF_TILE / RSTEP; j++) {
@@ -129,33 +132,41 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
           const bool ok = key < nkmax;
           const int64_t off = (int64_t)(ok ? key : 0) * ts;
           dsp_cp16(kd + j * RSTEP * KP * 2, kb + off, ok);
-          if (s >= 2 * ntl) dsp_cp16(vd + j * RSTEP * VP * 2, vb + off, ok);
+          if (is >= 2 * ntl) dsp_cp16(vd + j * RSTEP * VP * 2, vb + off, ok);
         }
       }
       dsp_cp_commit();
+      is++, itl = itl + 1 == ntl ? 0 : itl + 1;
     };
-    auto step = [&](int s) {
-      issue(s + PF_STAGES - 1);
+    auto step = [&]() {
+      issue();
       dsp_cp_wait<PF_STAGES - 1>();
       __syncthreads();
     };
-    for (int i = 0; i < PF_STAGES - 1; i++) issue(i);
+    for (int i = 0; i < PF_STAGES - 1; i++) issue();
 
     float mx[2] = {-INFINITY, -INFINITY};
     for (int tl = 0; tl < ntl; tl++) {
-      step(tl);
+      step();
       const int kt0 = tl * PF_TILE;
       if (kt0 < wmax) {
         float acc[TT][4];
         pf_qk<TT, DC, KP>(ks + (tl % PF_STAGES) * PF_TILE * KP, 0, g, q, qa, acc);
+        if (mono && kt0 + PF_TILE <= wmin) { /* every key of the tile inside every pair of the warp: no mask */
 #pragma unroll
-        for (int nt = 0; nt < TT; nt++)
+          for (int nt = 0; nt < TT; nt++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) { /* fmaxf, as the comparison, passes over a NaN */
-            const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
-            const float x = key < (h ? nb : na) ? (mono ? acc[nt][e] : pf_score(acc[nt][e], scale)) : -INFINITY;
-            mx[h] = fmaxf(mx[h], x);
-          }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], acc[nt][e]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < TT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* fmaxf, as the comparison, passes over a NaN */
+              const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
+              const float x = key < (h ? nb : na) ? (mono ? acc[nt][e] : pf_score(acc[nt][e], scale)) : -INFINITY;
+              mx[h] = fmaxf(mx[h], x);
+            }
+        }
       }
       __syncthreads(); /* every warp has read this step's tiles before they are refilled */
     }
@@ -172,18 +183,27 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       for (int t = 0; t < 4; t++) zc[h][t][0] = zc[h][t][1] = 0.0f;
     for (int tl = 0; tl < ntl; tl++) {
       const int s = ntl + tl, kt0 = tl * PF_TILE;
-      step(s);
+      step();
       if (kt0 < wmax) {
         float acc[TT][4];
         pf_qk<TT, DC, KP>(ks + (s % PF_STAGES) * PF_TILE * KP, 0, g, q, qa, acc);
+        if (kt0 + PF_TILE <= wmin) { /* no key of the tile masked */
 #pragma unroll
-        for (int nt = 0; nt < TT; nt++) /* keys in increasing order onto each lane partial (a masked key adds +0) */
+          for (int nt = 0; nt < TT; nt++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
-            const float x = expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[h]));
-            zc[h][nt & 3][e & 1] = __fadd_rn(zc[h][nt & 3][e & 1], key < (h ? nb : na) ? x : 0.0f);
-          }
+            for (int e = 0; e < 4; e++)
+              zc[e >> 1][nt & 3][e & 1] =
+                  __fadd_rn(zc[e >> 1][nt & 3][e & 1], expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[e >> 1])));
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < TT; nt++) /* keys in increasing order onto each lane partial (a masked key adds +0) */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int h = e >> 1, key = kt0 + nt * 8 + 2 * q + (e & 1);
+              const float x = expf(__fsub_rn(pf_score(acc[nt][e], scale), mx[h]));
+              zc[h][nt & 3][e & 1] = __fadd_rn(zc[h][nt & 3][e & 1], key < (h ? nb : na) ? x : 0.0f);
+            }
+        }
       }
       if (tl % PF_CPT == PF_CPT - 1 || tl == ntl - 1) /* a chunk's tree: xor 16 and 8 over t, 4 and 2 the quad, 1 over e; z in order */
 #pragma unroll
@@ -210,7 +230,7 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
       for (int e = 0; e < 4; e++) tw[(4 * n + e) * 32] = cacc[n][e] = 0.0f;
     for (int tl = 0; tl < ntl; tl++) {
       const int s = 2 * ntl + tl, kt0 = tl * PF_TILE;
-      step(s);
+      step();
       const uint16_t *kt = ks + (s % PF_STAGES) * PF_TILE * KP, *vt = vs + (s % PF_STAGES) * PF_TILE * VP;
 #pragma unroll 1
       for (int k32 = 0; k32 < PF_TILE / 32; k32++) { /* 32 keys: four score tiles, then two 16-key p.v groups */
@@ -224,18 +244,15 @@ __global__ void __launch_bounds__(32 * W, 12 / W) k_attention_pf(dsp_cu_attentio
           float pv[4];
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int h = e >> 1, key = kt0 + k32 * 32 + n * 8 + 2 * q + (e & 1);
             uint32_t fast;
-            sc[n][e] = expf(__fsub_rn(pf_score(sc[n][e], scale), mx[h]));
-            const float p = dsp_dev_div_fast(sc[n][e], dz[h], fast);
-            const bool in = key < (h ? nb : na);
-            slow |= (uint32_t)in & (fast ^ 1u);
-            pv[e] = in ? p : 0.0f;
+            sc[n][e] = expf(__fsub_rn(pf_score(sc[n][e], scale), mx[e >> 1]));
+            pv[e] = dsp_dev_div_fast(sc[n][e], dz[e >> 1], fast);
+            slow |= fast ^ 1u;
           }
           af[n >> 1][2 * (n & 1)] = dsp_dev_bf16x2_hw(pv[0], pv[1]);
           af[n >> 1][2 * (n & 1) + 1] = dsp_dev_bf16x2_hw(pv[2], pv[3]);
         }
-        if (slow) {
+        if (slow || kt0 + k32 * 32 + 32 > wmin) { /* or a key of the 32 masked: the masks are applied there */
 #pragma unroll
           for (int n = 0; n < 4; n++) {
             float pv[4];
