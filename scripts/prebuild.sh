@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packs sm_90a binaries built on this (GPU-less) machine for `device_check.sh lean` with PREBUILT=1, so a device
 # call spends no time building: build-cuda/pre.tgz holds build-gpu/{tests,bench} from NEW and, for an A/B,
-# build-old/ from OLD (build directories configured with -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release).
+# build-old/ from OLD (build directories configured with -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release; with
+# -DDSPARK_SHARED=ON the programs share one libdspark.so, about 8 MB compressed, so a dozen programs of two trees
+# fit the carry where four static ones did).
 #   scripts/prebuild.sh NEW_BUILD_DIR [OLD_BUILD_DIR]
 set -eu
 new=${1:?usage: scripts/prebuild.sh NEW_BUILD_DIR [OLD_BUILD_DIR]}
@@ -12,6 +14,7 @@ pack() { # build dir, name in the archive, targets
   local dir=$1 name=$2; shift 2
   cmake --build "$dir" -j"$(nproc)" --target "$@" > /dev/null
   mkdir -p "$stage/$name/tests" "$stage/$name/bench"
+  [ ! -f "$dir/libdspark.so" ] || cp "$dir/libdspark.so" "$stage/$name/" # -DDSPARK_SHARED=ON: the programs' one copy
   for t in "$@"; do
     if [ "$t" = dspark_tool ]; then cp "$dir/dspark" "$stage/$name/"
     elif [ -x "$dir/tests/$t" ]; then cp "$dir/tests/$t" "$stage/$name/tests/"; else cp "$dir/bench/$t" "$stage/$name/bench/"; fi
