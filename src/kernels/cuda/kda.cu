@@ -164,17 +164,32 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
   return DSP_OK;
 }
 
-/* ---- gate and beta ----------------------------------------------------------------- */
-/* Grid (token, blocks of 256 of its HV*K values): no 64-bit index division. */
+/* ---- gate and beta -----------------------------------------------------------------
+ * A thread takes one of the HV*K values over GATE_TT consecutive tokens: the head's exp(A_log), the value's
+ * dt_bias, its index arithmetic and its addresses once, not per element (the kernel is bound by its instruction
+ * issue, the contract's expf and log1pf being in double), and the inputs all requested before the first output.
+ * Each element's operations are those of kda_gate_value, in the same order. */
+#define GATE_TT 8
 __global__ void k_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok, int64_t f_head,
                        const float *A_log, const float *dt_bias, float bound, float *g) {
-  const int64_t t = blockIdx.x;
   const int32_t e = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
   if (e >= HV * K) return;
   const int32_t h = e / K, d = e - h * K;
-  float x = dsp_dev_bf16_val(f[t * f_tok + h * f_head + d]);
-  if (dt_bias) x = __fadd_rn(x, dt_bias[e]);
-  g[t * HV * K + e] = kda_gate_value(x, A_log ? dsp_dev_expf(A_log[h]) : 1.0f, bound);
+  const int64_t tb = (int64_t)blockIdx.x * GATE_TT, row = (int64_t)HV * K;
+  const int32_t nt = (int32_t)(tb + GATE_TT < T ? GATE_TT : T - tb);
+  const uint16_t *fp = f + tb * f_tok + h * f_head + d;
+  uint16_t in[GATE_TT];
+#pragma unroll
+  for (int i = 0; i < GATE_TT; i++) in[i] = i < nt ? fp[i * f_tok] : (uint16_t)0;
+  const float a = A_log ? dsp_dev_expf(A_log[h]) : 1.0f, b = dt_bias ? dt_bias[e] : 0.0f;
+  float *gp = g + tb * row + e;
+#pragma unroll
+  for (int i = 0; i < GATE_TT; i++) {
+    if (i >= nt) break;
+    float x = dsp_dev_bf16_val(in[i]);
+    if (dt_bias) x = __fadd_rn(x, b);
+    gp[i * row] = kda_gate_value(x, a, bound);
+  }
 }
 
 extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const uint16_t *f, int64_t f_tok,
@@ -182,8 +197,9 @@ extern "C" dsp_status dsp_cu_kda_gate(int64_t T, int32_t HV, int32_t K, const ui
                                       float *g, cudaStream_t st) {
   if (T * HV * K == 0) return DSP_OK;
   const unsigned gb = (unsigned)(((int64_t)HV * K + 255) / 256);
-  if (T > INT32_MAX || gb > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda gate: %lld tokens of %d", (long long)T, (int)(HV * K));
-  k_gate<<<dim3((unsigned)T, gb), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
+  const int64_t tblocks = (T + GATE_TT - 1) / GATE_TT;
+  if (tblocks > INT32_MAX || gb > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda gate: %lld tokens of %d", (long long)T, (int)(HV * K));
+  k_gate<<<dim3((unsigned)tblocks, gb), 256, 0, st>>>(T, HV, K, f, f_tok, f_head, A_log, dt_bias, lower_bound, g);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
@@ -347,7 +363,11 @@ extern "C" dsp_status dsp_cu_kda_recurrent(int32_t H, int32_t HV, int32_t K, int
   return DSP_OK;
 }
 
-/* ---- gated output RMSNorm: one warp per (token, value head) row -------------------- */
+/* ---- gated output RMSNorm: one warp per (token, value head) row --------------------
+ * Lane l takes d = l, l + 32, ... in that order for its partial sum, then the butterfly. With NV = V / 32 known
+ * (NV > 0) a lane requests all its x and z values before the sum and keeps x in registers for the outputs; NV 0
+ * loops over any V. The same operations in the same order either way. */
+template <int NV>
 __global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu_kda_in z, const float *w, float eps,
                        uint16_t *y, int64_t y_tok, int64_t y_head) {
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -357,15 +377,35 @@ __global__ void k_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_kda_in x, dsp_cu
   const uint16_t *xr = x.data + t * x.tok + h * x.head, *zr = z.data + t * z.tok + h * z.head;
   uint16_t *yr = y + t * y_tok + h * y_head;
   float ss = 0.0f;
-  for (int32_t d = lane; d < V; d += 32) {
-    const float e = dsp_dev_bf16_val(xr[d]);
-    ss = __fadd_rn(ss, __fmul_rn(e, e));
-  }
-  ss = dsp_dev_warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
-  const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
-  for (int32_t d = lane; d < V; d += 32) {
-    const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(zr[d])));
-    yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(dsp_dev_bf16_val(xr[d]), r), w[d]), sg));
+  if constexpr (NV > 0) {
+    float xv[NV];
+    uint16_t zv[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      xv[i] = dsp_dev_bf16_val(xr[lane + 32 * i]);
+      zv[i] = zr[lane + 32 * i];
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) ss = __fadd_rn(ss, __fmul_rn(xv[i], xv[i]));
+    ss = dsp_dev_warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
+    const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      const int d = lane + 32 * i;
+      const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(zv[i])));
+      yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(xv[i], r), w[d]), sg));
+    }
+  } else {
+    for (int32_t d = lane; d < V; d += 32) {
+      const float e = dsp_dev_bf16_val(xr[d]);
+      ss = __fadd_rn(ss, __fmul_rn(e, e));
+    }
+    ss = dsp_dev_warp_sum(ss); /* every lane has read its x before any lane writes y (y may be x) */
+    const float r = 1.0f / sqrtf(__fadd_rn(ss / (float)V, eps));
+    for (int32_t d = lane; d < V; d += 32) {
+      const float sg = 1.0f / (1.0f + dsp_dev_expf(-dsp_dev_bf16_val(zr[d])));
+      yr[d] = dsp_dev_bf16_bits(__fmul_rn(__fmul_rn(__fmul_rn(dsp_dev_bf16_val(xr[d]), r), w[d]), sg));
+    }
   }
 }
 
@@ -373,7 +413,10 @@ extern "C" dsp_status dsp_cu_kda_norm(int64_t T, int32_t HV, int32_t V, dsp_cu_k
                                       const float *weight, float eps, uint16_t *y_data, int64_t y_tok, int64_t y_head,
                                       cudaStream_t st) {
   if (T * HV == 0) return DSP_OK;
-  k_norm<<<dsp_dev_blocks_for(T * HV, 8), 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
+  const dim3 grid = dsp_dev_blocks_for(T * HV, 8);
+  if (V == 64) k_norm<2><<<grid, 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
+  else if (V == 128) k_norm<4><<<grid, 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
+  else k_norm<0><<<grid, 256, 0, st>>>(T, HV, V, x, z, weight, eps, y_data, y_tok, y_head);
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
