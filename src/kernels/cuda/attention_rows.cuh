@@ -27,6 +27,13 @@ __device__ __forceinline__ int64_t dsp_att_run_end(const dsp_cu_attention_args &
 }
 
 __device__ __forceinline__ uint32_t dsp_att_saddr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* Stores to a shared-memory address (no generic-to-shared conversion per store). */
+__device__ __forceinline__ void dsp_att_sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void dsp_att_sts16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
+}
 
 /* The tensor-core kernels' q staging: pair p < npad of a run from row r0 (row r0 + p / group, head h0 + p % group)
  * into qs row p of pitch QP, D dims; pairs from np on are zeros. 16-byte pieces where a.q_vec says they can be. */

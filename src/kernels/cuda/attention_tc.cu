@@ -19,6 +19,7 @@
  * the run it shares only if such a value is inf or NaN (0 x inf), or in the
  * sign of an exactly zero output. */
 #include <cooperative_groups.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "kernels/cuda/attention_rows.cuh"
@@ -159,6 +160,14 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
     float mx[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = -INFINITY;
+    /* the fewest keys among this lane's pairs (0 when one is past the run's): tiles below it store without a
+       check per pair */
+    int lmin = INT_MAX;
+#pragma unroll
+    for (int p = 0; p < 2 * MT; p++) {
+      const int pair = 8 * p + g, n = pair < np ? nks[pair] : 0;
+      lmin = n < lmin ? n : lmin;
+    }
     constexpr int U = QREG ? 8 / DC : DC == 1 ? 2 : 4 / DC;
     const int tend8 = (kend + 7) / 8;
     for (int tb = k0b / 8 + warp; tb < tend8; tb += U * TC_WARPS) {
@@ -170,15 +179,28 @@ __global__ void __launch_bounds__(32 * W, QR && MT == 2 ? 1 : 16 / W) k_attentio
         for (int c = 0; c < DC; c++)
           kw[u][c] = key < kend ? *(const uint4 *)(kb + (int64_t)key * ts + 32 * c + 8 * q) : make_uint4(0, 0, 0, 0);
       }
-      /* a tile's score: bf16, times the scale, bf16 (pair and key past the run's: not stored) */
+      /* a tile's score: bf16, times the scale, bf16 (pair and key past the run's: not stored). The lane's two
+         keys of a pair are rounded in one instruction and stored in one word (the hardware rounding: the same
+         bits but a NaN's payload, which no output sees: p of a NaN is NaN, and outputs round canonically) */
       auto score = [&](const float (&acc)[4], int t, int mt) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int pair = mt * 16 + g + 8 * (e >> 1), k2 = t * 8 + 2 * q + (e & 1);
-          if (pair < np && k2 < nks[pair]) {
-            const float v = dsp_dev_round_bf16(__fmul_rn(dsp_dev_round_bf16(acc[e]), a.scale));
-            sc[pair * LP + k2 - k0b] = dsp_dev_bf16_bits(v);
-            mx[mt][e >> 1] = v > mx[mt][e >> 1] ? v : mx[mt][e >> 1];
+        for (int h = 0; h < 2; h++) {
+          int n = 2; /* the pair's keys from the lane's first on, where below 2 */
+          if (t * 8 + 8 > lmin) {
+            const int pair = mt * 16 + g + 8 * h;
+            n = (pair < np ? nks[pair] : 0) - (t * 8 + 2 * q);
+            if (n <= 0) continue;
+          }
+          const uint32_t at = dsp_att_saddr(sc) + 2u * (uint32_t)((mt * 16 + 8 * h + g) * LP + t * 8 + 2 * q - k0b);
+          const uint32_t b = dsp_dev_bf16x2_hw(__fmul_rn(dsp_dev_round_bf16_hw(acc[2 * h]), a.scale),
+                                               __fmul_rn(dsp_dev_round_bf16_hw(acc[2 * h + 1]), a.scale));
+          const float v0 = __uint_as_float(b << 16), v1 = __uint_as_float(b & 0xFFFF0000u);
+          mx[mt][h] = v0 > mx[mt][h] ? v0 : mx[mt][h];
+          if (n >= 2) {
+            dsp_att_sts32(at, b);
+            mx[mt][h] = v1 > mx[mt][h] ? v1 : mx[mt][h];
+          } else {
+            dsp_att_sts16(at, (uint16_t)b);
           }
         }
       };
