@@ -39,30 +39,22 @@ __global__ void k_conv_out(int32_t D, int32_t W, dsp_cu_kda_seqs s, const uint16
   }
 }
 
-/* The same outputs for a width W known at compile time: a thread keeps P adjacent channels' weights and windows
- * in registers over CONV_TT consecutive tokens (k_conv_out reloads W inputs and W weights a token, its window in
- * local memory), rebuilding the windows where the sequence changes. P 2 where both channels sit in one aligned
- * 4-byte word of x and of y (D, the token strides and the bases even): one load and one store a token for the
- * pair, the token's sequence, slot and addresses once for both. The kernel is bound by its instruction issue (the
- * silu's expf in double, as the contract has it, for every element), so per-element bookkeeping is what there is
- * to save. The same sums in the same order for either P. */
+/* The same outputs for a width W known at compile time: a thread keeps one channel's weights and its window in
+ * registers over CONV_TT consecutive tokens (k_conv_out reloads W inputs and W weights a token, its window in
+ * local memory), rebuilding the window where the sequence changes. The same sums in the same order. */
 #define CONV_TT 16
-template <int W, int P>
+template <int W>
 __global__ void k_conv_rows(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok, const float *weight,
                             const float *bias, const uint16_t *state, int64_t slot_stride, uint16_t *y, int64_t y_tok) {
-  static_assert(P == 1 || P == 2, "one or two channels a thread");
   constexpr int W1 = W - 1;
-  const int32_t c = P * (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
+  const int32_t c = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
   if (c >= D) return;
-  float w[P][W], b[P];
+  float w[W];
 #pragma unroll
-  for (int p = 0; p < P; p++) {
-#pragma unroll
-    for (int j = 0; j < W; j++) w[p][j] = weight[(int64_t)(c + p) * W + j];
-    b[p] = bias ? bias[c + p] : 0.0f;
-  }
+  for (int j = 0; j < W; j++) w[j] = weight[(int64_t)c * W + j];
+  const float b = bias ? bias[c] : 0.0f;
   const int64_t tb = (int64_t)blockIdx.x * CONV_TT, te = tb + CONV_TT < s.tokens ? tb + CONV_TT : s.tokens;
-  uint16_t win[P][W];
+  uint16_t win[W];
   int32_t prev = -1;
   for (int64_t t = tb; t < te; t++) {
     const int32_t n = s.tok_seq[t], slot = s.slot[n];
@@ -76,27 +68,66 @@ __global__ void k_conv_rows(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int
       const bool has = !s.has || s.has[n];
       const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
 #pragma unroll
-      for (int j = 0; j < W1; j++)
-#pragma unroll
-        for (int p = 0; p < P; p++) win[p][j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c + p, has);
+      for (int j = 0; j < W1; j++) win[j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has);
       prev = n;
     } else {
 #pragma unroll
-      for (int j = 0; j < W1; j++)
+      for (int j = 0; j < W1; j++) win[j] = win[j + 1];
+    }
+    win[W1] = x[t * x_tok + c];
+    y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win, w, W, b)); /* W constant: inlined, win in registers */
+  }
+}
+
+/* k_conv_rows for two adjacent channels a thread, where both sit in one aligned 4-byte word of x and of y (D, the
+ * token strides and the bases even): one load and one store a token for the pair, the token's sequence, slot and
+ * addresses once for both. The kernel is bound by its instruction issue (the silu's expf in double, as the contract
+ * has it, for every element), so per-element bookkeeping is what there is to save. The same sums in the same order. */
+template <int W>
+__global__ void k_conv_pairs(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok, const float *weight,
+                             const float *bias, const uint16_t *state, int64_t slot_stride, uint16_t *y, int64_t y_tok) {
+  constexpr int W1 = W - 1;
+  const int32_t c = 2 * (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= D) return;
+  float w0[W], w1[W];
 #pragma unroll
-        for (int p = 0; p < P; p++) win[p][j] = win[p][j + 1];
+  for (int j = 0; j < W; j++) {
+    w0[j] = weight[(int64_t)c * W + j];
+    w1[j] = weight[(int64_t)(c + 1) * W + j];
+  }
+  const float b0 = bias ? bias[c] : 0.0f, b1 = bias ? bias[c + 1] : 0.0f;
+  const int64_t tb = (int64_t)blockIdx.x * CONV_TT, te = tb + CONV_TT < s.tokens ? tb + CONV_TT : s.tokens;
+  uint16_t v0[W], v1[W];
+  int32_t prev = -1;
+  for (int64_t t = tb; t < te; t++) {
+    const int32_t n = s.tok_seq[t], slot = s.slot[n];
+    if (slot < 0) {
+      prev = -1;
+      continue;
     }
-    if constexpr (P == 2) {
-      const uint32_t in = *reinterpret_cast<const uint32_t *>(x + t * x_tok + c);
-      win[0][W1] = (uint16_t)(in & 0xffffu);
-      win[1][W1] = (uint16_t)(in >> 16);
-      const uint32_t lo = dsp_dev_bf16_bits(kda_conv_silu(win[0], w[0], W, b[0]));
-      const uint32_t hi = dsp_dev_bf16_bits(kda_conv_silu(win[1], w[1], W, b[1]));
-      *reinterpret_cast<uint32_t *>(y + t * y_tok + c) = lo | hi << 16;
+    if (n != prev) { /* the window's older inputs from x or the sequence's conv state */
+      int64_t t0, t1;
+      kda_seq_span(s, n, t0, t1);
+      const bool has = !s.has || s.has[n];
+      const uint16_t *old = W1 > 0 ? state + (int64_t)slot * slot_stride : NULL;
+#pragma unroll
+      for (int j = 0; j < W1; j++) {
+        v0[j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c, has);
+        v1[j] = conv_in(x, x_tok, old, D, W1, t0, t - W1 + j, c + 1, has);
+      }
+      prev = n;
     } else {
-      win[0][W1] = x[t * x_tok + c];
-      y[t * y_tok + c] = dsp_dev_bf16_bits(kda_conv_silu(win[0], w[0], W, b[0])); /* W constant: inlined */
+#pragma unroll
+      for (int j = 0; j < W1; j++) {
+        v0[j] = v0[j + 1];
+        v1[j] = v1[j + 1];
+      }
     }
+    const uint32_t in = *reinterpret_cast<const uint32_t *>(x + t * x_tok + c);
+    v0[W1] = (uint16_t)(in & 0xffffu);
+    v1[W1] = (uint16_t)(in >> 16);
+    const uint32_t lo = dsp_dev_bf16_bits(kda_conv_silu(v0, w0, W, b0)), hi = dsp_dev_bf16_bits(kda_conv_silu(v1, w1, W, b1));
+    *reinterpret_cast<uint32_t *>(y + t * y_tok + c) = lo | hi << 16;
   }
 }
 
@@ -170,9 +201,9 @@ extern "C" dsp_status dsp_cu_kda_conv(int32_t D, int32_t W, const dsp_cu_kda_seq
     if (rb > 65535 || (s->tokens + CONV_TT - 1) / CONV_TT > INT32_MAX)
       return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d channels of %lld tokens", (int)D, (long long)s->tokens);
     if (pairs)
-      k_conv_rows<4, 2><<<grid, 256, 0, st>>>(D, *s, x, x_tok, weight, bias, state, slot_stride, y, y_tok);
+      k_conv_pairs<4><<<grid, 256, 0, st>>>(D, *s, x, x_tok, weight, bias, state, slot_stride, y, y_tok);
     else
-      k_conv_rows<4, 1><<<grid, 256, 0, st>>>(D, *s, x, x_tok, weight, bias, state, slot_stride, y, y_tok);
+      k_conv_rows<4><<<grid, 256, 0, st>>>(D, *s, x, x_tok, weight, bias, state, slot_stride, y, y_tok);
     DSP_CUDA_TRY_LAUNCH();
   } else if (s->tokens > 0) {
     if (cblocks > 65535) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda kda conv: %d channels", (int)D);
