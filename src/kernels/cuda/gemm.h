@@ -38,8 +38,8 @@ typedef struct dsp_cuda_gemm dsp_cuda_gemm;
  * DSP_GEMM_WGMMA_SPLIT: the own kernel with K split over a cluster where the
  * weight's shape leaves SMs idle (dsp_cuda_gemm_wg_split_choice: from N, K and
  * the device, never M, so still batch-invariant, but not shard-invariant:
- * linear layers ask for it, vocabulary shards do not). Only with DSPARK_GEMM_SPLIT=1:
- * on an H200 it shortens batch-1 decode and slows large-M products (prefill). */
+ * linear layers ask for it, vocabulary shards do not). Only with DSPARK_GEMM_SPLIT=1, for measurement: since
+ * the few-row kernel it is slower at every batch (bench/RESULTS.md). */
 enum { DSP_GEMM_PINNED = 0, DSP_GEMM_WGMMA = 1, DSP_GEMM_WGMMA_SINGLE = 2, DSP_GEMM_WGMMA_SPLIT = 3 };
 /* A product with n weight rows of k columns (n, k >= 1). */
 dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int choice, dsp_cuda_gemm **out);
