@@ -529,10 +529,12 @@ static void t_attention(void **st) {
      128-key chunks, which CUDA's tensor-core form splits over 4 or 8 blocks as the launch's rows leave SMs free;
      16 KV heads of 64, enough rows times heads that the tensor-core form keeps hint 16's rows in two m-tiles (it
      runs few rows one per block); the shipped pair's 8 / 4 heads of 32; a cache of 2000 at 32 / 8 heads, where CUDA
-     runs hint 16's rows in blocks of one m-tile (two of them fit an SM, two m-tiles would not) */
+     runs hint 16's rows in blocks of one m-tile (two of them fit an SM, two m-tiles would not); Qwen3-14B's 40 / 8
+     heads of 128 (GQA 5, a public DSpark target: an m-tile holds 3 rows' 15 pairs, hint 7's rows straddle tiles) */
   const att_case cases[] = {{32, 8, 128, 1, 200}, {8, 4, 64, 2, 300},    {6, 2, 72, 1, 190},
                             {4, 4, 256, 1, 200},  {6, 3, 40, 3, 260},    {8, 2, 128, 1, 1100},
-                            {32, 16, 64, 1, 300}, {8, 4, 32, 1, 300},    {32, 8, 128, 1, 2000}};
+                            {32, 16, 64, 1, 300}, {8, 4, 32, 1, 300},    {32, 8, 128, 1, 2000},
+                            {40, 8, 128, 1, 300}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_att(&cases[i]);
   print_message("attention: %lld values compared on %s%s\n", g_compared - before, dsp_backend_describe(g_be),
                 g_cpu ? " (and the CPU against the reference)" : "");
@@ -645,11 +647,16 @@ static void t_attention_batch(void **st) {
   (void)st;
   const long long before = g_compared;
   /* Qwen3-8B's heads: 36 runs x 8 KV heads = 288 blocks, past an H100's or H200's 132 SMs; a verify of 8 rows
-     (32 pairs a run: two m-tiles) and a draft block of 7 (28); a verify of 4 at GQA 4 and head dim 64 (16 pairs) */
+     (32 pairs a run: two m-tiles) and a draft block of 7 (28); a verify of 4 at GQA 4 and head dim 64 (16 pairs);
+     Qwen3-14B's at 20 runs (160 blocks and more) */
   const att_case big = {32, 8, 128, 1, 300}, small = {16, 4, 64, 1, 260};
   check_att_batch(&big, 36, 8, 1);
   check_att_batch(&big, 36, 7, 0);
   check_att_batch(&small, 40, 4, 1);
+  /* Qwen3-14B's heads (GQA 5): a verify's 8 rows are 40 pairs, more than a block's 32, so a run spans blocks */
+  const att_case g5 = {40, 8, 128, 1, 300};
+  check_att_batch(&g5, 20, 8, 1);
+  check_att_batch(&g5, 20, 7, 0);
   /* the same runs in a cache of capacity 3072, where CUDA's launch choice (DSPARK_CUDA_ATTENTION_SHORT auto) moves
      them to the many-row kernel: the same bits as one row a block */
   const att_case roomy = {32, 8, 128, 1, 3072};
