@@ -144,17 +144,6 @@ pair_and_builds() {
   fi
 }
 
-# With PREBUILT=1, the sm_90a binaries built on the CPU machine and carried (build-cuda/pre.tgz: build-gpu/ and, for
-# an A/B, build-old/); fails (and leaves neither directory) when there are none or their libraries are missing.
-unpack_prebuilt() {
-  [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ] || return 1
-  stamp "prebuilt binaries (build-cuda/pre.tgz)"
-  rm -rf build-gpu build-old && tar -xzf build-cuda/pre.tgz || return 1
-  if find build-gpu build-old -type f -perm -u+x 2>/dev/null | xargs ldd 2>/dev/null | grep "not found"; then
-    echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; return 1
-  fi
-}
-
 # The CUDA model tests (and those matching $1, when given) through ctest: their summary lines.
 model_tests() {
   (cd build-gpu && timeout 300 ctest -R "${1:+$1|}oracle_qwen3_cuda|oracle_dspark_cuda|oracle_speculative_cuda|oracle_shipped_cuda|oracle_generate_cuda" \

@@ -2,8 +2,8 @@
 # with NCCL only inside PyTorch's wheels): unpacks the Debian packages carried
 # in .devdeps/ into /tmp/devroot and points CMake and pkg-config at them and at
 # that NCCL. Here (Debian with the packages installed) it is not needed. It
-# also sets up what every device script uses: $OUT (made), and stamp, which
-# prints a line with the seconds since sourcing.
+# also sets up what every device script uses: $OUT (made), stamp, which
+# prints a line with the seconds since sourcing, and unpack_prebuilt.
 OUT=${OUT:-/tmp/dspark_out}
 mkdir -p "$OUT"
 T0=$(date +%s)
@@ -19,3 +19,14 @@ DSPARK_NCCL_ROOT=$(python3 -c "import importlib.util as u; s=u.find_spec('nvidia
 export DSPARK_NCCL_ROOT
 export LD_LIBRARY_PATH=$DSPARK_NCCL_ROOT/lib:$LD_LIBRARY_PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# With PREBUILT=1, the sm_90a binaries built on the CPU machine and carried (build-cuda/pre.tgz: build-gpu/ and, for
+# an A/B, build-old/); fails (and leaves neither directory) when there are none or their libraries are missing.
+unpack_prebuilt() {
+  [ "${PREBUILT:-0}" = 1 ] && [ -f build-cuda/pre.tgz ] || return 1
+  stamp "prebuilt binaries (build-cuda/pre.tgz)"
+  rm -rf build-gpu build-old && tar -xzf build-cuda/pre.tgz || return 1
+  if find build-gpu build-old -type f -perm -u+x 2>/dev/null | xargs ldd 2>/dev/null | grep "not found"; then
+    echo "PREBUILT: libraries missing, building"; rm -rf build-gpu build-old; return 1
+  fi
+}

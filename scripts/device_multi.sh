@@ -8,7 +8,9 @@
 #                                   forms, with the Markov head's paths and broadcast (HEADS: "path:on|off ...",
 #                                   default "auto:on replicated:on sharded:off"), the collectives alone and
 #                                   each rank's memory; peak per rank in the tables' last line
-# Logs go to $OUT; the summary is printed.
+# Logs go to $OUT; the summary is printed. PREBUILT=1 runs the binaries built on the CPU machine instead of a build
+# (`NEW_TARGETS="dspark_tool target_driver draft_driver test_cuda_nccl bench_spec" scripts/prebuild.sh DIR` with
+# DIR configured -DDSPARK_CUDA=on -DDSPARK_SHARED=ON; carry build-cuda/pre.tgz).
 set -u
 MODE=${1:-test}
 source scripts/device_env.sh
@@ -17,9 +19,12 @@ NGPU=$(nvidia-smi -L | grep -c '^GPU ')
 { nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/topo.txt" 2>&1
 stamp "$NGPU GPUs"; sed -n '/GPU0/,/^$/p' "$OUT/topo.txt" | head -12
 
-stamp "configure + build"
-{ cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
-  cmake --build build-gpu -j32; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
+if ! unpack_prebuilt; then
+  stamp "configure + build"
+  { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build build-gpu -j32; } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+fi
 
 if [ "$MODE" = test ]; then
   export DSPARK=$PWD/build-gpu/dspark
