@@ -261,6 +261,9 @@ dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_op
   dsp_hf_dir *hd = NULL;
   load_ctx c = {.t = t};
   dsp_status s = dsp_hf_config_load(dir, &t->cfg);
+  if (s == DSP_OK && t->cfg.is_draft)
+    s = dsp_fail(DSP_ERR_FORMAT, "%s: config field 'architectures' is [\"Qwen3DSparkModel\"]: a DSpark draft, not a "
+                 "target (a draft is loaded beside its target: dsp_draft_load, `dspark generate --draft`)", dir);
   if (s == DSP_OK) s = check_options(&t->cfg, opt);
   if (s == DSP_OK) {
     if (opt->ntaps) memcpy(t->taps, opt->taps, (size_t)opt->ntaps * sizeof *opt->taps);

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import harness  # noqa: E402
+import make_dspark  # noqa: E402
 import make_qwen3  # noqa: E402
 import qwen3_ref  # noqa: E402
 import ref  # noqa: E402
@@ -413,6 +414,9 @@ def case_bad(c):
     if c.backend != "cuda":  # one GPU: the CUDA target runs one rank
         expect_refusal(c, "missing tensor, 2 ranks", cases[0][1], inp, w_name, np_=2)
     expect_refusal(c, "no such directory", c.wd.file("nowhere"), inp, "nowhere")
+    draft = c.wd.file("a-draft")  # a DSpark draft given as the target: named as such
+    make_dspark.make(good, draft)
+    expect_refusal(c, "a DSpark draft as the target", draft, inp, "a DSpark draft, not a target")
     bad_tok = toks.copy()
     bad_tok[1, 3] = m.V
     expect_refusal(c, "token id = vocab", good, inputs(bad_tok), "outside the vocabulary")
