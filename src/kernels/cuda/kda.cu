@@ -82,7 +82,8 @@ __global__ void k_conv_rows(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int
 /* k_conv_rows for two adjacent channels a thread, where both sit in one aligned 4-byte word of x and of y (D, the
  * token strides and the bases even): one load and one store a token for the pair, the token's sequence, slot and
  * addresses once for both. The kernel is bound by its instruction issue (the silu's expf in double, as the contract
- * has it, for every element), so per-element bookkeeping is what there is to save. The same sums in the same order. */
+ * has it, for every element), so per-element bookkeeping is what there is to save. The same sums in the same order.
+ * Kept apart from k_conv_rows: one template for both ran the prefill 0.4% slower (bench/RESULTS.md). */
 template <int W>
 __global__ void k_conv_pairs(int32_t D, dsp_cu_kda_seqs s, const uint16_t *x, int64_t x_tok, const float *weight,
                              const float *bias, const uint16_t *state, int64_t slot_stride, uint16_t *y, int64_t y_tok) {
