@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "dspark.h"
+#include "kernels/cpu/amx_detect.h"
 
 /* Weight rows in tiles: column block j (16 rows of W), k block t (32 k) is one
  * 1 KiB tile [16 k pairs][16 columns][2], zero past N and K. Blocks go in
@@ -40,11 +41,6 @@ typedef struct {
 } dsp_cpu_amx;
 
 
-/* 1 where AMX products can run here (CPU features, the OS's permission for
- * tile data, granted once per process). */
-int dsp_cpu_amx_usable(void);
-/* 1 where AMX is usable and DSPARK_CPU_KERNEL is auto or amx. */
-int dsp_cpu_amx_chosen(void);
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out);
 void dsp_cpu_amx_free(dsp_cpu_amx *p);

@@ -1,50 +1,12 @@
-/* Weight rows into AMX tiles (layout in amx.h), their guards, and whether
- * AMX can run here. Done once at load time; bits are copied, never converted. */
-#include <cpuid.h>
-#include <pthread.h>
+/* Weight rows into AMX tiles (layout in amx.h) and their guards. Done once at
+ * load time; bits are copied, never converted. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_usable;
-
-static void detect(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
-  const int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
-  if (!amx_bf16 || !amx_tile) return;
-  /* the OS must enable the tile state (XCR0 bits 17, 18) and let this process use it */
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if (((lo >> 17) & 3) != 3) return;
-  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
-  g_usable = 1;
-}
-
-int dsp_cpu_amx_usable(void) {
-  pthread_once(&g_once, detect);
-  return g_usable;
-}
-
-/* auto takes AMX where it can run: with the weight prefetched ahead it streams
- * one row as fast as the chain and runs several rows far faster (bench/RESULTS.md,
- * thirty-second session); the path cannot change with M (batch invariance), so
- * it is one choice per process. chain and the named ISAs keep the fmaf chain. */
-int dsp_cpu_amx_chosen(void) {
-  const char *k = dsp_env_get()->cpu_kernel;
-  return (!strcmp(k, "amx") || !strcmp(k, "auto")) && dsp_cpu_amx_usable();
-}
 
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
   if (!w || !out) return dsp_fail(DSP_ERR_ARG, "cpu amx pack: NULL argument");

@@ -10,27 +10,21 @@
 #include "core/bf16.h"
 #include "core/env.h"
 #include "core/status.h"
-#include "kernels/cpu/amx.h"
+#include "kernels/cpu/amx_detect.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/matmul.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static dsp_cpu_isa g_chosen;
 static atomic_int g_forced = -1, g_forced_dot = -1;
-static int g_have[3], g_have_dot, g_dot;
+static int g_have_dot, g_dot;
 
 static void isa_detect(void) {
-  __builtin_cpu_init();
-  g_have[DSP_CPU_ISA_SCALAR] = 1;
-  g_have[DSP_CPU_ISA_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  g_have[DSP_CPU_ISA_AVX512] = g_have[DSP_CPU_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
-                               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                               __builtin_cpu_supports("avx512vl");
-  dsp_cpu_isa best = g_have[DSP_CPU_ISA_AVX512] ? DSP_CPU_ISA_AVX512
-                     : g_have[DSP_CPU_ISA_AVX2] ? DSP_CPU_ISA_AVX2
-                                                : DSP_CPU_ISA_SCALAR;
+  const int avx512 = dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512);
+  dsp_cpu_isa best = avx512 ? DSP_CPU_ISA_AVX512 : dsp_cpu_isa_supported(DSP_CPU_ISA_AVX2) ? DSP_CPU_ISA_AVX2
+                                                                                          : DSP_CPU_ISA_SCALAR;
   /* vdpbf16ps: offered only where it gave the chain's bits on every check input (kernel_bf16dot.c) */
-  g_have_dot = g_have[DSP_CPU_ISA_AVX512] && __builtin_cpu_supports("avx512bf16") && dsp_cpu_dot_check();
+  g_have_dot = avx512 && __builtin_cpu_supports("avx512bf16") && dsp_cpu_dot_check();
   const char *want = dsp_env_get()->cpu_kernel;
   int isa = -1;
   g_dot = g_have_dot && (!strcmp(want, "auto") || !strcmp(want, "chain") || !strcmp(want, "avx512bf16") ||
@@ -47,7 +41,7 @@ static void isa_detect(void) {
   else if (!strcmp(want, "scalar")) isa = DSP_CPU_ISA_SCALAR;
   else if (!strcmp(want, "amx") && !dsp_cpu_amx_usable())
     fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=amx: this CPU or OS lacks AMX tiles; the avx512/avx2 chain runs\n");
-  if (isa >= 0 && !g_have[isa]) {
+  if (isa >= 0 && !dsp_cpu_isa_supported((dsp_cpu_isa)isa)) {
     fprintf(stderr, "dspark: DSPARK_CPU_KERNEL=%s: this CPU lacks it; using auto\n", want);
     isa = -1;
   }
@@ -58,11 +52,6 @@ int dsp_cpu_dot_current(void) {
   pthread_once(&g_once, isa_detect);
   const int f = atomic_load(&g_forced_dot);
   return f >= 0 ? f : g_dot;
-}
-
-int dsp_cpu_isa_supported(dsp_cpu_isa isa) {
-  pthread_once(&g_once, isa_detect);
-  return (unsigned)isa < 3 && g_have[isa];
 }
 
 dsp_cpu_isa dsp_cpu_isa_current(void) {
@@ -88,7 +77,7 @@ dsp_status dsp_cpu_kernel_force(const char *name) {
   else if (!strcmp(name, "avx2")) isa = DSP_CPU_ISA_AVX2;
   else if (!strcmp(name, "scalar")) isa = DSP_CPU_ISA_SCALAR;
   else return dsp_fail(DSP_ERR_ARG, "cpu kernel '%s': expected auto, avx512bf16, avx512, avx2 or scalar", name);
-  if ((isa >= 0 && !g_have[isa]) || (dot > 0 && !g_have_dot))
+  if ((isa >= 0 && !dsp_cpu_isa_supported((dsp_cpu_isa)isa)) || (dot > 0 && !g_have_dot))
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cpu kernel '%s': this CPU lacks it", name);
   atomic_store(&g_forced, isa);
   atomic_store(&g_forced_dot, dot);

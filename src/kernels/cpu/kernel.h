@@ -57,7 +57,16 @@ struct dsp_cpu_packed {
  * (vdpbf16ps, tdpbf16ps) see none. */
 #define DSP_CPU_GUARD_MIN 142
 int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s);
-int16_t dsp_cpu_row_guard_scalar(const uint16_t *x, int64_t n, int64_t s);
+/* inline: the AVX-512 guard's tail takes it, below the guard's dispatch (pack.c) */
+static inline int16_t dsp_cpu_row_guard_scalar(const uint16_t *x, int64_t n, int64_t s) {
+  int g = 255;
+  for (int64_t i = 0; i < n; i++) {
+    const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
+    if (e == 0xFFu || (e == 0 && (v & 0x7Fu))) return -1024; /* inf, NaN, subnormal */
+    if ((v & 0x7FFFu) && (int)e < g) g = (int)e;
+  }
+  return (int16_t)g;
+}
 int16_t dsp_cpu_row_guard_avx512(const uint16_t *x, int64_t n); /* s == 1, AVX-512BW */
 
 static inline const uint16_t *dsp_cpu_panel(const struct dsp_cpu_packed *p, int64_t j) {

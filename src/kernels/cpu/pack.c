@@ -89,16 +89,6 @@ int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s) {
                                                               : dsp_cpu_row_guard_scalar(x, n, s);
 }
 
-int16_t dsp_cpu_row_guard_scalar(const uint16_t *x, int64_t n, int64_t s) {
-  int g = 255;
-  for (int64_t i = 0; i < n; i++) {
-    const unsigned v = x[i * s], e = (v >> 7) & 0xFFu;
-    if (e == 0xFFu || (e == 0 && (v & 0x7Fu))) return -1024; /* inf, NaN, subnormal */
-    if ((v & 0x7FFFu) && (int)e < g) g = (int)e;
-  }
-  return (int16_t)g;
-}
-
 int64_t dsp_cpu_packed_n(const dsp_cpu_packed *p) { return p->n; }
 int64_t dsp_cpu_packed_k(const dsp_cpu_packed *p) { return p->k; }
 size_t dsp_cpu_packed_bytes(const dsp_cpu_packed *p) { return p->bytes; }
