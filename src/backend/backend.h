@@ -5,7 +5,7 @@
 #define DSP_BACKEND_BACKEND_H
 #include "dspark.h"
 #include "backend/ops.h"
-#include "model/markov_plan.h"
+#include "backend/markov_plan.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "model/markov_plan.h"
+#include "backend/markov_plan.h"
 
 /* A 2-D BF16 tensor of the weights file, by name. */
 static dsp_status weight_view(dsp_st_file *f, const char *name, dsp_tensor *t) {

@@ -15,7 +15,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/hf_dir.h"
-#include "model/markov_plan.h"
+#include "backend/markov_plan.h"
 #include "model/qwen3_impl.h"
 
 #define NAME_MAX_LEN 160

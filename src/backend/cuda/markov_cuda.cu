@@ -30,7 +30,7 @@ extern "C" {
 #include "kernels/cuda/common/device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/markov.h"
-#include "model/markov_plan.h"
+#include "backend/markov_plan.h"
 
 static_assert(DSP_MK_MAXBQ == DSP_MARKOV_CUDA_MAX_BATCH, "dsp_markov_max_batch must report the kernels' batch limit");
 

@@ -1,6 +1,6 @@
 /* The Markov head's CUDA executor (DESIGN §1-§4), with the semantics of the
  * CPU executor: contracts 2-5, the three greedy paths, the sampling variant,
- * run as the shared plan (model/markov_plan.h) says.
+ * run as the shared plan (backend/markov_plan.h) says.
  *
  * Per proposal the host picks the smallest captured batch bucket >= B and the
  * variant (sampling when any row has T > 0 or logits are asked for), copies the

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/kda_types.h"
+#include "kernels/kda_types.h"
 #include "dspark.h"
 
 #ifdef __cplusplus

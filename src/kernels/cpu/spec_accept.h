@@ -1,4 +1,4 @@
-/* Speculative sampling's acceptance on the host (backend/ops.h,
+/* Speculative sampling's acceptance on the host (kernels/accept_args.h,
  * dsp_op_accept; docs/CONTRACTS.md, "Verification"). p and q of a slot are
  * softmax_row.h's rows; the residual w_v = max(p_v - q_v, 0) in double is
  * summed in chunks of DSP_ACCEPT_CHUNK ids (each chunk in id order from 0,
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/ops.h"
+#include "kernels/accept_args.h"
 
 #define DSP_ACCEPT_CHUNK 1024
 enum { DSP_ACCEPT_PURPOSE = 1, DSP_RESIDUAL_PURPOSE = 2 };

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-/* A staged batch (backend/kda_types.h's dsp_kda_staged) as the kernels read it. */
+/* A staged batch (kernels/kda_types.h's dsp_kda_staged) as the kernels read it. */
 typedef struct {
   int32_t num_seqs;
   int64_t tokens, chunks;

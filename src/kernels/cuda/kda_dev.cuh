@@ -11,7 +11,7 @@
 #include "kernels/cuda/common/expf.cuh"
 #include "kernels/cuda/kda.h"
 
-#define KDA_MAX_WIDTH 8 /* backend/kda_types.h's DSP_KDA_MAX_WIDTH */
+#define KDA_MAX_WIDTH 8 /* kernels/kda_types.h's DSP_KDA_MAX_WIDTH */
 
 /* The recurrence's arguments (one layer's call). */
 struct kda_rec_args {

@@ -1,8 +1,8 @@
 /* The types of Kimi Delta Attention's operations, shared by the CPU kernels
  * (kernels/cpu/kda.h, which states each kernel's numerics), the backend ops
  * (backend/ops.h) and the KDA layer (model/kda_layer.c). */
-#ifndef DSP_BACKEND_KDA_TYPES_H
-#define DSP_BACKEND_KDA_TYPES_H
+#ifndef DSP_KERNELS_KDA_TYPES_H
+#define DSP_KERNELS_KDA_TYPES_H
 #include <stddef.h>
 #include <stdint.h>
 

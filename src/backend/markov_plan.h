@@ -3,8 +3,8 @@
  * of weights and outputs, which collectives a variant needs, the sizes of the
  * per-proposal buffers, and the start-up line. Executors (src/backend/<kind>/)
  * run what the plan says. */
-#ifndef DSP_MODEL_MARKOV_PLAN_H
-#define DSP_MODEL_MARKOV_PLAN_H
+#ifndef DSP_BACKEND_MARKOV_PLAN_H
+#define DSP_BACKEND_MARKOV_PLAN_H
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "model/markov_plan.h"
+#include "backend/markov_plan.h"
 
 #include <math.h>
 #include <stdio.h>
