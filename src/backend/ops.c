@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "core/status.h"
+#include "kernels/cpu/spec_accept.h"
 
 static dsp_status check_dev(const dsp_backend *be, int dev) {
   if (!be) return dsp_fail(DSP_ERR_ARG, "op: no backend");
@@ -432,3 +433,9 @@ dsp_status dsp_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a) 
   }
   return be->ops->accept(be, dev, a);
 }
+
+size_t dsp_op_accept_host_bytes(int64_t vocab, int32_t max_seqs, int32_t gamma, int nthreads) {
+  return dsp_cpu_accept_bytes(vocab, max_seqs, gamma, nthreads);
+}
+
+void dsp_op_accept_host(const dsp_op_accept_args *a, int nthreads) { dsp_cpu_accept(a, nthreads); }

@@ -139,6 +139,10 @@ dsp_status dsp_op_select(dsp_backend *be, int dev, const dsp_op_select_args *a);
 dsp_status dsp_op_accept_workspace(dsp_backend *be, int64_t vocab, int32_t max_seqs, int32_t gamma, size_t *ws_bytes,
                                    size_t *hs_bytes);
 dsp_status dsp_op_accept(dsp_backend *be, int dev, const dsp_op_accept_args *a);
+/* The same acceptance on host memory whatever the backend (the logits gathered from several ranks or devices),
+ * over nthreads threads; ws is host memory of dsp_op_accept_host_bytes. */
+size_t dsp_op_accept_host_bytes(int64_t vocab, int32_t max_seqs, int32_t gamma, int nthreads);
+void dsp_op_accept_host(const dsp_op_accept_args *a, int nthreads);
 
 /* GQA attention of rows over KV-cache slots: row t (a query of q) reads slot
  * row_slot[t] and sees its keys 0 .. row_keys[t] - 1 (causal: its position +

@@ -13,7 +13,6 @@
 #include "core/status.h"
 #include "decode/gamma_auto.h"
 #include "decode/gen_common.h"
-#include "kernels/cpu/spec_accept.h"
 #include "model/dspark_impl.h"
 #include "model/qwen3_impl.h"
 
@@ -252,7 +251,7 @@ static dsp_status accept_sampled(spec *c, int32_t ns) {
   a->qlog = c->q_dev ? qd : c->qlog;
   a->nseq = ns, a->accepted = c->acc;
   if (c->acc_op) DSP_TRY(dsp_op_accept(c->t->be, 0, a));
-  else dsp_cpu_accept(a, c->nthreads);
+  else dsp_op_accept_host(a, c->nthreads);
   for (int32_t r = 0; r < ns; r++)
     c->bonus[r] = a->residual[r] >= 0 ? a->residual[r] : (int32_t)c->next[c->row0[r] + a->ndraft[r]];
   return DSP_OK;
@@ -286,7 +285,7 @@ static dsp_status accept_setup(spec *c, int32_t W) {
       (!c->q_dev && !c->qlog))
     return dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   if (!c->acc_op) {
-    a->ws_bytes = dsp_cpu_accept_bytes(c->V, W, c->G, c->nthreads);
+    a->ws_bytes = dsp_op_accept_host_bytes(c->V, W, c->G, c->nthreads);
     c->ws_host = a->ws = malloc(a->ws_bytes);
     return a->ws ? DSP_OK : dsp_fail(DSP_ERR_NOMEM, "speculate: out of memory");
   }
