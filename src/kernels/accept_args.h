@@ -1,6 +1,7 @@
-/* The arguments of speculative sampling's acceptance, shared by its kernels
- * (kernels/cpu/spec_accept.h, kernels/cuda/spec_accept.h) and the backend op
- * that runs them (backend/ops.h, dsp_op_accept). */
+/* The arguments of speculative sampling's acceptance, shared by the host
+ * kernel that reads them (kernels/cpu/spec_accept.h) and the backend ops that
+ * take them (backend/ops.h: dsp_op_accept, whose CUDA form unpacks them into
+ * kernels/cuda/spec_accept.h's device structs, and dsp_op_accept_host). */
 #ifndef DSP_KERNELS_ACCEPT_ARGS_H
 #define DSP_KERNELS_ACCEPT_ARGS_H
 #include <stddef.h>
