@@ -745,10 +745,12 @@ static void isa_cmp(long *isa, const uint16_t *vec, const uint16_t *sc, size_t n
 
 static void t_rmsnorm(void) {
   /* rows of 4096 (one block per row on CUDA), 256, 1000, 72 and 83 (past the AVX2 form's groups of 8 rows and
-     dims); per-head views in wider rows; in place */
+     dims, and the AVX-512 form's blocks of 32 dims); per-head views in wider rows; in place; one row alone and
+     a group of 16 then one (the AVX-512 form's single-row chain), heads of 32 */
   const struct { int64_t r, n, d, ld; int grid, in_place; } cs[] = {
       {5, 1, 4096, 4096, 0, 0}, {7, 1, 256, 264, 1, 0}, {3, 1, 1000, 1000, 0, 1}, {6, 8, 128, 1536, 0, 1},
-      {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}, {9, 1, 83, 90, 0, 0}};
+      {4, 3, 72, 240, 1, 0},    {2, 1, 4096, 4104, 1, 1}, {9, 1, 83, 90, 0, 0},     {1, 1, 256, 256, 1, 0},
+      {17, 1, 64, 70, 0, 0},    {3, 5, 32, 170, 1, 1}};
   op_tally t = {0};
   long isa = 0;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {

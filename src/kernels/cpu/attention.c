@@ -72,33 +72,6 @@ static void softmax_scalar(const item *it, int64_t r, float scale) {
   for (int64_t j = 0; j < it->nk; j++) e[j] = dsp_round_bf16(e[j] / z);
 }
 
-/* r[p] lane j = the old r[j] lane p: dwords within 128-bit blocks, then the blocks. */
-DSP_AVX512_INLINE void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 16; i += 4) { /* u[4g + c], block b: lane 4b + c of rows 4g .. 4g + 3 */
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; c++) {
-    const __m512i p0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), p1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-    const __m512i p2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
-                  p3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-    r[c] = _mm512_shuffle_i32x4(p0, p2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(p0, p2, 0xDD);
-    r[8 + c] = _mm512_shuffle_i32x4(p1, p3, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(p1, p3, 0xDD);
-  }
-}
-
 /* For D % 32 == 0: kt[(d / 2) * 16 + j] = the dword (d, d + 1) of key j < nb, 0 past nb, by one 64-byte load per
  * key and 32 dims and a transpose: the lanes a gather would bring, at a fraction of a gather's cost. */
 DSP_AVX512_INLINE void keys_transposed(const item *it, const dsp_bf16 *base, int64_t nb, int32_t *kt) {
@@ -106,7 +79,7 @@ DSP_AVX512_INLINE void keys_transposed(const item *it, const dsp_bf16 *base, int
     __m512i r[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; j++) r[j] = j < nb ? _mm512_loadu_si512(base + j * it->kst + d0) : _mm512_setzero_si512();
-    transpose16(r);
+    dsp_avx512_transpose16(r);
 #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) _mm512_store_si512(kt + (d0 / 2 + p) * 16, r[p]);
   }

@@ -37,4 +37,31 @@ DSP_AVX512_INLINE __m512 dsp_avx512_round_bf16(__m512 v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(dsp_avx512_rne_bf16(v), 16));
 }
 
+/* r[p] lane j = the old r[j] lane p: dwords within 128-bit blocks, then the blocks. */
+DSP_AVX512_INLINE void dsp_avx512_transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) { /* u[4g + c], block b: lane 4b + c of rows 4g .. 4g + 3 */
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    const __m512i p0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), p1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i p2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
+                  p3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(p0, p2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(p0, p2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(p1, p3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(p1, p3, 0xDD);
+  }
+}
+
 #endif

@@ -1,6 +1,7 @@
 /* AVX-512 forms of layers.c's RMSNorm, silu_mul, RoPE and add, bit for bit
  * the scalar ones (test_ops checks it). RMSNorm: the sum of squares of 16 rows at once,
- * one row per lane, each still one fmaf chain in order over d; the scaling 16
+ * one row per lane (32 elements of each row loaded and transposed), each still one fmaf chain in order over d;
+ * the scaling 16
  * dims at a time. silu_mul (with expf_avx512.h), RoPE and add: 16 columns at
  * a time. The
  * roundings are core/bf16.h's (a NaN keeps its sign and payload, quieted).
@@ -31,34 +32,31 @@ DSP_AVX512_INLINE void store16(dsp_bf16 *p, __m512 v, __mmask16 m) {
 DSP_AVX512 void dsp_cpu_rmsnorm_avx512(dsp_bf16 *const *xr, dsp_bf16 *const *orow, int n, int64_t D,
                                        const dsp_bf16 *w, float eps) {
   float sv[16], inv[16];
-  if (n <= 2) { /* a chain per row: fewer loads than a gather per element */
-    for (int i = 0; i < n; i++) {
-      float acc = 0.0f;
-      for (int64_t d = 0; d < D; d++) {
-        const float v = dsp_bf16_to_f32(xr[i][d]);
-        acc = __builtin_fmaf(v, v, acc);
-      }
-      sv[i] = acc;
-    }
-  } else {
-    /* lane i reads row i's element d as the high half of the 32-bit word
-     * ending at it (d >= 1), or the low half of the word starting at it
-     * (d = 0): never past either end of a row of D >= 2 */
-    long long addr[16];
-    for (int i = 0; i < 16; i++) addr[i] = (long long)(i < n ? xr[i] : xr[0]);
-    const __m512i a0 = _mm512_loadu_si512(addr), a1 = _mm512_loadu_si512(addr + 8);
-    const __mmask16 live = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1u);
-    __m512 ss = _mm512_setzero_ps();
+  if (n == 1) { /* one row: its chain alone (as fast at 256 dims, faster at 32; from 2 rows the lanes win) */
+    float acc = 0.0f;
     for (int64_t d = 0; d < D; d++) {
-      const __m512i off = _mm512_set1_epi64(d ? 2 * d - 2 : 0);
-      const __m256i lo = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), (__mmask8)live,
-                                                     _mm512_add_epi64(a0, off), NULL, 1);
-      const __m256i hi = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), (__mmask8)(live >> 8),
-                                                     _mm512_add_epi64(a1, off), NULL, 1);
-      __m512i wd = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      wd = d ? _mm512_and_si512(wd, _mm512_set1_epi32((int)0xFFFF0000u)) : _mm512_slli_epi32(wd, 16);
-      const __m512 v = _mm512_castsi512_ps(wd);
-      ss = _mm512_fmadd_ps(v, v, ss);
+      const float v = dsp_bf16_to_f32(xr[0][d]);
+      acc = __builtin_fmaf(v, v, acc);
+    }
+    sv[0] = acc;
+  } else {
+    /* lane i is row i: 32 elements of each row by one 64-byte load (masked at the row's end, zeros past it: an
+     * fmaf of +0 leaves a sum of squares as it is), transposed so that vector p holds the pair (d0 + 2p,
+     * d0 + 2p + 1) of every row; each lane is still the row's fmaf chain in order over d */
+    __m512 ss = _mm512_setzero_ps();
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int64_t d0 = 0; d0 < D; d0 += 32) {
+      const __mmask32 m = D - d0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (D - d0)) - 1u);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) r[i] = i < n ? _mm512_maskz_loadu_epi16(m, xr[i] + d0) : _mm512_setzero_si512();
+      dsp_avx512_transpose16(r);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; p++) {
+        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(r[p], 16)), hv = _mm512_castsi512_ps(_mm512_and_si512(r[p], hi));
+        ss = _mm512_fmadd_ps(lo, lo, ss);
+        ss = _mm512_fmadd_ps(hv, hv, ss);
+      }
     }
     _mm512_storeu_ps(sv, ss);
   }
