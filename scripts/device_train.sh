@@ -3,7 +3,8 @@
 # scripts/train_pair.py, each returned as $OUT/draft_NAME.tgz (a kjv-draft directory) with its log. Their
 # acceptance is then measured here on the CPU (`dspark generate --draft DIR`), timing-free.
 #   scripts/device_train.sh "NAME:LAYERS:RANK[:FROM]" ...
-# FROM: a directory holding kjv-draft to continue (the carried path; omitted: a fresh draft). At most three
+# FROM: a directory holding kjv-draft to continue (the carried path; omitted: a fresh draft), and the target it
+# drafts for when it holds a kjv-target (else TARGET_DIR's, default models/). At most three
 # variants (the returned files: 8 at most). BUDGET (seconds a variant, default 950: about 380 s of training
 # after its pool of target continuations) and ARGS (train_pair.py's other flags) apply to every variant.
 # The bible-kjv text travels as out/verses.txt (`bible -m 8192 Gen1:1-Rev22:21 > out/verses.txt` here; carry
@@ -17,7 +18,9 @@ export PYTHONUNBUFFERED=1
 for v in "$@"; do
   IFS=: read -r name layers rank from <<< "$v"
   src=/tmp/src_$name
-  mkdir -p "$src" && cp -r models/kjv-target "$src/"
+  tdir=${TARGET_DIR:-models}
+  [ -n "$from" ] && [ -d "$from/kjv-target" ] && tdir=$from
+  mkdir -p "$src" && cp -r "$tdir/kjv-target" "$src/"
   if [ -n "$from" ]; then cp -r "$from/kjv-draft" "$src/"; fresh=""; else fresh="--fresh"; fi
   # shellcheck disable=SC2086  # ARGS and fresh are lists of flags
   python3 scripts/train_pair.py "/tmp/tr_$name" --finetune "$src" $fresh --draft-layers "$layers" \

@@ -3,11 +3,12 @@
 # machine with the same kernels): `make run`'s prompt (heldout.txt line 20) at gamma 3 in blocks of 3, gamma 7,
 # and T 0.8 gamma 2; `make run`'s 16 held-out prompts and 55 others (every seventh line past 60 characters not
 # among the 16, 96 new tokens) at gamma 3 in blocks of 3 and gamma 7. bench/RESULTS.md's draft tables use it.
-#   scripts/draft_acceptance.sh DRAFT_DIR ...      (DSPARK: the binary, default build/dspark)
+#   scripts/draft_acceptance.sh DRAFT_DIR ...      (DSPARK: the binary, default build/dspark; MODELS: the target's
+#   directory, default models/)
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: scripts/draft_acceptance.sh DRAFT_DIR ..." >&2; exit 2; }
 D=${DSPARK:-build/dspark}
-M=models
+M=${MODELS:-models} # the target's directory (MODELS=DIR: DIR/kjv-target)
 [ -x "$D" ] || { echo "draft_acceptance: $D is not built (make build, or DSPARK=path)" >&2; exit 2; }
 for d in "$@"; do [ -f "$d/config.json" ] || { echo "draft_acceptance: $d/config.json missing" >&2; exit 2; }; done
 tmp=$(mktemp -d)

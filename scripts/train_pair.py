@@ -6,6 +6,7 @@ environment (python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch
 tokenizers safetensors numpy) on the GPU machine or, slowly, on a CPU.
 
   train_pair.py OUTDIR [--target-steps N] [--draft-steps N] [--device cpu|cuda]
+                [--target-layers N --taps A,B]
   train_pair.py OUTDIR --finetune DIR [--dspark BINARY] [--draft-steps N]
                 [--lr L --decay D --tv W --bf16] [--fresh --draft-layers N --markov-rank R]
 
@@ -24,7 +25,8 @@ lr 2e-3, seed 7) and the same with `ARGS="... --lr 1e-3 ... --seed 8"` from that
 result (about 8600 more) into models/ (bench/RESULTS.md, forty-fifth session).
 
 Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
-one: config.json, generation_config.json, model.safetensors, tokenizer.json)
+one: config.json, generation_config.json, model.safetensors or, past 16 MiB,
+its shards and model.safetensors.index.json, tokenizer.json)
 and OUTDIR/kjv-draft (a Qwen3DSparkModel directory in DeepSpec's layout) and
 OUTDIR/heldout.txt (the Revelation of John, never trained on).
 
@@ -244,6 +246,47 @@ def layer_tensors(prefix, ly):
         ("post_attention_layernorm", ly.ln2), ("self_attn.q_norm", ly.qn), ("self_attn.k_norm", ly.kn))}
 
 
+SHARD_BYTES = 16 << 20  # the repository's largest file
+
+
+def save_sharded(w, out):
+    """model.safetensors, or, past SHARD_BYTES, model-0000i-of-0000n.safetensors files of at most that size (in
+    the tensors' order) with model.safetensors.index.json, as transformers writes a sharded checkpoint."""
+    from safetensors.torch import save_file
+    shards, cur, size = [], {}, 0
+    for name, t in w.items():
+        b = t.numel() * t.element_size()
+        if cur and size + b > SHARD_BYTES - (1 << 16):  # room for the header
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[name] = t
+        size += b
+    shards.append(cur)
+    if len(shards) == 1:
+        save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        return
+    wmap = {}
+    for i, sh in enumerate(shards):
+        fn = "model-%05d-of-%05d.safetensors" % (i + 1, len(shards))
+        save_file(sh, os.path.join(out, fn), metadata={"format": "pt"})
+        wmap.update({n: fn for n in sh})
+    total = sum(t.numel() * t.element_size() for t in w.values())
+    json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
+              open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=2)
+
+
+def load_dir(d):
+    """A directory's tensors: model.safetensors or the shards its index names."""
+    from safetensors.torch import load_file
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(idx):
+        return load_file(os.path.join(d, "model.safetensors"))
+    w = {}
+    for fn in sorted(set(json.load(open(idx))["weight_map"].values())):
+        w.update(load_file(os.path.join(d, fn)))
+    return w
+
+
 def save_target(model, tok, out):
     from safetensors.torch import save_file
     c = model.c
@@ -251,7 +294,7 @@ def save_target(model, tok, out):
     w = {"model.embed_tokens.weight": bf16(model.embed), "model.norm.weight": bf16(model.norm)}
     for i, ly in enumerate(model.layers):
         w.update(layer_tensors("model.layers.%d." % i, ly))
-    save_file(w, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    save_sharded(w, out)
     eos, bos = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|endoftext|>")
     cfg = config(c, eos, bos)
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=2)
@@ -362,8 +405,6 @@ def cosine(step, total, lr, warm=100):
 def load_pair(src, target, draft):
     """The weights of src/kjv-target and, unless draft is None, src/kjv-draft (as save_target and save_draft write
     them) into the modules."""
-    from safetensors.torch import load_file
-
     def put(param, t):
         assert tuple(param.shape) == tuple(t.shape), (tuple(param.shape), tuple(t.shape))
         param.data.copy_(t.float())
@@ -376,13 +417,13 @@ def load_pair(src, target, draft):
                      "q_norm": "qn", "k_norm": "kn"}[n.split(".")[-2]]
                 put(getattr(ly, a), w[n])
 
-    w = load_file(os.path.join(src, "kjv-target", "model.safetensors"))
+    w = load_dir(os.path.join(src, "kjv-target"))
     put(target.embed, w["model.embed_tokens.weight"])
     put(target.norm, w["model.norm.weight"])
     layers("model.layers.", target.layers, w)
     if draft is None:
         return
-    w = load_file(os.path.join(src, "kjv-draft", "model.safetensors"))
+    w = load_dir(os.path.join(src, "kjv-draft"))
     for name, param in (("norm", draft.norm), ("hidden_norm", draft.hidden_norm), ("fc", draft.fc),
                         ("markov_head.markov_w1", draft.w1), ("markov_head.markov_w2", draft.w2),
                         ("confidence_head.proj", draft.conf_w)):
@@ -494,6 +535,9 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the forward passes")
     ap.add_argument("--fresh", action="store_true",
                     help="with --finetune: a new draft against DIR's target instead of DIR's draft")
+    ap.add_argument("--target-layers", type=int, default=TARGET["layers"], help="a new target's decoder layers")
+    ap.add_argument("--taps", default=",".join(map(str, DRAFT["taps"])),
+                    help="a new draft's target_layer_ids (comma list)")
     ap.add_argument("--draft-layers", type=int, default=DRAFT["layers"], help="a new draft's decoder layers")
     ap.add_argument("--markov-rank", type=int, default=DRAFT["rank"], help="a new draft's Markov rank")
     ap.add_argument("--blocks", default=str(DRAFT["block"]),
@@ -502,7 +546,14 @@ def main():
     a = ap.parse_args()
     if a.fresh and not a.finetune:
         sys.exit("--fresh needs --finetune DIR (the target to draft for)")
-    DRAFT.update(layers=a.draft_layers, rank=a.markov_rank)
+    DRAFT.update(layers=a.draft_layers, rank=a.markov_rank, taps=[int(t) for t in a.taps.split(",")])
+    TARGET.update(layers=a.target_layers)
+    if a.finetune:  # the sizes of the pair being continued
+        tc = json.load(open(os.path.join(a.finetune, "kjv-target", "config.json")))
+        TARGET.update(layers=tc["num_hidden_layers"])
+        if not a.fresh:
+            dc = json.load(open(os.path.join(a.finetune, "kjv-draft", "config.json")))
+            DRAFT.update(layers=dc["num_hidden_layers"], rank=dc["markov_rank"], taps=dc["target_layer_ids"])
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     dev = a.device
