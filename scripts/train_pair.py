@@ -15,14 +15,17 @@ new draft of --draft-layers layers and Markov rank --markov-rank) against
 DIR/kjv-target (copied to OUTDIR unchanged), with the target's continuations
 made by `dspark generate` when --dspark names the binary (a CPU runs that far
 faster than this script's loop without a KV cache).
-The shipped pair: the first form on one H200 (about 4 minutes; bench/RESULTS.md,
-tenth session), then on a
-2-core CPU `--finetune models --dspark build/dspark --draft-steps 5000 --bf16
---lr 6e-4 --decay 4 --tv 0.9` into A, and `--finetune A ... --draft-steps 4500
---lr 4e-4 --blocks 3,7 --seed 2` (the same flags otherwise) into B; then on an
-H100 `scripts/device_train.sh "S:2:64:models"` (B continued about 9000 steps at
-lr 2e-3, seed 7) and the same with `ARGS="... --lr 1e-3 ... --seed 8"` from that
-result (about 8600 more) into models/ (bench/RESULTS.md, forty-fifth session).
+The shipped pair (bench/RESULTS.md, fifty-seventh session): on one H100 the
+first form with `--target-layers 14 --taps 3,9 --budget 420 --target-steps
+1800 --draft-steps 60000 --batch 32 --pool 8192 --lr 2e-3 --decay 4 --tv 0.9
+--blocks 3,7 --bf16 --seed 11` (target 1674 steps, draft 3184), then
+`scripts/device_train.sh "C:2:64:DIR"` with BUDGET=780 and ARGS="--draft-steps
+60000 --batch 64 --pool 8192 --lr 1e-3 --decay 4 --tv 0.9 --blocks 3,7 --bf16
+--seed 12" (6586 more), then on a 2-core CPU `--finetune DIR --dspark
+build/dspark --budget 6300 --batch 16 --pool 8192 --lr 6e-4` with the same
+decay, tv, blocks and bf16 and seed 13 (9055 more). The 8-layer pair shipped
+before it: the first form on one H200, then CPU and H100 fine-tuning
+(bench/RESULTS.md, tenth, thirty-fourth and forty-fifth sessions).
 
 Writes OUTDIR/kjv-target (a Qwen3ForCausalLM directory as transformers saves
 one: config.json, generation_config.json, model.safetensors or, past 16 MiB,
