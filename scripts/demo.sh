@@ -5,7 +5,7 @@
 # Revelation, its continuation, the acceptance length and the speedup over
 # plain decoding of the same target measured in the same run, greedy (the
 # tokens must equal plain decoding's; 4 drafts a round from blocks of 4 rows,
-# which on a CPU cost less than the trained block of 7 and accept nearly as much)
+# which on a CPU pay more than the trained block of 7: fewer rows, most of its acceptance)
 # and sampled at T 0.8 with 2 drafts a round from blocks of 2 rows (there the
 # pair's acceptance length is about 2: the full block of 7 costs more than it
 # commits on a CPU);
