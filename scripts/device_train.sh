@@ -5,8 +5,9 @@
 #   scripts/device_train.sh "NAME:LAYERS:RANK[:FROM]" ...
 # FROM: a directory holding kjv-draft to continue (the carried path; omitted: a fresh draft), and the target it
 # drafts for when it holds a kjv-target (else TARGET_DIR's, default models/). At most three
-# variants (the returned files: 8 at most). BUDGET (seconds a variant, default 950: about 380 s of training
-# after its pool of target continuations) and ARGS (train_pair.py's other flags) apply to every variant.
+# variants (the returned files: 8 at most). BUDGET (seconds a variant's whole run, default 540: its pool of
+# target continuations, then training until 0.9 of it) and ARGS (train_pair.py's other flags) apply to every
+# variant.
 # The bible-kjv text travels as out/verses.txt (`bible -m 8192 Gen1:1-Rev22:21 > out/verses.txt` here; carry
 # "out").
 set -u
@@ -24,7 +25,7 @@ for v in "$@"; do
   if [ -n "$from" ]; then cp -r "$from/kjv-draft" "$src/"; fresh=""; else fresh="--fresh"; fi
   # shellcheck disable=SC2086  # ARGS and fresh are lists of flags
   python3 scripts/train_pair.py "/tmp/tr_$name" --finetune "$src" $fresh --draft-layers "$layers" \
-    --markov-rank "$rank" --verses out/verses.txt --budget "${BUDGET:-950}" \
+    --markov-rank "$rank" --verses out/verses.txt --budget "${BUDGET:-540}" \
     ${ARGS:---draft-steps 60000 --batch 64 --pool 8192 --lr 2e-3 --decay 4 --tv 0.9 --blocks 3,7 --bf16 --seed 7} \
     > "$OUT/train_$name.log" 2>&1 &
 done

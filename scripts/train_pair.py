@@ -19,7 +19,8 @@ The shipped pair (bench/RESULTS.md, fifty-seventh session): on one H100 the
 first form with `--target-layers 14 --taps 3,9 --budget 420 --target-steps
 1800 --draft-steps 60000 --batch 32 --pool 8192 --lr 2e-3 --decay 4 --tv 0.9
 --blocks 3,7 --bf16 --seed 11` (target 1674 steps, draft 3184), then
-`scripts/device_train.sh "C:2:64:DIR"` with BUDGET=780 and ARGS="--draft-steps
+`scripts/device_train.sh "C:2:64:DIR"` with BUDGET=780 (when a continued draft
+had 0.4 of the budget) and ARGS="--draft-steps
 60000 --batch 64 --pool 8192 --lr 1e-3 --decay 4 --tv 0.9 --blocks 3,7 --bf16
 --seed 12" (6586 more), then on a 2-core CPU `--finetune DIR --dspark
 build/dspark --budget 6300 --batch 16 --pool 8192 --lr 6e-4` with the same
@@ -472,7 +473,11 @@ def train_draft(a, target, draft, stream, pool, hx, gen, dev):
     blocks = [int(b) for b in a.blocks.split(",")]
     amp = lambda: torch.autocast(dev if dev == "cpu" else "cuda", dtype=torch.bfloat16, enabled=a.bf16)  # noqa: E731
     t0 = time.time()
-    for step, steps, x in run_steps(mixed(stream, pool, a.seq, a.batch, gen), a.draft_steps, 0.4 * a.budget, dev):
+    # a new pair's draft gets 0.4 of the budget (the target had 0.35, the pool 0.15); a continued draft what is left
+    # of 0.9 of it after loading and the pool (a tenth kept for the held-out check and the save)
+    budget = 0.4 * a.budget if not a.finetune else max(60.0, 0.9 * a.budget - (time.time() - a.t_start))
+    for step, steps, x in run_steps(mixed(stream, pool, a.seq, a.batch, gen), a.draft_steps,
+                                    budget if a.budget else 0, dev):
         for g in opt.param_groups:
             g["lr"] = cosine(step, steps, a.lr, warm=max(100, steps // 25) if a.finetune else 100)
         with torch.no_grad(), amp():
@@ -526,7 +531,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--budget", type=float, default=0,
-                    help="seconds for both phases (0: no limit); step counts shrink to fit, decided at step 20")
+                    help="seconds for the whole run (0: no limit); step counts shrink to fit, decided at step 20 "
+                         "and again at step 300")
     ap.add_argument("--verses", help="a file with the output of `bible -m 8192 Gen1:1-Rev22:21`")
     ap.add_argument("--finetune", metavar="DIR",
                     help="no target training: continue DIR/kjv-draft against DIR/kjv-target (copied unchanged)")
@@ -547,6 +553,7 @@ def main():
                     help="the draft's block rows in training, steps taking these in turn (e.g. 3,7: also blocks of "
                          "3 rows, what `--draft-block gamma` runs at gamma 3)")
     a = ap.parse_args()
+    a.t_start = time.time()
     if a.fresh and not a.finetune:
         sys.exit("--fresh needs --finetune DIR (the target to draft for)")
     DRAFT.update(layers=a.draft_layers, rank=a.markov_rank, taps=[int(t) for t in a.taps.split(",")])
