@@ -19,12 +19,12 @@ The shipped pair (bench/RESULTS.md, fifty-seventh session): on one H100 the
 first form with `--target-layers 14 --taps 3,9 --budget 420 --target-steps
 1800 --draft-steps 60000 --batch 32 --pool 8192 --lr 2e-3 --decay 4 --tv 0.9
 --blocks 3,7 --bf16 --seed 11` (target 1674 steps, draft 3184), then
-`scripts/device_train.sh "C:2:64:DIR"` with BUDGET=780 (when a continued draft
-had 0.4 of the budget) and ARGS="--draft-steps
+`scripts/device_train.sh "C:2:64:DIR"` with BUDGET=780 and ARGS="--draft-steps
 60000 --batch 64 --pool 8192 --lr 1e-3 --decay 4 --tv 0.9 --blocks 3,7 --bf16
 --seed 12" (6586 more), then on a 2-core CPU `--finetune DIR --dspark
 build/dspark --budget 6300 --batch 16 --pool 8192 --lr 6e-4` with the same
-decay, tv, blocks and bf16 and seed 13 (9055 more), then on an H100
+decay, tv, blocks and bf16 and seed 13 (9055 more; both budgets from when a
+continued draft had 0.4 of the budget), then on an H100
 `scripts/device_train.sh "F256:2:64:models"` with BUDGET=520 and ARGS="--draft-steps 60000 --batch 256
 --pool 8192 --lr 2e-3 --decay 4 --tv 0.9 --blocks 3,7 --bf16 --seed 15" (6783 more). The 8-layer pair shipped
 before it: the first form on one H200, then CPU and H100 fine-tuning
