@@ -8,10 +8,11 @@ tokenizers safetensors numpy) on the GPU machine or, slowly, on a CPU.
   train_pair.py OUTDIR [--target-steps N] [--draft-steps N] [--device cpu|cuda]
                 [--target-layers N --taps A,B]
   train_pair.py OUTDIR --finetune DIR [--dspark BINARY] [--draft-steps N]
-                [--lr L --decay D --tv W --bf16] [--fresh --draft-layers N --markov-rank R]
+                [--lr L --decay D --tv W --bf16] [--fresh --draft-layers N --markov-rank R | --add-layers N]
 
 The second form trains no target: it continues DIR/kjv-draft (with --fresh: a
-new draft of --draft-layers layers and Markov rank --markov-rank) against
+new draft of --draft-layers layers and Markov rank --markov-rank; with
+--add-layers N: N more layers after its own, starting as identities) against
 DIR/kjv-target (copied to OUTDIR unchanged), with the target's continuations
 made by `dspark generate` when --dspark names the binary (a CPU runs that far
 faster than this script's loop without a KV cache).
@@ -417,6 +418,9 @@ def load_pair(src, target, draft):
 
     def layers(prefix, mods, w):
         for i, ly in enumerate(mods):
+            if prefix + "%d.input_layernorm.weight" % i not in w:  # a layer added by --add-layers: its o and down
+                ly.o.data.zero_(), ly.down.data.zero_()            # zero, so the grown draft starts as the same
+                continue                                           # function
             for n, t in layer_tensors(prefix + "%d." % i, ly).items():
                 a = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
                      "down_proj": "down", "input_layernorm": "ln1", "post_attention_layernorm": "ln2",
@@ -551,6 +555,9 @@ def main():
                     help="a new draft's target_layer_ids (comma list)")
     ap.add_argument("--draft-layers", type=int, default=DRAFT["layers"], help="a new draft's decoder layers")
     ap.add_argument("--markov-rank", type=int, default=DRAFT["rank"], help="a new draft's Markov rank")
+    ap.add_argument("--add-layers", type=int, default=0,
+                    help="with --finetune: decoder layers added after the draft's own, their o and down projections "
+                         "zero (the grown draft starts as the same function)")
     ap.add_argument("--blocks", default=str(DRAFT["block"]),
                     help="the draft's block rows in training, steps taking these in turn (e.g. 3,7: also blocks of "
                          "3 rows, what `--draft-block gamma` runs at gamma 3)")
@@ -558,6 +565,8 @@ def main():
     a.t_start = time.time()
     if a.fresh and not a.finetune:
         sys.exit("--fresh needs --finetune DIR (the target to draft for)")
+    if a.add_layers and (not a.finetune or a.fresh):
+        sys.exit("--add-layers grows a continued draft: it needs --finetune DIR without --fresh")
     DRAFT.update(layers=a.draft_layers, rank=a.markov_rank, taps=[int(t) for t in a.taps.split(",")])
     TARGET.update(layers=a.target_layers)
     if a.finetune:  # the sizes of the pair being continued
@@ -565,7 +574,8 @@ def main():
         TARGET.update(layers=tc["num_hidden_layers"])
         if not a.fresh:
             dc = json.load(open(os.path.join(a.finetune, "kjv-draft", "config.json")))
-            DRAFT.update(layers=dc["num_hidden_layers"], rank=dc["markov_rank"], taps=dc["target_layer_ids"])
+            DRAFT.update(layers=dc["num_hidden_layers"] + a.add_layers, rank=dc["markov_rank"],
+                         taps=dc["target_layer_ids"])
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     dev = a.device
