@@ -416,11 +416,11 @@ def load_pair(src, target, draft):
         assert tuple(param.shape) == tuple(t.shape), (tuple(param.shape), tuple(t.shape))
         param.data.copy_(t.float())
 
-    def layers(prefix, mods, w):
+    def layers(prefix, mods, w, have=None):
         for i, ly in enumerate(mods):
-            if prefix + "%d.input_layernorm.weight" % i not in w:  # a layer added by --add-layers: its o and down
-                ly.o.data.zero_(), ly.down.data.zero_()            # zero, so the grown draft starts as the same
-                continue                                           # function
+            if have is not None and i >= have:  # a layer --add-layers appended: o and down zero, so the grown
+                ly.o.data.zero_(), ly.down.data.zero_()  # draft starts as the same function
+                continue
             for n, t in layer_tensors(prefix + "%d." % i, ly).items():
                 a = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate", "up_proj": "up",
                      "down_proj": "down", "input_layernorm": "ln1", "post_attention_layernorm": "ln2",
@@ -439,7 +439,8 @@ def load_pair(src, target, draft):
                         ("confidence_head.proj", draft.conf_w)):
         put(param, w[name + ".weight"])
     put(draft.conf_b, w["confidence_head.proj.bias"])
-    layers("layers.", draft.layers, w)
+    have = json.load(open(os.path.join(src, "kjv-draft", "config.json")))["num_hidden_layers"]
+    layers("layers.", draft.layers, w, have)
 
 
 def dspark_pool(binary, target_dir, stream, n, prompt, seq, gen):
