@@ -3,7 +3,7 @@
  * padded shards); every path (original, sharded with and without the full W2,
  * replicated) and broadcast setting must give the single-GPU tokens and
  * logits bit for bit, greedy and sampling. Then the F32 all-reduce over every
- * P the machine has: in rank order, ((x0 + x1) + x2) + ..., at several counts,
+ * P the machine has: by the halving tree over ranks (x0 + (x1 + x2) for three), at several counts,
  * in place, and captured in a graph after dsp_comm_reserve. Exits 77
  * (skipped) with fewer than two CUDA devices. */
 #include <setjmp.h>
@@ -147,6 +147,14 @@ static float order_in(int r, size_t i) {
   return ldexpf((h & 0x80000000u) ? -m : m, (int)((h >> 8) % 48u) - 24);
 }
 
+/* The halving tree over ranks [lo, hi): [lo, mid) + [mid, hi), mid = lo + (hi - lo) / 2. */
+static float tree_want(int lo, int hi, size_t i) {
+  if (hi - lo == 1) return order_in(lo, i);
+  const int mid = lo + (hi - lo) / 2;
+  volatile float l = tree_want(lo, mid, i), r = tree_want(mid, hi, i);
+  return l + r;
+}
+
 typedef struct {
   dsp_comm *comm;
   int rank, P;
@@ -187,8 +195,7 @@ static void *sum_main(void *arg) {
                          cudaMemcpy(h, d, j->count * 4, cudaMemcpyDeviceToHost) != cudaSuccess))
     j->s = dsp_fail(DSP_ERR_DEVICE, "download");
   for (size_t i = 0; j->s == DSP_OK && i < j->count; i++) {
-    volatile float want = order_in(0, i);
-    for (int r = 1; r < j->P; r++) want = want + order_in(r, i);
+    volatile float want = tree_want(0, j->P, i);
     j->differ += memcmp(&h[i], (const void *)&want, 4) != 0;
   }
   if (j->s != DSP_OK) snprintf(j->err, sizeof j->err, "%s", dsp_error_message());
@@ -221,11 +228,11 @@ static void t_sum_order(void **st) {
         for (int r = 0; r < P; r++) {
           if (jobs[r].s != DSP_OK) fail_msg("P %d, %zu floats, graph %d, rank %d: %s", P, counts[k], graph, r, jobs[r].err);
           if (jobs[r].differ)
-            fail_msg("P %d, %zu floats, graph %d, rank %d: %zu sums not in rank order", P, counts[k], graph, r,
+            fail_msg("P %d, %zu floats, graph %d, rank %d: %zu sums not in the tree's order", P, counts[k], graph, r,
                      jobs[r].differ);
           dsp_comm_free(comms[r]);
         }
-        printf("  F32 all-reduce over %d GPUs, %zu floats%s: in rank order\n", P, counts[k],
+        printf("  F32 all-reduce over %d GPUs, %zu floats%s: in the tree's order\n", P, counts[k],
                graph ? ", in a graph" : "");
       }
 }

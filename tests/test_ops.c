@@ -308,6 +308,88 @@ static void t_gemm_rows(void **st) {
  * weights), rounding the F32 output once (contract 1) must give the BF16
  * output's bits; on grid values (exact sums) the F32 outputs equal the CPU's.
  * The shared random stream is put back, so later tests keep their inputs. */
+/* A row-parallel weight in K slices (ops.h, dsp_op_weight_slice): every output must be the halving tree of the
+ * slices' own sums ([lo, hi) is [lo, mid) + [mid, hi), mid = lo + (hi - lo) / 2, left first), each slice's sum
+ * being what an unsliced weight of that slice's columns gives; and TP ranks holding halves or quarters of the
+ * slices, added by the same tree, must give those bits. Random values of mixed magnitudes (so other orders round
+ * otherwise: the test counts where one sum over K differs), with subnormal, inf and NaN weights in one slice of a
+ * few rows (where AMX takes the chain for that slice alone). The CPU takes slices; CUDA keeps one sum over K. */
+static float slice_tree(const float *p, int64_t ld, int lo, int hi) {
+  if (hi - lo == 1) return p[(int64_t)lo * ld];
+  const int mid = lo + (hi - lo) / 2;
+  volatile float l = slice_tree(p, ld, lo, mid), r = slice_tree(p, ld, mid, hi);
+  return l + r;
+}
+
+static void slice_products(dsp_backend *be, const uint16_t *a, const uint16_t *w, int64_t m, int64_t N, int64_t K,
+                           int64_t k0, int64_t kn, int slices, float *out) {
+  dsp_tensor wv = dsp_tensor_2d((void *)(w + k0), DSP_BF16, N, kn);
+  wv.stride[0] = K;
+  dsp_weight *wt;
+  assert_int_equal(dsp_op_weight_create(be, 0, &wv, 0, &wt), DSP_OK);
+  assert_int_equal(dsp_op_weight_slice(be, wt, slices), DSP_OK);
+  dsp_tensor av = {.data = (void *)(a + k0), .dtype = DSP_BF16, .ndim = 2, .shape = {m, kn}, .stride = {K, 1}};
+  dsp_tensor fv = dsp_tensor_2d(out, DSP_F32, m, N);
+  assert_int_equal(dsp_op_gemm(be, 0, &av, wt, &fv), DSP_OK);
+  dsp_op_weight_free(be, wt);
+}
+
+static void t_gemm_slices(void **st) {
+  (void)st;
+  if (dsp_backend_kind_of(g_be) != DSP_BACKEND_CPU) {
+    print_message("gemm slices: CUDA keeps one sum over K (dsp_op_weight_slice takes no slices there)\n");
+    return;
+  }
+  const uint64_t keep = g_rng;
+  const int64_t shapes[][3] = {{256, 256, 4}, {96, 192, 3}, {520, 1024, 8}, {300, 512, 2}, {64, 1536, 8}};
+  const int64_t ms[] = {1, 3, 5, 16, 33};
+  long compared = 0, other = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int64_t N = shapes[si][0], K = shapes[si][1], S = shapes[si][2], ks = K / S, M = 33;
+    uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
+    float *got = malloc((size_t)(M * N) * 4), *one = malloc((size_t)(M * N) * 4), *part = malloc((size_t)(S * M * N) * 4);
+    float *rank = malloc((size_t)(S * M * N) * 4);
+    for (int64_t i = 0; i < M * K; i++) a[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
+    for (int64_t i = 0; i < N * K; i++) w[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
+    w[3 * K + ks + 5] = 0x0001;          /* a subnormal in slice 1 of row 3 */
+    w[7 * K + ks + 1] = 0x7f80;          /* +inf in slice 1 of row 7 */
+    w[11 * K + (S - 1) * ks] = 0x7fc1;   /* a NaN in the last slice of row 11 */
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+      const int64_t m = ms[j];
+      slice_products(g_be, a, w, m, N, K, 0, K, (int)S, got);
+      slice_products(g_be, a, w, m, N, K, 0, K, 1, one);
+      for (int64_t s = 0; s < S; s++) slice_products(g_be, a, w, m, N, K, s * ks, ks, 1, part + s * m * N);
+      long differ = 0;
+      for (int64_t i = 0; i < m * N; i++) {
+        volatile float want = slice_tree(part + i, m * N, 0, (int)S);
+        differ += memcmp(&got[i], (const void *)&want, 4) != 0 && !(isnan(got[i]) && isnan(want));
+        other += memcmp(&got[i], &one[i], 4) != 0;
+      }
+      if (differ)
+        fail_msg("gemm slices N %lld K %lld S %lld M %lld: %ld outputs are not the tree of the slices' sums",
+                 (long long)N, (long long)K, (long long)S, (long long)m, differ);
+      for (int64_t P = 2; P <= S && S % P == 0; P *= 2) { /* P TP ranks of S / P slices, added by the tree */
+        for (int64_t r = 0; r < P; r++)
+          slice_products(g_be, a, w, m, N, K, r * (K / P), K / P, (int)(S / P), rank + r * m * N);
+        long tp = 0;
+        for (int64_t i = 0; i < m * N; i++) {
+          volatile float v = slice_tree(rank + i, m * N, 0, (int)P);
+          tp += memcmp(&got[i], (const void *)&v, 4) != 0 && !(isnan(got[i]) && isnan(v));
+        }
+        if (tp)
+          fail_msg("gemm slices N %lld K %lld S %lld M %lld: %ld outputs differ at %lld ranks", (long long)N,
+                   (long long)K, (long long)S, (long long)m, tp, (long long)P);
+      }
+      compared += (long)(m * N);
+    }
+    free(a), free(w), free(got), free(one), free(part), free(rank);
+  }
+  g_rng = keep;
+  if (!other) fail_msg("gemm slices: no output differs from one sum over K (the test has no power)");
+  print_message("gemm slices: %ld values compared with the tree of per-slice products and at 2-8 ranks (%ld differ "
+                "from one sum over K)\n", compared, other);
+}
+
 static void t_gemm_f32(void **st) {
   (void)st;
   const uint64_t keep = g_rng;
@@ -1395,7 +1477,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(t_perf)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);
   } else {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_markov_step),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(t_gemm), cmocka_unit_test(t_gemm_rows), cmocka_unit_test(t_gemm_f32), cmocka_unit_test(t_gemm_slices), cmocka_unit_test(t_markov_step),
                                        cmocka_unit_test(t_copy), cmocka_unit_test(t_attention), cmocka_unit_test(t_attention_runs), cmocka_unit_test(t_attention_batch), cmocka_unit_test(t_layers),
                                        cmocka_unit_test(t_kda), cmocka_unit_test(t_accept)};
     rc = cmocka_run_group_tests(tests, NULL, NULL);

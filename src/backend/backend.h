@@ -115,6 +115,8 @@ typedef struct {
   void (*thread_enter)(dsp_backend *be, int dev);
   /* Memory in use (ops.h; NULL: not known) */
   dsp_status (*memory_used)(dsp_backend *be, int dev, size_t *bytes);
+  /* A row-parallel weight's K slices (ops.h; NULL: one sum over K) */
+  dsp_status (*weight_slice)(dsp_backend *be, dsp_weight *w, int32_t slices);
 } dsp_backend_ops;
 
 struct dsp_backend {

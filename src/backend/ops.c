@@ -48,6 +48,11 @@ dsp_status dsp_op_sync(dsp_backend *be, int dev) {
   return be->ops->sync(be, dev);
 }
 
+dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices) {
+  if (!be || !w || slices < 1) return dsp_fail(DSP_ERR_ARG, "op weight slice: bad arguments");
+  return be->ops->weight_slice && slices > 1 ? be->ops->weight_slice(be, w, slices) : DSP_OK;
+}
+
 dsp_status dsp_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {
   if (!out) return dsp_fail(DSP_ERR_ARG, "op weight: NULL output");
   *out = NULL;

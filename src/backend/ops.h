@@ -34,6 +34,12 @@ dsp_status dsp_op_sync(dsp_backend *be, int dev);
  * kernel, -1 the DSPARK_CUDA_STRICT setting. */
 dsp_status dsp_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
 void dsp_op_weight_free(dsp_backend *be, dsp_weight *w);
+/* A row-parallel weight (o, down) in K slices: each output the halving tree of
+ * its slices' sums (kernels/cpu/slices.h), the order that gives the same bits
+ * at every TP size that is a power of two dividing the model's slices
+ * (docs/CONTRACTS.md). The CPU backend takes it (K a multiple of 32 x slices,
+ * else DSP_ERR_SHAPE); CUDA keeps one sum over K for now. */
+dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices);
 /* Which kernel the weight's products run (e.g. "avx512f panels", "own wgmma kernel, ..."). */
 const char *dsp_op_weight_describe(const dsp_backend *be, const dsp_weight *w);
 

@@ -3,11 +3,14 @@
  * and MPI's own words. MPI counts are ints; transfers above max_count (INT_MAX
  * unless a test lowers it) are split: allgather through one derived datatype
  * (rank order in recv must hold, so no chunking there), bcast and allreduce in
- * chunks (both are element-wise); F32 sums over 3 or more ranks go in rank
- * order through an all-to-all and an all-gather (mpi_sum_ordered). Calls come
+ * chunks (both are element-wise); F32 sums over 3 or more ranks go by the
+ * halving tree over ranks (core/tree_sum.h) through an all-to-all and an
+ * all-gather (mpi_sum_ordered). Calls come
  * from one thread (FUNNELED). */
 #include <limits.h>
 #include <mpi.h>
+
+#include "core/tree_sum.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,11 +108,11 @@ static dsp_status mpi_bcast(dsp_comm *c, void *buf, size_t bytes, int root) {
   return DSP_OK;
 }
 
-/* An F32 sum over 3 or more ranks in rank order: MPI's own reductions pick
+/* An F32 sum over 3 or more ranks by the halving tree: MPI's own reductions pick
  * their association by message size and rank count, so the same row could
  * round differently in a prefill and in a decode step. Per segment of at most
  * P x max_count elements: each rank receives its chunk of every rank's values
- * (MPI_Alltoall), adds them ((x0 + x1) + x2) + ..., and the sums are
+ * (MPI_Alltoall), adds them by the tree ((x0 + x1) + (x2 + x3) for four), and the sums are
  * all-gathered; a ring all-reduce's traffic. Two ranks need none of this:
  * x0 + x1 is x1 + x0. */
 static dsp_status mpi_sum_ordered(dsp_comm *c, const float *send, float *recv, size_t count) {
@@ -133,11 +136,7 @@ static dsp_status mpi_sum_ordered(dsp_comm *c, const float *send, float *recv, s
       s = mpi_fail(rc, "MPI_Alltoall(sum)", __FILE__, __LINE__);
       break;
     }
-    for (size_t j = 0; j < ch; j++) {
-      float acc = parts[j];
-      for (size_t r = 1; r < P; r++) acc += parts[r * ch + j];
-      pad[me * ch + j] = acc;
-    }
+    for (size_t j = 0; j < ch; j++) pad[me * ch + j] = dsp_tree_sum_f32(parts + j, ch, 0, (int)P);
     rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pad, (int)ch, MPI_FLOAT, comm_of(c));
     if (rc != MPI_SUCCESS) {
       s = mpi_fail(rc, "MPI_Allgather(sum)", __FILE__, __LINE__);

@@ -4,7 +4,7 @@
  * buffer and synchronised), for the control plane: dsp_comm_agree and
  * barriers. Two ways in: one process per GPU bootstrapped over MPI, or one
  * process driving several GPUs (ncclCommInitAll, a thread per rank). F32 sums
- * over 3 or more ranks go in rank order (ordered_sum), as on the host engines. */
+ * over 3 or more ranks go by the halving tree over ranks (ordered_sum), as on the host engines. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,10 +109,10 @@ static dsp_status nccl_reserve(dsp_comm *c, size_t count) {
   return oscratch_for(c, ordered_bytes(c->size, count));
 }
 
-/* recv = the F32 sum of every rank's send in rank order, ((x0 + x1) + x2) + ..., as the host engines take it
+/* recv = the F32 sum of every rank's send by the halving tree over ranks (core/tree_sum.h), as the host engines take it
  * (NCCL's own reduction associates by message size, so a row's sum would depend on the rows beside it).
  * Bandwidth as a ring all-reduce: each rank receives its chunk from every rank (send/recv), sums it in
- * order, and the sums are all-gathered. Device buffers, on the comm's stream; in place allowed. */
+ * that order, and the sums are all-gathered. Device buffers, on the comm's stream; in place allowed. */
 static dsp_status ordered_sum(dsp_comm *c, const float *send, float *recv, size_t count) {
   nccl_impl *m = impl_of(c);
   cudaStream_t s = (cudaStream_t)c->stream;
@@ -130,7 +130,7 @@ static dsp_status ordered_sum(dsp_comm *c, const float *send, float *recv, size_
   }
   const ncclResult_t e = ncclGroupEnd();
   if (r != ncclSuccess || e != ncclSuccess)
-    return dsp_fail(DSP_ERR_COMM, "%s:%d: the rank-order sum's exchange: %s", __FILE__, __LINE__,
+    return dsp_fail(DSP_ERR_COMM, "%s:%d: the ordered sum's exchange: %s", __FILE__, __LINE__,
                     ncclGetErrorString(r != ncclSuccess ? r : e));
   if (mylen) {
     DSP_CUDA_TRY(cudaMemcpyAsync(parts + (size_t)me * ch, send + my0, mylen * 4, cudaMemcpyDeviceToDevice, s));

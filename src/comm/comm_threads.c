@@ -2,8 +2,9 @@
  * CPU backend's devices), exchanging through shared memory. Each collective
  * publishes every rank's buffer, passes a barrier, lets each rank read the
  * others' buffers directly, and passes a second barrier before any buffer may
- * change. Sums are taken in rank order, so results are the same on every rank
- * and on every run. A rank that fails alone poisons the group (the device
+ * change. F32 sums go by the halving tree over ranks (core/tree_sum.h), so
+ * results are the same on every rank and on every run, and match the K
+ * slices of a row-parallel product. A rank that fails alone poisons the group (the device
  * threads do it for a failed job), so the others' collectives return an error
  * instead of waiting for it forever; once every rank's job has returned, the
  * group is cleared for the next. */
@@ -78,6 +79,18 @@ TH_REDUCE(int32_t, uint32_t)
 TH_REDUCE(int64_t, uint64_t)
 #undef TH_REDUCE
 
+/* core/tree_sum.h's order over the ranks' buffers, element i */
+static float tree_at(const void **in, size_t i, int lo, int hi) {
+  if (hi - lo == 1) return ((const float *)in[lo])[i];
+  const int mid = lo + (hi - lo) / 2;
+  const float l = tree_at(in, i, lo, mid);
+  return l + tree_at(in, i, mid, hi);
+}
+
+static void sum_tree(const void **in, int n, size_t count, float *out) {
+  for (size_t i = 0; i < count; i++) out[i] = tree_at(in, i, 0, n);
+}
+
 static dsp_status th_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
                                dsp_reduce_op op) {
   th_impl *m = impl_of(c);
@@ -95,7 +108,8 @@ static dsp_status th_allreduce(dsp_comm *c, const void *send, void *recv, size_t
   g->buf[c->rank] = send;
   DSP_TRY(meet(c));
   if (s == DSP_OK && count) {
-    if (dt == DSP_F32) reduce_float(g->buf, c->size, count, op, out);
+    if (dt == DSP_F32 && op == DSP_REDUCE_SUM) sum_tree(g->buf, c->size, count, out);
+    else if (dt == DSP_F32) reduce_float(g->buf, c->size, count, op, out);
     else if (dt == DSP_I32) reduce_int32_t(g->buf, c->size, count, op, out);
     else reduce_int64_t(g->buf, c->size, count, op, out);
   }

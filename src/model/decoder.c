@@ -7,6 +7,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -63,6 +64,16 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
   return dsp_op_weight_create(be, dev, &v, -1, w);
 }
 
+/* With DSPARK_TP_INVARIANT, a row-parallel weight's K slices on this rank: the model's slices (one per KV head,
+ * so every TP size divides them) over the TP size. Where a slice would not be a multiple of 32 columns (or there
+ * would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits. Off by
+ * default: on this CPU the slices cost 2-6% of a step at TP 1 (bench/RESULTS.md). */
+static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model) {
+  const int64_t S = s->kv_heads;
+  if (!dsp_env_get()->tp_invariant || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
+  return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp));
+}
+
 dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, const char *prefix,
                               const dsp_dec_shape *s, dsp_bf16 *host, dsp_dec_layer *L) {
   const int64_t H = s->hidden, D = s->head_dim, I = s->intermediate, r = s->tp_rank;
@@ -89,8 +100,10 @@ dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, c
   /* o and down: this rank's input columns (row-parallel) */
   dsp_tensor oc = dsp_tensor_cols(&o, r * s->hq * D, (r + 1) * s->hq * D);
   DSP_TRY(dsp_op_weight_create(be, dev, &oc, -1, &L->o));
+  DSP_TRY(row_slices(be, L->o, s, s->heads * D));
   dsp_tensor dc = dsp_tensor_cols(&dn, r * s->inter, (r + 1) * s->inter);
   DSP_TRY(dsp_op_weight_create(be, dev, &dc, -1, &L->down));
+  DSP_TRY(row_slices(be, L->down, s, I));
   void *m; /* the vectors are freed through their views' data */
   TENSOR("input_layernorm.weight", H, 0, &nm);
   DSP_TRY(dsp_dec_vector(be, dev, &nm, &L->in_norm, &m));

@@ -280,6 +280,37 @@ def case_tp(c):
         expect_refusal(c, "CUDA TP2 without the switch", d, inputs(toks), "DSPARK_CUDA_TP_UNVERIFIED", np_=2)
 
 
+def case_tp_invariant(c):
+    """CONTRACTS.md: with DSPARK_TP_INVARIANT=1 the CPU takes o and down in one K slice per KV head (here 8 heads
+    of 32 over 4 KV heads: slices of 64 columns; the MLP's 1024 columns: 256), the slices and the ranks' partials
+    added by the halving tree, so TP 2 and 4, under mpirun and in one process, give TP 1's bits. Values of mixed
+    magnitudes over K up to 1024, where one sum over K rounds otherwise: the default's TP 2 must differ somewhere,
+    or the case has no power. CUDA keeps one sum over K (issue 20)."""
+    if c.backend == "cuda":
+        print("tp_invariant: not run on CUDA (its products keep one sum over K)")
+        return
+    d, m = c.model("tpi", form=5, seed=5, hidden=256, intermediate=1024, heads=8, kv_heads=4, head_dim=32,
+                   vocab=500, layers=3)
+    toks = token_batch(np.random.default_rng(15), m.V)
+    taps = [0, 2]
+    mask = valid_mask()
+    base1 = c.ok_run("TP1, default", d, inputs(toks, taps=taps))
+    base2 = c.ok_run("TP2, default", d, inputs(toks, taps=taps), np_=2)
+    if base1 is not None and base2 is not None:
+        eq = (base1["logits"][mask] == base2["logits"][mask]).mean()
+        print("default: TP2 logits bit-equal to TP1's at %.4f" % eq)
+        if eq == 1.0:
+            c.tally.fail("TP-invariant case: the default's TP 2 equals TP 1 bit for bit, so the case has no power")
+    inv = {"DSPARK_TP_INVARIANT": "1"}
+    one = c.ok_run("TP1, TP-invariant", d, inputs(toks, taps=taps), env=inv)
+    check_reference(c, "TP1, TP-invariant", m, toks, one, taps=taps)
+    for tp in (2, 4):
+        o = c.ok_run("TP%d, TP-invariant" % tp, d, inputs(toks, taps=taps), np_=tp, env=inv)
+        same(c, "TP%d against TP1 (TP-invariant)" % tp, o, one, rows=mask)
+    o = c.ok_run("TP4 in one process, TP-invariant", d, inputs(toks, taps=taps), extra=("--tp", "4"), env=inv)
+    same(c, "TP4 in one process against TP1 (TP-invariant)", o, one, rows=mask)
+
+
 def case_tp_process(c):
     """TP ranks as threads of one process (`--tp N`: on the CPU a "threads"
     communicator, on CUDA one process driving N GPUs). On the CPU its F32 sums
@@ -443,7 +474,7 @@ def index_lie(d):
 
 
 CASES = {"reference": case_reference, "invariance": case_invariance, "sampling": case_sampling,
-         "tp": case_tp, "tp_process": case_tp_process, "row_parallel": case_row_parallel, "bad": case_bad}
+         "tp": case_tp, "tp_invariant": case_tp_invariant, "tp_process": case_tp_process, "row_parallel": case_row_parallel, "bad": case_bad}
 
 
 def main():

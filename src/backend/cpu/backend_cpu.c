@@ -35,6 +35,7 @@ static const dsp_backend_ops cpu_ops = {
     .sync = dsp_cpu_op_sync,
     .weight_create = dsp_cpu_op_weight_create,
     .weight_free = dsp_cpu_op_weight_free,
+    .weight_slice = dsp_cpu_op_weight_slice,
     .weight_describe = dsp_cpu_op_weight_describe,
     .gemm = dsp_cpu_op_gemm,
     .markov_step = dsp_cpu_op_markov_step,

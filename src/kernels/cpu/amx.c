@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/slices.h"
 
 /* Memory clobbers: the tile loads read buffers this file has just written. */
 #define T_LOAD(t, base, stride) \
@@ -45,7 +46,7 @@ typedef struct {
   dsp_cpu_store_fn store;
   const uint16_t *as; /* A as tiles read it: rows of lda elements, K padded to 32 */
   int64_t lda;
-  const int16_t *ga; /* A rows' guards */
+  const int16_t *ga; /* A rows' guards: [slices][M], each over its K slice */
   int fixups;        /* some output may need the chain */
 } job;
 
@@ -102,13 +103,13 @@ static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *bu
   }
 }
 
-/* The chain for output (m, n), the weight read back from its tiles. */
-__attribute__((target("fma"))) static float chain_at(const job *jb, int64_t m, int64_t n) {
+/* The chain for output (m, n) over k [k0, k1), the weight read back from its tiles. */
+__attribute__((target("fma"))) static float chain_at(const job *jb, int64_t m, int64_t n, int64_t k0, int64_t k1) {
   const dsp_cpu_amx *w = jb->w;
   const dsp_tensor *a = jb->a;
   const uint16_t *ar = (const uint16_t *)a->data + m * a->stride[0];
   float acc = 0.0f;
-  for (int64_t k = 0; k < w->k; k++) {
+  for (int64_t k = k0; k < k1; k++) {
     uint32_t ua = (uint32_t)ar[k * a->stride[1]] << 16, uw = (uint32_t)dsp_cpu_amx_at(w, n, k) << 16;
     float fa, fw;
     memcpy(&fa, &ua, 4);
@@ -124,11 +125,74 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = n0; n < n1; n++) {
       if (jb->ga[m] + jb->w->guard[n] >= DSP_CPU_GUARD_MIN) continue;
-      const float v = chain_at(jb, m, n);
+      const float v = chain_at(jb, m, n, 0, jb->w->k);
       const size_t off = (size_t)(m * c->stride[0] + n * c->stride[1]);
       if (c->dtype == DSP_BF16) ((uint16_t *)c->data)[off] = dsp_cpu_out_bf16(v);
       else ((float *)c->data)[off] = dsp_cpu_out_f32(v);
     }
+}
+
+/* group() for a weight in K slices: each slice's blocks from +0 into its own buffer (sbuf: slices x 1024
+ * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
+static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, float *sbuf, const char *end) {
+  const dsp_cpu_amx *w = jb->w;
+  const uint16_t *a = jb->as + m0 * jb->lda;
+  const long sa = (long)(jb->lda * 2);
+  const size_t step = 512;
+  const int ns = w->slices;
+  const int64_t kbs = w->kb / ns, ks = w->k / ns, M = jb->a->shape[0];
+  for (int s = 0; s < ns; s++) {
+    float *buf = sbuf + (size_t)s * 1024;
+    T_ZERO(0);
+    T_ZERO(1);
+    T_ZERO(2);
+    T_ZERO(3);
+    for (int64_t t = s * kbs; t < (s + 1) * kbs; t++) {
+      const uint16_t *b = w->data + dsp_cpu_amx_tile(w, j, t);
+      const char *pf = (const char *)b + AMX_PREFETCH_BYTES;
+      for (int l = 0; l < 16 * g && pf + 64 * l < end; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+      T_LOAD(4, a + t * 32, sa);
+      T_LOAD(5, b, 64);
+      T_DP(0, 4, 5);
+      if (g > 1) {
+        T_LOAD(6, b + step, 64);
+        T_DP(1, 4, 6);
+      }
+      if (g > 2) {
+        T_LOAD(5, b + 2 * step, 64);
+        T_DP(2, 4, 5);
+      }
+      if (g > 3) {
+        T_LOAD(6, b + 3 * step, 64);
+        T_DP(3, 4, 6);
+      }
+    }
+    T_STORE(0, buf, 128);
+    T_STORE(1, buf + 16, 128);
+    T_STORE(2, buf + 512, 128);
+    T_STORE(3, buf + 528, 128);
+    if (!jb->fixups) continue;
+    const int16_t *gw = w->guard + (size_t)s * (size_t)w->n, *ga = jb->ga + (size_t)s * (size_t)M;
+    for (int b = 0; b < g; b++)
+      for (int c = 0; c < 16; c++) {
+        const int64_t n = (j + b) * 16 + c;
+        if (n >= w->n) break;
+        for (int r = 0; r < mr; r++)
+          if (ga[m0 + r] + gw[n] < DSP_CPU_GUARD_MIN)
+            buf[(b / 2) * 512 + r * 32 + (b % 2) * 16 + c] = chain_at(jb, m0 + r, n, s * ks, (s + 1) * ks);
+      }
+  }
+  /* only the rows' floats are written: [mr][32] in each half */
+  dsp_cpu_slice_tree(sbuf, 1024, 0, ns, (size_t)mr * 32);
+  dsp_cpu_slice_tree(sbuf + 512, 1024, 0, ns, (size_t)mr * 32);
+  const dsp_tensor *c = jb->c;
+  const size_t es = dsp_dtype_size(c->dtype);
+  for (int h = 0; h < 2 && 2 * h < g; h++) {
+    const int64_t n0 = (j + 2 * h) * 16, left = w->n - n0, mine = 16 * (g - 2 * h);
+    const int ncols = (int)(left < mine ? left : mine < 32 ? mine : 32);
+    char *c0 = (char *)c->data + (size_t)(m0 * c->stride[0] + n0 * c->stride[1]) * es;
+    jb->store(sbuf + 512 * h, mr, ncols, c0, c->dtype, c->stride[0], c->stride[1]);
+  }
 }
 
 dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_tensor *c, int nthreads) {
@@ -150,7 +214,9 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
   const int direct = a->stride[1] == 1 && K % 32 == 0;
   const int64_t lda = direct ? a->stride[0] : w->kb * 32;
   const size_t copy = direct ? 0 : (size_t)(M * lda) * 2;
-  char *scratch = dsp_cpu_scratch(copy + (size_t)M * sizeof(int16_t) + 64);
+  const int ns = w->slices > 1 ? w->slices : 1;
+  const int64_t ks = K / ns;
+  char *scratch = dsp_cpu_scratch(copy + (size_t)(ns * M) * sizeof(int16_t) + 64);
   if (!scratch) return dsp_fail(DSP_ERR_NOMEM, "cpu amx matmul: cannot allocate scratch for %lld x %lld",
                                 (long long)M, (long long)K);
   uint16_t *as = (uint16_t *)scratch;
@@ -158,8 +224,11 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
   int16_t gmin = 255;
   for (int64_t m = 0; m < M; m++) {
     const uint16_t *row = (const uint16_t *)a->data + m * a->stride[0];
-    ga[m] = dsp_cpu_row_guard(row, K, a->stride[1]);
-    if (ga[m] < gmin) gmin = ga[m];
+    for (int sl = 0; sl < ns; sl++) {
+      const int16_t v = dsp_cpu_row_guard(row + sl * ks * a->stride[1], ks, a->stride[1]);
+      ga[sl * M + m] = v;
+      if (v < gmin) gmin = v;
+    }
     if (!direct) {
       for (int64_t k = 0; k < K; k++) as[m * lda + k] = row[k * a->stride[1]];
       memset(as + m * lda + K, 0, (size_t)(lda - K) * 2);
@@ -176,15 +245,20 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
     const int64_t groups = (w->nb + 3) / 4, j0 = groups * id / nt * 4, j1e = groups * (id + 1) / nt * 4;
     const int64_t j1 = j1e < w->nb ? j1e : w->nb;
     float buf[2 * 16 * 32] __attribute__((aligned(64)));
+    float sbuf[ns > 1 ? ns * 1024 : 1]; /* a sliced weight's partials: at most 64 KiB of this thread's stack */
     const char *end = (const char *)(w->data + (size_t)(j1 * w->kb) * 512); /* a group's tiles end where the next begins */
     int cfg_rows = -1;
     for (int64_t m0 = 0; m0 < M && j0 < j1; m0 += 16) {
       const int mr = (int)(M - m0 < 16 ? M - m0 : 16);
       if (mr != cfg_rows) configure(cfg_rows = mr);
-      for (int64_t j = j0; j < j1; j += 4) group(&jb, m0, mr, j, (int)(j1 - j < 4 ? j1 - j : 4), buf, end);
+      for (int64_t j = j0; j < j1; j += 4) {
+        const int g = (int)(j1 - j < 4 ? j1 - j : 4);
+        if (ns > 1) group_sliced(&jb, m0, mr, j, g, sbuf, end);
+        else group(&jb, m0, mr, j, g, buf, end);
+      }
     }
     if (cfg_rows >= 0) __asm__ volatile("tilerelease" ::);
-    if (jb.fixups && j0 < j1) fix(&jb, j0 * 16, j1 * 16 < w->n ? j1 * 16 : w->n);
+    if (ns == 1 && jb.fixups && j0 < j1) fix(&jb, j0 * 16, j1 * 16 < w->n ? j1 * 16 : w->n);
   }
   return DSP_OK;
 }

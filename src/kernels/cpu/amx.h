@@ -35,14 +35,19 @@
 typedef struct {
   int64_t n, k, nb, kb;
   uint16_t *data;
-  int16_t *guard;   /* [N]: each row's guard (kernel.h's dsp_cpu_row_guard) */
+  int16_t *guard;   /* [slices][N]: each row's guard over each K slice (kernel.h's dsp_cpu_row_guard) */
   int16_t guard_min;
   size_t bytes;
+  int32_t slices;   /* K slices summed by slices.h's tree (1: one sum over K) */
 } dsp_cpu_amx;
 
-
-
 dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out);
+/* K into `slices` equal slices, as dsp_cpu_packed_slice: each slice's sum over
+ * its own k blocks from +0 (the chain for an output whose A row and weight row
+ * fail the guard over that slice), then slices.h's tree. K a multiple of
+ * 32 x slices, at most DSP_CPU_AMX_SLICES slices; DSP_ERR_SHAPE otherwise. */
+#define DSP_CPU_AMX_SLICES 16
+dsp_status dsp_cpu_amx_slice(dsp_cpu_amx *p, int32_t slices);
 void dsp_cpu_amx_free(dsp_cpu_amx *p);
 /* The weight's rows back out of its tiles: dst [N][K]. */
 void dsp_cpu_amx_unpack(const dsp_cpu_amx *p, uint16_t *dst);

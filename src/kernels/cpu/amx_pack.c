@@ -22,6 +22,7 @@ dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
   if (!p) return dsp_fail(DSP_ERR_NOMEM, "cpu amx pack: out of memory");
   p->n = w->shape[0];
   p->k = w->shape[1];
+  p->slices = 1;
   p->nb = (p->n + 15) / 16;
   p->kb = (p->k + 31) / 32;
   p->bytes = (size_t)p->nb * (size_t)p->kb * 1024;
@@ -50,6 +51,34 @@ dsp_status dsp_cpu_amx_pack(const dsp_tensor *w, dsp_cpu_amx **out) {
     if (p->guard[r] < p->guard_min) p->guard_min = p->guard[r];
   }
   *out = p;
+  return DSP_OK;
+}
+
+dsp_status dsp_cpu_amx_slice(dsp_cpu_amx *p, int32_t slices) {
+  if (slices < 1 || slices > DSP_CPU_AMX_SLICES || p->k % ((int64_t)slices * 32))
+    return dsp_fail(DSP_ERR_SHAPE, "cpu amx: K = %lld does not split into %d slices of a multiple of 32 (at most %d)",
+                    (long long)p->k, (int)slices, DSP_CPU_AMX_SLICES);
+  int16_t *g = malloc((size_t)slices * (size_t)p->n * sizeof *g);
+  uint16_t *row = malloc((size_t)p->k * sizeof *row);
+  if (!g || !row) {
+    free(g);
+    free(row);
+    return dsp_fail(DSP_ERR_NOMEM, "cpu amx: out of memory");
+  }
+  const int64_t ks = p->k / slices;
+  p->guard_min = 255;
+  for (int64_t n = 0; n < p->n; n++) {
+    for (int64_t k = 0; k < p->k; k++) row[k] = dsp_cpu_amx_at(p, n, k);
+    for (int s = 0; s < slices; s++) {
+      const int16_t v = dsp_cpu_row_guard(row + s * ks, ks, 1);
+      g[s * p->n + n] = v;
+      if (v < p->guard_min) p->guard_min = v;
+    }
+  }
+  free(row);
+  free(p->guard);
+  p->guard = g;
+  p->slices = slices;
   return DSP_OK;
 }
 

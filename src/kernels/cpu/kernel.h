@@ -46,6 +46,7 @@ struct dsp_cpu_packed {
   int16_t *guard;   /* [npanels]: the smallest row guard of each panel (dsp_cpu_row_guard) */
   int16_t guard_min;
   size_t bytes;
+  int32_t slices;   /* K slices summed by slices.h's tree (1: one chain over K) */
 };
 
 /* The guard of n bf16 values at stride s: the smallest biased exponent of the
@@ -179,6 +180,8 @@ typedef void (*dsp_cpu_epi_fn)(void *ctx, const float *tile, int64_t m0, int mr,
 static inline size_t dsp_cpu_sweep_floats(int64_t m) {
   return (size_t)((m + DSP_CPU_MR - 1) / DSP_CPU_MR) * DSP_CPU_MR * DSP_CPU_NR;
 }
+/* With K slices (w->slices > 1) each slice's partials get their own cbuf part:
+ * cbuf then holds slices x dsp_cpu_sweep_floats(m) floats. */
 /* The kernels a sweep runs: fn / fn2 on widened A (ap); where dot is set, dot / dot2 on the pair words (aq) for
  * every (tile, panel) whose guards sum to DSP_CPU_GUARD_MIN or more (tguard[t] + the panel's), fn / fn2 for the
  * rest (ap may be NULL when no pair falls short). fn2 / dot2 NULL: no panel pairs. */

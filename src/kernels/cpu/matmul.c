@@ -50,7 +50,7 @@ dsp_status dsp_cpu_matmul_nt(const dsp_tensor *a, const dsp_cpu_packed *w, dsp_t
   const int threads = dsp_cpu_threads_resolve(nthreads);
   /* one tile of A rows (a decode or verify call): each thread prepares its own copy, with no barrier between */
   const int own = dsp_cpu_mtiles(m) == 1 && threads > 1;
-  const size_t a_floats = dsp_cpu_a_floats(m, k), c_floats = dsp_cpu_sweep_floats(m), na = own ? (size_t)threads : 1;
+  const size_t a_floats = dsp_cpu_a_floats(m, k), c_floats = dsp_cpu_sweep_floats(m) * (size_t)(w->slices > 1 ? w->slices : 1), na = own ? (size_t)threads : 1;
   float *ap = dsp_cpu_scratch((na * a_floats + (size_t)threads * c_floats) * sizeof(float));
   if (!ap) return dsp_fail(DSP_ERR_NOMEM, "cpu matmul: cannot allocate scratch for %lld x %lld", (long long)m,
                            (long long)k);

@@ -21,6 +21,11 @@ int64_t dsp_cpu_packed_n(const dsp_cpu_packed *p);
 int64_t dsp_cpu_packed_k(const dsp_cpu_packed *p);
 size_t dsp_cpu_packed_bytes(const dsp_cpu_packed *p);
 
+/* Splits the weight's K into `slices` equal slices summed by the halving tree
+ * of slices.h (the order a row-parallel weight keeps at every TP size). K must
+ * be a multiple of 32 x slices; DSP_ERR_SHAPE otherwise. 1 restores one chain. */
+dsp_status dsp_cpu_packed_slice(dsp_cpu_packed *p, int32_t slices);
+
 /* c[m, n] = sum_k a[m, k] * w[n, k] for n in [0, N), in the order above.
  * a: [M, K] BF16 view; c: [M, N] view, BF16 (rounded once) or F32 (the fp32
  * accumulator as is). Only c's elements are written (gaps of a strided c stay).

@@ -42,6 +42,7 @@ dsp_status dsp_cpu_pack(const dsp_tensor *w, dsp_cpu_packed **out) {
   if (!p) return dsp_fail(DSP_ERR_NOMEM, "cpu pack: out of memory");
   p->n = w->shape[0];
   p->k = w->shape[1];
+  p->slices = 1;
   p->npanels = (p->n + DSP_CPU_NR - 1) / DSP_CPU_NR;
   p->bytes = (size_t)p->npanels * (size_t)p->k * DSP_CPU_NR * sizeof(uint16_t);
   p->data = panels_alloc(p->bytes);
@@ -87,6 +88,14 @@ void dsp_cpu_packed_free(dsp_cpu_packed *p) {
 int16_t dsp_cpu_row_guard(const uint16_t *x, int64_t n, int64_t s) {
   return s == 1 && dsp_cpu_isa_supported(DSP_CPU_ISA_AVX512) ? dsp_cpu_row_guard_avx512(x, n)
                                                               : dsp_cpu_row_guard_scalar(x, n, s);
+}
+
+dsp_status dsp_cpu_packed_slice(dsp_cpu_packed *p, int32_t slices) {
+  if (slices < 1 || p->k % ((int64_t)slices * 32))
+    return dsp_fail(DSP_ERR_SHAPE, "cpu pack: K = %lld does not split into %d slices of a multiple of 32",
+                    (long long)p->k, (int)slices);
+  p->slices = slices;
+  return DSP_OK;
 }
 
 int64_t dsp_cpu_packed_n(const dsp_cpu_packed *p) { return p->n; }
