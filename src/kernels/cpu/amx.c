@@ -57,9 +57,11 @@ typedef struct {
  * steps of a group of four blocks. */
 #define AMX_PREFETCH_BYTES 8192
 
-/* One group of g <= 4 blocks from block j over rows m0 .. m0+mr-1; end: the end
- * of the calling thread's blocks (no prefetch past it). */
-static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *buf, const char *end) {
+/* The tiles of one group of g <= 4 blocks from block j over the rows at m0, k blocks [t0, t1) from +0, stored to
+ * buf as two [16][32] halves (the layout the epilogues take); end: the end of the calling thread's blocks (no
+ * prefetch past it). */
+static void accumulate(const job *jb, int64_t m0, int64_t j, int g, int64_t t0, int64_t t1, float *buf,
+                       const char *end) {
   const dsp_cpu_amx *w = jb->w;
   const uint16_t *a = jb->as + m0 * jb->lda;
   const long sa = (long)(jb->lda * 2);
@@ -68,7 +70,7 @@ static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *bu
   T_ZERO(2);
   T_ZERO(3);
   const size_t step = 512; /* the next block's tile at the same t */
-  for (int64_t t = 0; t < w->kb; t++) {
+  for (int64_t t = t0; t < t1; t++) {
     const uint16_t *b = w->data + dsp_cpu_amx_tile(w, j, t);
     const char *pf = (const char *)b + AMX_PREFETCH_BYTES;
     for (int l = 0; l < 16 * g && pf + 64 * l < end; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
@@ -88,11 +90,15 @@ static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *bu
       T_DP(3, 4, 6);
     }
   }
-  /* two [16][32] halves, the layout the epilogues take */
   T_STORE(0, buf, 128);
   T_STORE(1, buf + 16, 128);
   T_STORE(2, buf + 512, 128);
   T_STORE(3, buf + 528, 128);
+}
+
+/* The group's outputs from buf into c. */
+static void store_group(const job *jb, int64_t m0, int mr, int64_t j, int g, const float *buf) {
+  const dsp_cpu_amx *w = jb->w;
   const dsp_tensor *c = jb->c;
   const size_t es = dsp_dtype_size(c->dtype);
   for (int h = 0; h < 2 && 2 * h < g; h++) {
@@ -101,6 +107,12 @@ static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *bu
     char *c0 = (char *)c->data + (size_t)(m0 * c->stride[0] + n0 * c->stride[1]) * es;
     jb->store(buf + 512 * h, mr, ncols, c0, c->dtype, c->stride[0], c->stride[1]);
   }
+}
+
+/* One group of g <= 4 blocks from block j over rows m0 .. m0+mr-1. */
+static void group(const job *jb, int64_t m0, int mr, int64_t j, int g, float *buf, const char *end) {
+  accumulate(jb, m0, j, g, 0, jb->w->kb, buf, end);
+  store_group(jb, m0, mr, j, g, buf);
 }
 
 /* The chain for output (m, n) over k [k0, k1), the weight read back from its tiles. */
@@ -136,41 +148,11 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
  * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
 static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, float *sbuf, const char *end) {
   const dsp_cpu_amx *w = jb->w;
-  const uint16_t *a = jb->as + m0 * jb->lda;
-  const long sa = (long)(jb->lda * 2);
-  const size_t step = 512;
   const int ns = w->slices;
   const int64_t kbs = w->kb / ns, ks = w->k / ns, M = jb->a->shape[0];
   for (int s = 0; s < ns; s++) {
     float *buf = sbuf + (size_t)s * 1024;
-    T_ZERO(0);
-    T_ZERO(1);
-    T_ZERO(2);
-    T_ZERO(3);
-    for (int64_t t = s * kbs; t < (s + 1) * kbs; t++) {
-      const uint16_t *b = w->data + dsp_cpu_amx_tile(w, j, t);
-      const char *pf = (const char *)b + AMX_PREFETCH_BYTES;
-      for (int l = 0; l < 16 * g && pf + 64 * l < end; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
-      T_LOAD(4, a + t * 32, sa);
-      T_LOAD(5, b, 64);
-      T_DP(0, 4, 5);
-      if (g > 1) {
-        T_LOAD(6, b + step, 64);
-        T_DP(1, 4, 6);
-      }
-      if (g > 2) {
-        T_LOAD(5, b + 2 * step, 64);
-        T_DP(2, 4, 5);
-      }
-      if (g > 3) {
-        T_LOAD(6, b + 3 * step, 64);
-        T_DP(3, 4, 6);
-      }
-    }
-    T_STORE(0, buf, 128);
-    T_STORE(1, buf + 16, 128);
-    T_STORE(2, buf + 512, 128);
-    T_STORE(3, buf + 528, 128);
+    accumulate(jb, m0, j, g, s * kbs, (s + 1) * kbs, buf, end);
     if (!jb->fixups) continue;
     const int16_t *gw = w->guard + (size_t)s * (size_t)w->n, *ga = jb->ga + (size_t)s * (size_t)M;
     for (int b = 0; b < g; b++)
@@ -185,14 +167,7 @@ static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, fl
   /* only the rows' floats are written: [mr][32] in each half */
   dsp_cpu_slice_tree(sbuf, 1024, 0, ns, (size_t)mr * 32);
   dsp_cpu_slice_tree(sbuf + 512, 1024, 0, ns, (size_t)mr * 32);
-  const dsp_tensor *c = jb->c;
-  const size_t es = dsp_dtype_size(c->dtype);
-  for (int h = 0; h < 2 && 2 * h < g; h++) {
-    const int64_t n0 = (j + 2 * h) * 16, left = w->n - n0, mine = 16 * (g - 2 * h);
-    const int ncols = (int)(left < mine ? left : mine < 32 ? mine : 32);
-    char *c0 = (char *)c->data + (size_t)(m0 * c->stride[0] + n0 * c->stride[1]) * es;
-    jb->store(sbuf + 512 * h, mr, ncols, c0, c->dtype, c->stride[0], c->stride[1]);
-  }
+  store_group(jb, m0, mr, j, g, sbuf);
 }
 
 dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_tensor *c, int nthreads) {
