@@ -64,10 +64,9 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
   return dsp_op_weight_create(be, dev, &v, -1, w);
 }
 
-/* With DSPARK_TP_INVARIANT, a row-parallel weight's K slices on this rank: the model's slices (one per KV head,
- * so every TP size divides them) over the TP size. Where a slice would not be a multiple of 32 columns (or there
- * would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits. Off by
- * default: on this CPU the slices cost 2-6% of a step at TP 1 (bench/RESULTS.md). */
+/* A row-parallel weight's K slices on this rank (DSPARK_TP_INVARIANT=0: none): the model's slices (one per KV
+ * head, so every TP size divides them) over the TP size. Where a slice would not be a multiple of 32 columns (or
+ * there would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits. */
 static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model) {
   const int64_t S = s->kv_heads;
   if (!dsp_env_get()->tp_invariant || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;

@@ -12,7 +12,6 @@
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
-#include "kernels/cpu/slices.h"
 
 /* Memory clobbers: the tile loads read buffers this file has just written. */
 #define T_LOAD(t, base, stride) \
@@ -146,6 +145,17 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
 
 /* group() for a weight in K slices: each slice's blocks from +0 into its own buffer (sbuf: slices x 1024
  * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
+/* slices.h's tree, 16 lanes at a time (every AMX CPU has AVX-512; n is a multiple of 32) */
+__attribute__((target("avx512f"))) static void tree512(float *buf, size_t stride, int lo, int hi, size_t n) {
+  if (hi - lo < 2) return;
+  const int mid = lo + (hi - lo) / 2;
+  tree512(buf, stride, lo, mid, n);
+  tree512(buf, stride, mid, hi, n);
+  float *l = buf + (size_t)lo * stride;
+  const float *r = buf + (size_t)mid * stride;
+  for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(l + i, _mm512_add_ps(_mm512_loadu_ps(l + i), _mm512_loadu_ps(r + i)));
+}
+
 static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, float *sbuf, const char *end) {
   const dsp_cpu_amx *w = jb->w;
   const int ns = w->slices;
@@ -165,8 +175,8 @@ static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, fl
       }
   }
   /* only the rows' floats are written: [mr][32] in each half */
-  dsp_cpu_slice_tree(sbuf, 1024, 0, ns, (size_t)mr * 32);
-  dsp_cpu_slice_tree(sbuf + 512, 1024, 0, ns, (size_t)mr * 32);
+  tree512(sbuf, 1024, 0, ns, (size_t)mr * 32);
+  tree512(sbuf + 512, 1024, 0, ns, (size_t)mr * 32);
   store_group(jb, m0, mr, j, g, sbuf);
 }
 
@@ -220,7 +230,9 @@ dsp_status dsp_cpu_amx_matmul_nt(const dsp_tensor *a, const dsp_cpu_amx *w, dsp_
     const int64_t groups = (w->nb + 3) / 4, j0 = groups * id / nt * 4, j1e = groups * (id + 1) / nt * 4;
     const int64_t j1 = j1e < w->nb ? j1e : w->nb;
     float buf[2 * 16 * 32] __attribute__((aligned(64)));
-    float sbuf[ns > 1 ? ns * 1024 : 1]; /* a sliced weight's partials: at most 64 KiB of this thread's stack */
+    /* a sliced weight's partials: at most 64 KiB of this thread's stack, 64-byte aligned for the epilogue */
+    float sraw[ns > 1 ? ns * 1024 + 16 : 1];
+    float *sbuf = (float *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
     const char *end = (const char *)(w->data + (size_t)(j1 * w->kb) * 512); /* a group's tiles end where the next begins */
     int cfg_rows = -1;
     for (int64_t m0 = 0; m0 < M && j0 < j1; m0 += 16) {
