@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/slices.h"
 
 /* Memory clobbers: the tile loads read buffers this file has just written. */
 #define T_LOAD(t, base, stride) \
@@ -145,14 +146,8 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
 
 /* group() for a weight in K slices: each slice's blocks from +0 into its own buffer (sbuf: slices x 1024
  * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
-/* slices.h's tree, 16 lanes at a time (every AMX CPU has AVX-512; n is a multiple of 32) */
-__attribute__((target("avx512f"))) static void tree512(float *buf, size_t stride, int lo, int hi, size_t n) {
-  if (hi - lo < 2) return;
-  const int mid = lo + (hi - lo) / 2;
-  tree512(buf, stride, lo, mid, n);
-  tree512(buf, stride, mid, hi, n);
-  float *l = buf + (size_t)lo * stride;
-  const float *r = buf + (size_t)mid * stride;
+/* slices.h's tree step 16 lanes at a time (every AMX CPU has AVX-512; n is a multiple of 32) */
+__attribute__((target("avx512f"))) static void add512(float *l, const float *r, size_t n) {
   for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(l + i, _mm512_add_ps(_mm512_loadu_ps(l + i), _mm512_loadu_ps(r + i)));
 }
 
@@ -175,8 +170,8 @@ static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, fl
       }
   }
   /* only the rows' floats are written: [mr][32] in each half */
-  tree512(sbuf, 1024, 0, ns, (size_t)mr * 32);
-  tree512(sbuf + 512, 1024, 0, ns, (size_t)mr * 32);
+  dsp_cpu_slice_tree_with(sbuf, 1024, 0, ns, (size_t)mr * 32, add512);
+  dsp_cpu_slice_tree_with(sbuf + 512, 1024, 0, ns, (size_t)mr * 32, add512);
   store_group(jb, m0, mr, j, g, sbuf);
 }
 

@@ -13,16 +13,26 @@
 #define DSP_KERNELS_CPU_SLICES_H
 #include <stddef.h>
 
-/* The tree over slices [lo, hi) of buf (slice s's n floats at buf + s * stride), result in slice lo's floats. */
-static inline void dsp_cpu_slice_tree(float *buf, size_t stride, int lo, int hi, size_t n) {
-  if (hi - lo < 2) return;
-  const int mid = lo + (hi - lo) / 2;
-  dsp_cpu_slice_tree(buf, stride, lo, mid, n);
-  dsp_cpu_slice_tree(buf, stride, mid, hi, n);
-  float *l = buf + (size_t)lo * stride;
-  const float *r = buf + (size_t)mid * stride;
+/* l[i] = l[i] + r[i] for i < n: an ISA's form of one step of the tree. */
+typedef void (*dsp_cpu_slice_add_fn)(float *l, const float *r, size_t n);
+
+static inline void dsp_cpu_slice_add(float *l, const float *r, size_t n) {
 #pragma omp simd /* -O2 leaves the loop scalar otherwise; the adds are elementwise, so the bits are the same */
   for (size_t i = 0; i < n; i++) l[i] = l[i] + r[i];
+}
+
+/* The tree over slices [lo, hi) of buf (slice s's n floats at buf + s * stride), result in slice lo's floats. */
+static inline void dsp_cpu_slice_tree_with(float *buf, size_t stride, int lo, int hi, size_t n,
+                                           dsp_cpu_slice_add_fn add) {
+  if (hi - lo < 2) return;
+  const int mid = lo + (hi - lo) / 2;
+  dsp_cpu_slice_tree_with(buf, stride, lo, mid, n, add);
+  dsp_cpu_slice_tree_with(buf, stride, mid, hi, n, add);
+  add(buf + (size_t)lo * stride, buf + (size_t)mid * stride, n);
+}
+
+static inline void dsp_cpu_slice_tree(float *buf, size_t stride, int lo, int hi, size_t n) {
+  dsp_cpu_slice_tree_with(buf, stride, lo, hi, n, dsp_cpu_slice_add);
 }
 
 #endif
