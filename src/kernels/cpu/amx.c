@@ -144,13 +144,13 @@ static void fix(const job *jb, int64_t n0, int64_t n1) {
     }
 }
 
-/* group() for a weight in K slices: each slice's blocks from +0 into its own buffer (sbuf: slices x 1024
- * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
 /* slices.h's tree step 16 lanes at a time (every AMX CPU has AVX-512; n is a multiple of 32) */
 __attribute__((target("avx512f"))) static void add512(float *l, const float *r, size_t n) {
   for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(l + i, _mm512_add_ps(_mm512_loadu_ps(l + i), _mm512_loadu_ps(r + i)));
 }
 
+/* group() for a weight in K slices: each slice's blocks from +0 into its own buffer (sbuf: slices x 1024
+ * floats), the outputs that slice's guards reject by the chain over the slice, then the tree, then the store. */
 static void group_sliced(const job *jb, int64_t m0, int mr, int64_t j, int g, float *sbuf, const char *end) {
   const dsp_cpu_amx *w = jb->w;
   const int ns = w->slices;
