@@ -9,8 +9,6 @@
  * from one thread (FUNNELED). */
 #include <limits.h>
 #include <mpi.h>
-
-#include "core/tree_sum.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +16,7 @@
 
 #include "comm/comm_impl.h"
 #include "core/status.h"
+#include "core/tree_sum.h"
 
 typedef struct {
   MPI_Comm comm;

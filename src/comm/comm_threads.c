@@ -15,6 +15,7 @@
 #include "comm/comm_impl.h"
 #include "core/event.h"
 #include "core/status.h"
+#include "core/tree_sum.h"
 
 typedef struct {
   int n;
@@ -79,16 +80,13 @@ TH_REDUCE(int32_t, uint32_t)
 TH_REDUCE(int64_t, uint64_t)
 #undef TH_REDUCE
 
-/* core/tree_sum.h's order over the ranks' buffers, element i */
-static float tree_at(const void **in, size_t i, int lo, int hi) {
-  if (hi - lo == 1) return ((const float *)in[lo])[i];
-  const int mid = lo + (hi - lo) / 2;
-  const float l = tree_at(in, i, lo, mid);
-  return l + tree_at(in, i, mid, hi);
-}
-
+/* core/tree_sum.h's order over the ranks' buffers, element by element */
 static void sum_tree(const void **in, int n, size_t count, float *out) {
-  for (size_t i = 0; i < count; i++) out[i] = tree_at(in, i, 0, n);
+  float v[n];
+  for (size_t i = 0; i < count; i++) {
+    for (int r = 0; r < n; r++) v[r] = ((const float *)in[r])[i];
+    out[i] = dsp_tree_sum_f32(v, 1, 0, n);
+  }
 }
 
 static dsp_status th_allreduce(dsp_comm *c, const void *send, void *recv, size_t count, dsp_dtype dt,
