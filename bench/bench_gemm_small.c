@@ -8,8 +8,11 @@
  * kernel's own pick; the shape "wg" runs the warpgroup kernel (gemm_wgmma.h) instead, which products of more rows
  * take, so the two compare at the same M. Question it answers: what bounds a product whose strips give each SM
  * only two or three warps (the 4096-row products), which shape of the ring streams it fastest, and up to how many
- * rows the few-row kernel beats the warpgroup one.
- * usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST|wg,...] (0 = the kernel's pick) */
+ * rows the few-row kernel beats the warpgroup one. The shapes "sl" and "sp" run a weight in --slices K slices
+ * (gemm.h, dsp_cuda_gemm_slice) on the few-row kernel and on the cluster split: what the TP-invariant order costs;
+ * their bits are compared with each other's (the same tree), not with the one sum over K.
+ * usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--slices 8] [--shapes C:SB:ST|wg|sl|sp,...]
+ * (0 = the kernel's pick) */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -29,19 +32,21 @@ typedef struct {
 
 int main(int argc, char **argv) {
   const char *mlist = "1,8", *slist = "0:0:0,0:2:4,0:4:6,4:0:0";
-  long layers = 8, reps = 20;
+  long layers = 8, reps = 20, slices = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--m")) mlist = argv[i + 1];
     else if (!strcmp(argv[i], "--shapes")) slist = argv[i + 1];
     else if (!strcmp(argv[i], "--layers")) layers = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--slices")) slices = atol(argv[i + 1]);
     else {
       fprintf(stderr, "bench_gemm_small: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  if (argc % 2 == 0 || layers < 1 || layers > 64 || reps < 1) {
-    fprintf(stderr, "usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--shapes C:SB:ST,...]\n");
+  if (argc % 2 == 0 || layers < 1 || layers > 64 || reps < 1 || (slices != 2 && slices != 4 && slices != 8)) {
+    fprintf(stderr, "usage: bench_gemm_small [--m 1,8] [--layers 8] [--reps 20] [--slices 2|4|8] "
+                    "[--shapes C:SB:ST|wg|sl|sp,...]\n");
     return 2;
   }
   int32_t ms[8];
@@ -53,9 +58,12 @@ int main(int argc, char **argv) {
   }
   int cfg[16][3], ncfg = 0;
   for (const char *p = slist; *p && ncfg < 16;) {
-    if (!strncmp(p, "wg", 2) && (p[2] == ',' || !p[2])) cfg[ncfg][0] = -1, cfg[ncfg][1] = cfg[ncfg][2] = 0;
+    const int word = p[0] && p[1] && (p[2] == ',' || !p[2]);
+    if (word && !strncmp(p, "wg", 2)) cfg[ncfg][0] = -1, cfg[ncfg][1] = cfg[ncfg][2] = 0;
+    else if (word && !strncmp(p, "sl", 2)) cfg[ncfg][0] = -2, cfg[ncfg][1] = cfg[ncfg][2] = 0;
+    else if (word && !strncmp(p, "sp", 2)) cfg[ncfg][0] = -3, cfg[ncfg][1] = cfg[ncfg][2] = 0;
     else if (sscanf(p, "%d:%d:%d", &cfg[ncfg][0], &cfg[ncfg][1], &cfg[ncfg][2]) != 3) {
-      fprintf(stderr, "bench_gemm_small: --shapes takes C:SB:ST triples or wg\n");
+      fprintf(stderr, "bench_gemm_small: --shapes takes C:SB:ST triples, wg, sl or sp\n");
       return 2;
     }
     ncfg++;
@@ -84,7 +92,8 @@ int main(int argc, char **argv) {
     const int64_t MM = DSP_GEMM_SMALL_MAX_M;
     uint16_t *h = malloc(wn * 2 > (size_t)(MM * K) * 2 ? wn * 2 : (size_t)(MM * K) * 2);
     uint16_t *ref = malloc((size_t)(MM * N) * 2), *got = malloc((size_t)(MM * N) * 2);
-    if (!h || !ref || !got) return 1;
+    uint16_t *tree = malloc((size_t)(MM * N) * 2); /* the first sliced shape's outputs */
+    if (!h || !ref || !got || !tree) return 1;
     void *w[64], *a, *o;
     fill(h, wn, 11 + si, 0.05f);
     for (long l = 0; l < layers; l++) {
@@ -98,20 +107,25 @@ int main(int argc, char **argv) {
     for (int mi = 0; mi < nm; mi++) {
       const int64_t M = ms[mi];
       const double floor_us = (double)(wn + M * K + M * N) * 2 / (gbps * 1e9) * 1e6;
+      int trees = 0, refs = 0; /* sliced and plain shapes so far: the first of each is the reference */
       for (int c = 0; c < ncfg; c++) {
+        const int sliced = cfg[c][0] <= -2;
         cudaGraph_t g;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (long l = 0; l < layers; l++)
-          if (cfg[c][0] < 0) CKD(dsp_cuda_gemm_wg_run(a, K, w[l], o, M, N, K, N, 0, 0, 1, 0, s));
+          if (cfg[c][0] == -1) CKD(dsp_cuda_gemm_wg_run(a, K, w[l], o, M, N, K, N, 0, 0, 1, 0, s));
+          else if (cfg[c][0] == -2) CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, (int)slices, 1, NULL, 0, s));
+          else if (cfg[c][0] == -3) CKD(dsp_cuda_gemm_wg_split_run(a, K, w[l], o, M, N, K, N, (int)slices, 1, 0, s));
           else
-            CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1,
+            CKD(dsp_cuda_gemm_small_run(a, K, w[l], o, M, N, K, N, 1, 1,
                                         &(dsp_gemm_small_shape){cfg[c][0], cfg[c][1], cfg[c][2]}, 0, s));
         CK(cudaStreamEndCapture(s, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         CK(cudaGraphLaunch(ge, s));
         CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(c ? got : ref, o, (size_t)(M * N) * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(sliced ? (trees ? got : tree) : (refs ? got : ref), o, (size_t)(M * N) * 2,
+                      cudaMemcpyDeviceToHost));
         double t[5];
         for (int r = 0; r < 5; r++) {
           CK(cudaEventRecord(e0, s));
@@ -123,12 +137,18 @@ int main(int argc, char **argv) {
           t[r] = (double)ms_ * 1e3 / (double)(reps * layers);
         }
         const double us = dsp_bench_median(t, 5);
-        const int same = c == 0 || !memcmp(ref, got, (size_t)(M * N) * 2);
+        const int same = sliced ? !trees || !memcmp(tree, got, (size_t)(M * N) * 2)
+                                : !refs || !memcmp(ref, got, (size_t)(M * N) * 2);
+        const char *bits = sliced ? (!trees ? "tree ref" : same ? "same tree" : "DIFFER")
+                                  : (!refs ? "ref" : same ? "same" : "DIFFER");
+        trees += sliced, refs += !sliced;
         char how[32];
-        if (cfg[c][0] < 0) snprintf(how, sizeof how, "wgmma");
+        if (cfg[c][0] == -1) snprintf(how, sizeof how, "wgmma");
+        else if (cfg[c][0] == -2) snprintf(how, sizeof how, "%ld slices", slices);
+        else if (cfg[c][0] == -3) snprintf(how, sizeof how, "split %ld", slices);
         else snprintf(how, sizeof how, "%d:%d:%d", cfg[c][0], cfg[c][1], cfg[c][2]);
         printf("| %s %lld x %lld | %lld | %s | %.2f | %.2f | %.2f | %s |\n", shapes[si].name, (long long)N,
-               (long long)K, (long long)M, how, us, floor_us, us / floor_us, c == 0 ? "ref" : same ? "same" : "DIFFER");
+               (long long)K, (long long)M, how, us, floor_us, us / floor_us, bits);
         CK(cudaGraphExecDestroy(ge));
         CK(cudaGraphDestroy(g));
       }
@@ -136,7 +156,7 @@ int main(int argc, char **argv) {
     for (long l = 0; l < layers; l++) CK(cudaFree(w[l]));
     CK(cudaFree(a));
     CK(cudaFree(o));
-    free(h), free(ref), free(got);
+    free(h), free(ref), free(got), free(tree);
   }
   dsp_backend_free(be);
   return 0;

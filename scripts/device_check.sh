@@ -80,6 +80,11 @@
 #   scripts/device_check.sh h200    the H200 goals of issues 16-19 in one call: bench_kda and fla's peer, bench_target
 #                                   (and .old's first, when it holds an earlier tree) and bench_spec on a random Qwen3-8B pair, the PyTorch graph peers of the target
 #                                   step and the draft proposal (PEERS=0 skips the peers), the shipped pair (SHIP=0)
+#   scripts/device_check.sh slices  CUDA's K slices of o and down (TP invariance, issue 20 on one GPU); PART=test: the
+#                                   product tests (t_gemm*, t_gemm_slices under memcheck), the CUDA model oracles, the
+#                                   token parity of device_multi.sh on this machine's GPUs; PART=bench: their cost,
+#                                   bench_target and bench_spec on a random Qwen3-8B pair with DSPARK_TP_INVARIANT 0 / 1
+#                                   alternated (ROUNDS, default 2). PREBUILT=1 as h200's
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -668,6 +673,57 @@ if [ "$MODE" = prefill ]; then  # one attention launch of a 1024-row context for
   ncu_detail "regex:k_attention_tc<\(int\)2" ${SKIP:-0} ${TOP:-40} build-gpu/bench/bench_target --model /tmp/t2 \
     --backend cuda --context ${CONTEXT:-1024} --prefill 16 --batch 1 --reps 3
   rm -rf /tmp/t2
+  stamp "done"; exit 0
+fi
+if [ "$MODE" = slices ]; then
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
+  if [ "${PART:-test}" = bench ]; then
+    rm -f /tmp/made
+    ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&
+        python3 bench/hf_peer_target.py --make-draft /tmp/t8 /tmp/d8; } > "$OUT/make.log" 2>&1; echo made > /tmp/made ) &
+  fi
+  if ! unpack_prebuilt; then
+    stamp "configure + build"
+    { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build build-gpu -j16 --target dspark_tool test_ops_cpu target_driver draft_driver bench_target bench_spec; } \
+      > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  fi
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  if [ "${PART:-test}" = test ]; then
+    stamp "products: t_gemm*"
+    DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda "" "t_gemm*" > "$OUT/gemm.log" 2>&1
+    echo "test_ops t_gemm*: rc $?"; grep -E "gemm slices|gemm rows:|gemm f32|ERROR|FAILED|PASSED|^\[ +OK" "$OUT/gemm.log" | head -16
+    stamp "memcheck: t_gemm_slices"
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_gemm_slices \
+      > "$OUT/memcheck.log" 2>&1; echo "memcheck rc $?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
+    export DSPARK=$PWD/build-gpu/dspark
+    for t in "test_qwen3.py --driver build-gpu/tests/target_driver" "test_dspark.py --driver build-gpu/tests/draft_driver" \
+             "test_speculative.py"; do
+      name=${t%%.py*}
+      stamp "$name (cuda)"
+      timeout 240 python3 tests/oracle/$t --backend cuda > "$OUT/$name.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|not run|passed|FAILED|TP-invariant|one sum" "$OUT/$name.log" | head -12
+    done
+    stamp "token parity (device_multi.sh parity)"
+    PREBUILT=${PREBUILT:-0} LAYERS=${LAYERS:-8} timeout 200 scripts/device_multi.sh parity 2>&1 | tail -14
+  else
+    stamp "bench_gemm_small: one sum over K, 8 slices on the few-row kernel, the 8-block split"
+    timeout 150 build-gpu/bench/bench_gemm_small --m ${GSM:-1,8,32} --shapes 0:0:0,sl,sp 2>&1 | grep -E "^\||^device" |
+      grep -v "^|---" | grep -E "device|^\| (o|down)"
+    while [ ! -f /tmp/made ]; do sleep 2; done
+    for r in $(seq ${ROUNDS:-2}); do
+      for v in 0 1; do
+        stamp "bench_target, random Qwen3-8B, DSPARK_TP_INVARIANT=$v"
+        DSPARK_TP_INVARIANT=$v timeout 150 build-gpu/bench/bench_target --model /tmp/t8 --backend cuda --context 1024 \
+          --prefill 2048 --batch 1,32 2>&1 | grep -E "^\||slices" | grep -v "^|---"
+      done
+    done
+    for v in 0 1; do
+      stamp "bench_spec, random Qwen3-8B pair, DSPARK_TP_INVARIANT=$v"
+      DSPARK_TP_INVARIANT=$v timeout 150 build-gpu/bench/bench_spec --model /tmp/t8 --draft /tmp/d8 --backend cuda \
+        --context 1024 --batch 1,32 2>&1 | grep -E "^\||slices" | grep -v "^|---"
+    done
+  fi
   stamp "done"; exit 0
 fi
 if [ "$MODE" = h200 ]; then  # the H200 goals of issues 16-19 in one call, each beside its peer (PEERS=0: none)

@@ -313,7 +313,9 @@ static void t_gemm_rows(void **st) {
  * being what an unsliced weight of that slice's columns gives; and TP ranks holding halves or quarters of the
  * slices, added by the same tree, must give those bits. Random values of mixed magnitudes (so other orders round
  * otherwise: the test counts where one sum over K differs), with subnormal, inf and NaN weights in one slice of a
- * few rows (where AMX takes the chain for that slice alone). The CPU takes slices; CUDA keeps one sum over K. */
+ * few rows (where AMX takes the chain for that slice alone). The CPU takes every slice count here; CUDA's strict
+ * chain too, bit for bit as the CPU's; its tensor-core kernels 2, 4 or 8 slices (the few-row kernel to 32 rows,
+ * the cluster split past them), and a weight that declines must say so and keep one sum over K. */
 static float slice_tree(const float *p, int64_t ld, int lo, int hi) {
   if (hi - lo == 1) return p[(int64_t)lo * ld];
   const int mid = lo + (hi - lo) / 2;
@@ -321,73 +323,107 @@ static float slice_tree(const float *p, int64_t ld, int lo, int hi) {
   return l + r;
 }
 
-static void slice_products(dsp_backend *be, const uint16_t *a, const uint16_t *w, int64_t m, int64_t N, int64_t K,
-                           int64_t k0, int64_t kn, int slices, float *out) {
+/* The F32 products of a's and w's columns [k0, k0 + kn) on be, the weight in `slices` K slices; returns whether
+ * the weight took them (its description names them). */
+static int slice_products(dsp_backend *be, const uint16_t *a, const uint16_t *w, int64_t m, int64_t N, int64_t K,
+                          int64_t k0, int64_t kn, int slices, int strict, float *out) {
   dsp_tensor wv = dsp_tensor_2d((void *)(w + k0), DSP_BF16, N, kn);
   wv.stride[0] = K;
   dsp_weight *wt;
-  assert_int_equal(dsp_op_weight_create(be, 0, &wv, 0, &wt), DSP_OK);
+  assert_int_equal(dsp_op_weight_create(be, 0, &wv, strict, &wt), DSP_OK);
   assert_int_equal(dsp_op_weight_slice(be, wt, slices), DSP_OK);
-  dsp_tensor av = {.data = (void *)(a + k0), .dtype = DSP_BF16, .ndim = 2, .shape = {m, kn}, .stride = {K, 1}};
-  dsp_tensor fv = dsp_tensor_2d(out, DSP_F32, m, N);
-  assert_int_equal(dsp_op_gemm(be, 0, &av, wt, &fv), DSP_OK);
+  const char *how = dsp_op_weight_describe(be, wt);
+  const int taken = slices < 2 || (strstr(how, " K slices") && !strstr(how, "one sum over K"));
+  uint16_t *ah = malloc((size_t)(m * kn) * 2);
+  for (int64_t r = 0; r < m; r++) memcpy(ah + r * kn, a + r * K + k0, (size_t)kn * 2);
+  void *da = dev_put(be, ah, (size_t)(m * kn) * 2), *df = dev_put(be, NULL, (size_t)(m * N) * 4);
+  dsp_tensor av = dsp_tensor_2d(da, DSP_BF16, m, kn), fv = dsp_tensor_2d(df, DSP_F32, m, N);
+  if (dsp_op_gemm(be, 0, &av, wt, &fv) != DSP_OK)
+    fail_msg("gemm slices: N %lld K %lld in %d slices (%s): %s", (long long)N, (long long)kn, slices, how,
+             dsp_error_message());
+  dev_get(be, out, df, (size_t)(m * N) * 4);
+  dsp_op_release(be, 0, da);
+  dsp_op_release(be, 0, df);
   dsp_op_weight_free(be, wt);
+  free(ah);
+  return taken;
+}
+
+static long slice_differ(const float *got, const float *want, int64_t n) {
+  long d = 0;
+  for (int64_t i = 0; i < n; i++) d += memcmp(&got[i], &want[i], 4) != 0 && !(isnan(got[i]) && isnan(want[i]));
+  return d;
 }
 
 static void t_gemm_slices(void **st) {
   (void)st;
-  if (dsp_backend_kind_of(g_be) != DSP_BACKEND_CPU) {
-    print_message("gemm slices: CUDA keeps one sum over K (dsp_op_weight_slice takes no slices there)\n");
-    return;
-  }
   const uint64_t keep = g_rng;
+  const int cuda = dsp_backend_kind_of(g_be) != DSP_BACKEND_CPU;
   const int64_t shapes[][3] = {{256, 256, 4}, {96, 192, 3}, {520, 1024, 8}, {300, 512, 2}, {64, 1536, 8}};
-  const int64_t ms[] = {1, 3, 5, 16, 33};
-  long compared = 0, other = 0;
-  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-    const int64_t N = shapes[si][0], K = shapes[si][1], S = shapes[si][2], ks = K / S, M = 33;
-    uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
-    float *got = malloc((size_t)(M * N) * 4), *one = malloc((size_t)(M * N) * 4), *part = malloc((size_t)(S * M * N) * 4);
-    float *rank = malloc((size_t)(S * M * N) * 4);
-    for (int64_t i = 0; i < M * K; i++) a[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
-    for (int64_t i = 0; i < N * K; i++) w[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
-    w[3 * K + ks + 5] = 0x0001;          /* a subnormal in slice 1 of row 3 */
-    w[7 * K + ks + 1] = 0x7f80;          /* +inf in slice 1 of row 7 */
-    w[11 * K + (S - 1) * ks] = 0x7fc1;   /* a NaN in the last slice of row 11 */
-    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
-      const int64_t m = ms[j];
-      slice_products(g_be, a, w, m, N, K, 0, K, (int)S, got);
-      slice_products(g_be, a, w, m, N, K, 0, K, 1, one);
-      for (int64_t s = 0; s < S; s++) slice_products(g_be, a, w, m, N, K, s * ks, ks, 1, part + s * m * N);
-      long differ = 0;
-      for (int64_t i = 0; i < m * N; i++) {
-        volatile float want = slice_tree(part + i, m * N, 0, (int)S);
-        differ += memcmp(&got[i], (const void *)&want, 4) != 0 && !(isnan(got[i]) && isnan(want));
-        other += memcmp(&got[i], &one[i], 4) != 0;
-      }
-      if (differ)
-        fail_msg("gemm slices N %lld K %lld S %lld M %lld: %ld outputs are not the tree of the slices' sums",
-                 (long long)N, (long long)K, (long long)S, (long long)m, differ);
-      for (int64_t P = 2; P <= S && S % P == 0; P *= 2) { /* P TP ranks of S / P slices, added by the tree */
-        for (int64_t r = 0; r < P; r++)
-          slice_products(g_be, a, w, m, N, K, r * (K / P), K / P, (int)(S / P), rank + r * m * N);
-        long tp = 0;
-        for (int64_t i = 0; i < m * N; i++) {
-          volatile float v = slice_tree(rank + i, m * N, 0, (int)P);
-          tp += memcmp(&got[i], (const void *)&v, 4) != 0 && !(isnan(got[i]) && isnan(v));
+  const int64_t ms[] = {1, 3, 5, 16, 33, 130}, M = 130;
+  long compared = 0, other = 0, declined = 0, cpu_cross = 0;
+  for (int strict = 0; strict <= cuda; strict++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      const int64_t N = shapes[si][0], K = shapes[si][1], S = shapes[si][2], ks = K / S;
+      uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
+      float *got = malloc((size_t)(M * N) * 4), *one = malloc((size_t)(M * N) * 4), *want = malloc((size_t)(M * N) * 4);
+      float *part = malloc((size_t)(S * M * N) * 4), *rank = malloc((size_t)(S * M * N) * 4);
+      for (int64_t i = 0; i < M * K; i++) a[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
+      for (int64_t i = 0; i < N * K; i++) w[i] = f32_to_bf(bf(rand_val()) * ldexpf(1.0f, (int)(rnd() % 24) - 12));
+      w[3 * K + ks + 5] = 0x0001;          /* a subnormal in slice 1 of row 3 */
+      w[7 * K + ks + 1] = 0x7f80;          /* +inf in slice 1 of row 7 */
+      w[11 * K + (S - 1) * ks] = 0x7fc1;   /* a NaN in the last slice of row 11 */
+      for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+        const int64_t m = ms[j];
+        const int taken = slice_products(g_be, a, w, m, N, K, 0, K, (int)S, strict, got);
+        slice_products(g_be, a, w, m, N, K, 0, K, 1, strict, one);
+        compared += (long)(m * N);
+        if (!taken) { /* CUDA's tensor-core kernels may decline; then one sum over K */
+          if (!cuda || strict)
+            fail_msg("gemm slices N %lld K %lld S %lld: the %s weight declined its slices", (long long)N,
+                     (long long)K, (long long)S, strict ? "strict" : "CPU");
+          const long d = slice_differ(got, one, m * N);
+          if (d) fail_msg("gemm slices N %lld K %lld S %lld M %lld: declined, yet %ld outputs differ from one sum",
+                          (long long)N, (long long)K, (long long)S, (long long)m, d);
+          declined++;
+          continue;
         }
-        if (tp)
-          fail_msg("gemm slices N %lld K %lld S %lld M %lld: %ld outputs differ at %lld ranks", (long long)N,
-                   (long long)K, (long long)S, (long long)m, tp, (long long)P);
+        for (int64_t s = 0; s < S; s++) slice_products(g_be, a, w, m, N, K, s * ks, ks, 1, strict, part + s * m * N);
+        for (int64_t i = 0; i < m * N; i++) {
+          want[i] = slice_tree(part + i, m * N, 0, (int)S);
+          other += memcmp(&got[i], &one[i], 4) != 0;
+        }
+        long differ = slice_differ(got, want, m * N);
+        if (differ)
+          fail_msg("gemm slices N %lld K %lld S %lld M %lld%s: %ld outputs are not the tree of the slices' sums",
+                   (long long)N, (long long)K, (long long)S, (long long)m, strict ? " strict" : "", differ);
+        for (int64_t P = 2; P <= S && S % P == 0; P *= 2) { /* P TP ranks of S / P slices, added by the tree */
+          for (int64_t r = 0; r < P; r++)
+            slice_products(g_be, a, w, m, N, K, r * (K / P), K / P, (int)(S / P), strict, rank + r * m * N);
+          for (int64_t i = 0; i < m * N; i++) want[i] = slice_tree(rank + i, m * N, 0, (int)P);
+          const long tp = slice_differ(got, want, m * N);
+          if (tp)
+            fail_msg("gemm slices N %lld K %lld S %lld M %lld%s: %ld outputs differ at %lld ranks", (long long)N,
+                     (long long)K, (long long)S, (long long)m, strict ? " strict" : "", tp, (long long)P);
+        }
+        if (g_cpu && strict) { /* the strict chain's slices are the CPU's bits */
+          slice_products(g_cpu, a, w, m, N, K, 0, K, (int)S, 1, want);
+          const long d = slice_differ(got, want, m * N);
+          if (d) fail_msg("gemm slices N %lld K %lld S %lld M %lld strict: %ld outputs differ from the CPU's",
+                          (long long)N, (long long)K, (long long)S, (long long)m, d);
+          cpu_cross += (long)(m * N);
+        }
       }
-      compared += (long)(m * N);
+      free(a), free(w), free(got), free(one), free(want), free(part), free(rank);
     }
-    free(a), free(w), free(got), free(one), free(part), free(rank);
   }
   g_rng = keep;
   if (!other) fail_msg("gemm slices: no output differs from one sum over K (the test has no power)");
+  if (cuda && declined >= (long)(sizeof shapes / sizeof shapes[0] * sizeof ms / sizeof ms[0]))
+    fail_msg("gemm slices: CUDA's tensor-core kernels took no slices");
   print_message("gemm slices: %ld values compared with the tree of per-slice products and at 2-8 ranks (%ld differ "
-                "from one sum over K)\n", compared, other);
+                "from one sum over K; %ld products declined the slices; %ld strict values equal the CPU's)\n",
+                compared, other, declined, cpu_cross);
 }
 
 static void t_gemm_f32(void **st) {

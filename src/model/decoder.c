@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/ops.h"
@@ -66,11 +67,24 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
 
 /* A row-parallel weight's K slices on this rank (DSPARK_TP_INVARIANT=0: none): the model's slices (one per KV
  * head, so every TP size divides them) over the TP size. Where a slice would not be a multiple of 32 columns (or
- * there would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits. */
+ * there would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits (so
+ * too where a backend's kernels do not run that many slices: CUDA's tensor cores take 2, 4 or 8, kernels/cuda/gemm.h). */
 static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model) {
   const int64_t S = s->kv_heads;
   if (!dsp_env_get()->tp_invariant || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
   return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp));
+}
+
+void dsp_dec_slices_note(const dsp_backend *be, const dsp_dec_layer *L, char *buf, size_t n) {
+  /* the backends end a sliced weight's description with ", N K slices" */
+  const char *d = dsp_op_weight_describe(be, L->down), *k = strstr(d, " K slices");
+  const char *o = dsp_op_weight_describe(be, L->o);
+  const char *c = k ? strrchr(d, ',') : NULL;
+  const int S = c && c < k ? atoi(c + 1) : 0;
+  if (S > 1 && !strstr(d, "one sum over K") && strstr(o, " K slices") && !strstr(o, "one sum over K"))
+    snprintf(buf, n, "o and down in %d K slices a rank (TP-invariant order)", S);
+  else
+    snprintf(buf, n, "o and down in one sum over K");
 }
 
 dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, const char *prefix,

@@ -60,6 +60,9 @@ void dsp_dec_copy_rows(dsp_bf16 *dst, const dsp_tensor *t, int64_t r0, int64_t n
 dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, const char *prefix,
                               const dsp_dec_shape *s, dsp_bf16 *host, dsp_dec_layer *L);
 void dsp_dec_layer_free(dsp_backend *be, int dev, dsp_dec_layer *L);
+/* How a layer's o and down products sum over K, for a start-up line: "o and down in N K slices a rank
+ * (TP-invariant order)" or "o and down in one sum over K". */
+void dsp_dec_slices_note(const dsp_backend *be, const dsp_dec_layer *L, char *buf, size_t n);
 /* Activations for rows rows (device memory, tracked in mem[*nmem]). */
 dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, int64_t rows, dsp_dec_act *a,
                              void **mem, int *nmem);

@@ -72,7 +72,7 @@ struct dsp_draft {
   int64_t bcall;                    /* this call's rows a block: blk, or the batch's rows */
   int64_t nreal;                    /* its block rows of real sequences (before a bucket's padding rows) */
   int32_t ngraphs;                  /* proposals captured */
-  char report[512];
+  char report[2304]; /* its line and the head's report */
 };
 
 size_t dr_meta_layout(void *base, int64_t max_ctx, int64_t max_rows, int64_t max_head, dr_meta *m);

@@ -325,12 +325,14 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     dsp_draft_free(dr);
     return dsp_fail(s, "%s", msg);
   }
+  char sl[96];
+  dsp_dec_slices_note(be, &dr->d[0].layer[0], sl, sizeof sl);
   snprintf(dr->report, sizeof dr->report,
            "dspark: draft Qwen3DSparkModel (%s): %lld layers, block %lld (gamma %lld%s), %d taps from layer %d, "
-           "Markov rank %lld%s; the target's embedding and LM head%s; context %d slots x %d positions\n%s",
+           "Markov rank %lld, %s%s; the target's embedding and LM head%s; context %d slots x %d positions\n%s",
            dsp_backend_kind_name(be->kind), (long long)dr->cfg.layers, (long long)dr->cfg.block_size,
            (long long)dr->info.gamma, dr->blk < dr->cfg.block_size ? ", blocks of gamma rows" : "", dr->cfg.ntaps,
-           dr->cfg.taps[0], (long long)dr->cfg.markov_rank,
+           dr->cfg.taps[0], (long long)dr->cfg.markov_rank, sl,
            dr->cfg.confidence ? ", confidence head" : "",
            dr->info.own_embeddings_differ ? " (the draft's own copies differ from them and are not used)" : "",
            opt->max_seqs, opt->max_len, dsp_markov_head_report(dr->head));

@@ -238,12 +238,14 @@ size_t qw_meta_layout(void *base, int64_t T, qw_meta *m) {
 
 static void make_report(dsp_target *t) {
   const dsp_hf_config *c = &t->cfg;
+  char sl[96];
+  dsp_dec_slices_note(t->be, &t->d[0].layer[0].w, sl, sizeof sl);
   snprintf(t->report, sizeof t->report,
            "dspark: target %s (%s): %lld layers, hidden %lld, %lld/%lld heads of %lld, vocabulary %lld%s; TP%d "
-           "(heads and MLP columns split, LM head by vocabulary rows); cache %d slots x %d positions",
+           "(heads and MLP columns split, LM head by vocabulary rows; %s); cache %d slots x %d positions",
            c->arch, dsp_backend_kind_name(t->be->kind), (long long)c->layers, (long long)c->hidden, (long long)c->heads,
            (long long)c->kv_heads, (long long)c->head_dim, (long long)c->vocab, c->tied ? ", tied embeddings" : "", t->tp,
-           t->opt.max_seqs, t->opt.max_len);
+           sl, t->opt.max_seqs, t->opt.max_len);
 }
 
 dsp_status dsp_target_load(dsp_backend *be, const char *dir, const dsp_target_options *opt, dsp_target **out) {

@@ -49,6 +49,7 @@ static const dsp_backend_ops cuda_ops = {
     dsp_cuda_op_add_rmsnorm,   dsp_cuda_op_attn_in,
     dsp_cuda_op_accept_workspace, dsp_cuda_op_accept, dsp_cuda_markov_logits,
     dsp_cuda_op_allreduce,     NULL,                     dsp_cuda_op_memory_used,
+    dsp_cuda_op_weight_slice,
 };
 
 extern "C" int dsp_backend_cuda_devices(void) { return dsp_cuda_device_count(); }

@@ -10,6 +10,7 @@
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/launch.cuh"
+#include "kernels/cuda/common/slices.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_small.h"
 #include "kernels/cuda/gemm_wgmma.h"
@@ -26,6 +27,7 @@ struct dsp_cuda_gemm {
   int cluster; /* its cluster size: 0 its default, 1 single blocks */
   int split;   /* K split over clusters of this many blocks (1: none) */
   int small;   /* products of up to DSP_GEMM_SMALL_MAX_M rows run on the mma.sync kernel (gemm_small.h) */
+  int slices;  /* K slices (dsp_cuda_gemm_slice; 1: one sum over K) */
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la; /* w: [k x n] column-major (row-major [n][k]), used transposed */
@@ -45,13 +47,17 @@ struct dsp_cuda_gemm {
  * every output's accumulator sees k = 0, 1, ..., K-1 in order, one fmaf each,
  * starting from +0 (zero-filled tails add +0 * +0, which leaves a chain that
  * started at +0 unchanged). Any K and strides: 16-byte loads where the rows
- * allow them, element loads otherwise (the same values, the same chain). */
+ * allow them, element loads otherwise (the same values, the same chain).
+ * SL: K in slices of ks columns (a multiple of the slab), each slice's chain
+ * from +0 and the slices' sums added by the tree (slices.cuh), as the CPU. */
 #define LM_TILE 64
 #define LM_KSLAB 32
 
+template <bool SL>
 __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restrict__ a, long long lda,
                                                         const uint16_t *__restrict__ w, void *__restrict__ out,
-                                                        int m, int n, int k, long long ldo, int vec, int f32) {
+                                                        int m, int n, int k, long long ldo, int vec, int f32, int ks,
+                                                        unsigned long long merges) {
   __shared__ __align__(16) float as[LM_KSLAB][LM_TILE];
   __shared__ __align__(16) float ws[LM_KSLAB][LM_TILE];
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -62,8 +68,13 @@ __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restri
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  constexpr int DEP = SL ? DSP_SLICE_DEPTH : 1;
+  float stk[DEP][16];
+  int sp = 0;
 
   for (int k0 = 0; k0 < k; k0 += LM_KSLAB) {
+    if (SL && k0 && k0 % ks == 0) /* slice k0 / ks - 1 is done */
+      dsp_slice_close<16, DEP>(&acc[0][0], stk, sp, (int)((merges >> (4 * (k0 / ks - 1))) & 15u));
     uint16_t pa[8], pw[8];
     const bool ra = m0 + lr < m, rw = n0 + lr < n;
     if (vec) {
@@ -98,6 +109,11 @@ __global__ void __launch_bounds__(256) lm_strict_kernel(const uint16_t *__restri
         for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ai[i], wj[j], acc[i][j]);
     }
     __syncthreads();
+  }
+  if (SL) {
+    dsp_slice_close<16, DEP>(&acc[0][0], stk, sp, (int)((merges >> (4 * (k / ks - 1))) & 15u));
+#pragma unroll
+    for (int v = 0; v < 16; v++) acc[v >> 2][v & 3] = stk[0][v];
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
@@ -258,6 +274,7 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
   lm->n = n;
   lm->k = k;
   lm->strict = strict;
+  lm->slices = 1;
   *out = lm;
   if (strict || n % 8 || k % 8) { /* the tensor-core kernels need 16-byte rows */
     lm->strict = 1;
@@ -311,7 +328,7 @@ extern "C" dsp_status dsp_cuda_gemm_create(int64_t n, int64_t k, int strict, int
       if (lm->split > 1)
         snprintf(lm->desc, sizeof lm->desc,
                  "own wgmma kernel, 128 x 112 tiles, K split over clusters of %d (k groups in order within each "
-                 "part, parts added in rank order)", lm->split);
+                 "part, parts added by the halving tree)", lm->split);
       else
         snprintf(lm->desc, sizeof lm->desc,
                  "own wgmma kernel, 64 x 32/64/112/128 and 128 x 112/128/224/256 (vocabulary x token) tiles, %s, k groups in order (token-tile and "
@@ -369,8 +386,10 @@ static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void 
   if (lm->strict) {
     const int vec = lm->k % 8 == 0 && lda % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)w % 16 == 0;
     dim3 grid((unsigned)((lm->n + LM_TILE - 1) / LM_TILE), (unsigned)((m + LM_TILE - 1) / LM_TILE));
-    lm_strict_kernel<<<grid, 256, 0, s>>>((const uint16_t *)a, (long long)lda, (const uint16_t *)w, out, (int)m,
-                                          (int)lm->n, (int)lm->k, (long long)ldo, vec, f32);
+    const int sl = lm->slices > 1;
+    (sl ? lm_strict_kernel<true> : lm_strict_kernel<false>)<<<grid, 256, 0, s>>>(
+        (const uint16_t *)a, (long long)lda, (const uint16_t *)w, out, (int)m, (int)lm->n, (int)lm->k, (long long)ldo,
+        vec, f32, (int)(lm->k / lm->slices), sl ? dsp_slice_merges(lm->slices) : 0ull);
     DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   }
@@ -379,6 +398,13 @@ static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void 
                     "of 8 and 16-byte aligned operands", (long long)lda, (long long)ldo);
   /* captured products launch programmatically: a graph replays forwards, whose weights no kernel writes */
   const int pdl = dsp_cuda_pdl(s);
+  /* K slices: the few-row kernel keeps the slices' tree in registers; past its rows, one block per slice of a
+     cluster, the parts added by the same tree (dsp_cuda_gemm_slice took the slices only where both run) */
+  if (lm->slices > 1) {
+    if (lm->small && m <= DSP_GEMM_SMALL_MAX_M && dsp_env_get()->gemm_small != 0)
+      return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->slices, pdl, NULL, f32, s);
+    return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->slices, pdl, f32, s);
+  }
   if (lm->wg && lm->split > 1)
     return dsp_cuda_gemm_wg_split_run(a, lda, w, out, m, lm->n, lm->k, ldo, lm->split, pdl, f32, s);
   /* few rows: the warp-level kernel where it gives the warpgroup kernel's bits (never when a tile is forced). Its
@@ -386,7 +412,7 @@ static dsp_status run(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void 
    * it took 10-30% less on every Qwen3-8B product (bench/RESULTS.md, twenty-second session), at M 32 up to 23% */
   const int small = dsp_env_get()->gemm_small;
   if (lm->wg && lm->small && m <= DSP_GEMM_SMALL_MAX_M && !dsp_env_get()->gemm_tile && small != 0)
-    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, pdl, NULL, f32, s);
+    return dsp_cuda_gemm_small_run(a, lda, w, out, m, lm->n, lm->k, ldo, 1, pdl, NULL, f32, s);
   if (lm->wg) return dsp_cuda_gemm_wg_run(a, lda, w, out, m, lm->n, lm->k, ldo, 0, lm->cluster, pdl, f32, s);
   if (f32)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm: fp32 outputs run on the own kernels, not on %s (N %lld, K %lld)",
@@ -415,6 +441,29 @@ extern "C" dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *lm, const void *a, int64_
 extern "C" dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *lm, const void *a, int64_t lda, const void *w, float *out,
                                             int64_t m, int64_t ldo, cudaStream_t s) {
   return run(lm, a, lda, w, out, m, ldo, 1, s);
+}
+
+extern "C" dsp_status dsp_cuda_gemm_slice(dsp_cuda_gemm *lm, int slices, int *taken) {
+  *taken = 0;
+  if (slices < 2 || lm->slices > 1) {
+    *taken = slices < 2 || lm->slices == slices;
+    if (slices >= 2 && !*taken)
+      return dsp_fail(DSP_ERR_ARG, "cuda gemm: a weight in %d K slices cannot take %d", lm->slices, slices);
+    return DSP_OK;
+  }
+  if (lm->strict) *taken = slices <= 16 && lm->k % ((int64_t)slices * LM_KSLAB) == 0; /* the CPU's rule */
+  else
+    *taken = lm->wg && (slices == 2 || slices == 4 || slices == 8) && lm->k % ((int64_t)slices * 64) == 0 &&
+             dsp_cuda_gemm_wg_split_runs(slices);
+  const size_t used = strlen(lm->desc);
+  if (*taken) {
+    lm->slices = slices;
+    snprintf(lm->desc + used, sizeof lm->desc - used, ", %d K slices", slices);
+  } else {
+    snprintf(lm->desc + used, sizeof lm->desc - used, ", one sum over K (%d slices of K %lld do not run here)",
+             slices, (long long)lm->k);
+  }
+  return DSP_OK;
 }
 
 extern "C" const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *lm) { return lm->desc; }

@@ -57,6 +57,15 @@ dsp_status dsp_cuda_gemm_run(dsp_cuda_gemm *g, const void *a, int64_t lda, const
  * a weight on cuBLASLt gets DSP_ERR_UNSUPPORTED. */
 dsp_status dsp_cuda_gemm_run_f32(dsp_cuda_gemm *g, const void *a, int64_t lda, const void *w, float *out, int64_t m,
                                  int64_t ldo, cudaStream_t s);
+/* A row-parallel weight in `slices` K slices (kernels/cpu/slices.h's order: each
+ * slice's sum from +0 in this kernel's order, the sums added by the halving
+ * tree), so that TP ranks holding whole subtrees give TP 1's bits. The strict
+ * chain takes up to 16 slices of multiples of 32 columns (the CPU's rule); the
+ * tensor-core kernels 2, 4 or 8 slices of multiples of 64 columns, on the
+ * few-row kernel and the cluster split alike; cuBLASLt none. *taken: 0 where
+ * this weight keeps one sum over K (said in its description). Before the first
+ * product; once per weight. */
+dsp_status dsp_cuda_gemm_slice(dsp_cuda_gemm *g, int slices, int *taken);
 /* "own wgmma kernel, ...", "cublasLt algo 66 tile 24 ... (pinned, ...)" or "strict fmaf chain". */
 const char *dsp_cuda_gemm_describe(const dsp_cuda_gemm *g);
 void dsp_cuda_gemm_free(dsp_cuda_gemm *g);

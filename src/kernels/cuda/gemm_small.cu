@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/common/mma.cuh"
+#include "kernels/cuda/common/slices.cuh"
 #include "kernels/cuda/gemm_wgmma_kernel.cuh"
 
 namespace {
@@ -99,11 +100,15 @@ __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f
       dsp_mma16816(d[t], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * t], f.b[i][2 * t + 1]);
 }
 
-template <int NT8, int SB>
+/* SL: a sliced weight (nsl slices of kbs boxes, their sums added by the tree whose merges slices.cuh encodes);
+ * a group's stages then run slice by slice, a slice's last stage short where kbs is not a multiple of SB. Without
+ * SL, nsl is 1 and kbs is K's boxes. */
+template <int NT8, int SB, bool SL>
 __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __grid_constant__ CUtensorMap tw,
                                                                const __grid_constant__ CUtensorMap ta,
-                                                               void *__restrict__ out, int m, int n, int nkb,
-                                                               long long ldo, int ngroups, int stages, int f32) {
+                                                               void *__restrict__ out, int m, int n, int kbs,
+                                                               int nsl, unsigned long long merges, long long ldo,
+                                                               int ngroups, int stages, int f32) {
   static_assert(SB % 2 == 0, "a full stage runs its boxes in pairs");
   /* no griddepcontrol.launch_dependents here: with it the layer kernels after a product, which trigger at once,
      let the next product's blocks land early on SMs already taken, and a batch-1 decode step lost 0.4 ms */
@@ -113,7 +118,7 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
   const uint32_t wbytes = (uint32_t)SB * C * GS_WBOX, stage = gs_stage(C, NT8, SB);
   const uint32_t sbase = dsp_saddr(smem), full0 = sbase + (uint32_t)stages * stage, empty0 = full0 + 8 * stages;
   const int my_groups = (int)blockIdx.x < ngroups ? (ngroups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-  const int nst = (nkb + SB - 1) / SB; /* stages per group */
+  const int sps = (kbs + SB - 1) / SB, nst = nsl * sps; /* stages per slice and per group */
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; s++) dsp_bar_init(full0 + 8 * s, 1), dsp_bar_init(empty0 + 8 * s, (uint32_t)C);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -128,12 +133,15 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
     const int units = my_groups * nst;
     /* one copy per stage and operand: boxes of [sb chunks][rows][64 k] (3-D maps: k, row, chunk); chunks past K
        are zero-filled and counted, so every stage expects the same bytes */
+    /* stage q of a group starts at box (q / sps) kbs + (q % sps) SB; a short stage's boxes past its slice land
+       and are not read */
+    auto chunk = [&](int u) { return (u % nst) / sps * kbs + (u % nst) % sps * SB; };
     auto weights = [&](int u, uint32_t st) {
       const int row = 16 * C * ((int)blockIdx.x + (u / nst) * (int)gridDim.x);
-      dsp_tcopy3_hint(st, &tw, 0, row, (u % nst) * SB, full0 + 8 * (u % stages), pw);
+      dsp_tcopy3_hint(st, &tw, 0, row, chunk(u), full0 + 8 * (u % stages), pw);
     };
     auto tokens = [&](int u, uint32_t st) {
-      dsp_tcopy3_hint(st + wbytes, &ta, 0, 0, (u % nst) * SB, full0 + 8 * (u % stages), pa);
+      dsp_tcopy3_hint(st + wbytes, &ta, 0, 0, chunk(u), full0 + 8 * (u % stages), pa);
     };
     /* the first ring's weights before griddepcontrol.wait (launched programmatically, this grid may run beside
        the kernel that writes the tokens; without PDL the wait returns at once), then its tokens */
@@ -164,6 +172,9 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
   float d[NT8][4];
 #pragma unroll
   for (int t = 0; t < NT8; t++) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
+  constexpr int DEP = SL ? 4 : 1; /* up to 8 slices (gemm.cu slices no other count on these kernels) */
+  float stk[DEP][NT8 * 4];
+  int sp = 0;
   const int units = my_groups * nst;
   gs_frag<NT8> f0, f1;
   int s = 0, q = 0, grp = (int)blockIdx.x;
@@ -175,8 +186,8 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
   for (int u = 0; u < units; u++) {
     /* f0 holds this stage's first box */
     const uint32_t st = sbase + (uint32_t)s * stage;
-    const int nb = nkb - q * SB < SB ? nkb - q * SB : SB; /* boxes in this stage */
-    const bool last = q == nst - 1;                       /* the group's last stage */
+    const int qs = q % sps, nb = kbs - qs * SB < SB ? kbs - qs * SB : SB; /* boxes in this stage */
+    const bool last = q == nst - 1;                                        /* the group's last stage */
     int s1 = s + 1;
     uint32_t ph1 = ph;
     if (s1 == stages) s1 = 0, ph1 ^= 1;
@@ -210,6 +221,16 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
     /* the stage's fragments are in registers (the products above read them): the producer may land it again */
     __syncwarp();
     if (lane == 0) dsp_bar_arrive(empty0 + 8 * s);
+    if (SL && qs == sps - 1) { /* the slice's last stage: its sums into the tree */
+      dsp_slice_close<NT8 * 4, DEP>(&d[0][0], stk, sp, (int)((merges >> (4 * (q / sps))) & 15u));
+      if (last) {
+        sp = 0;
+#pragma unroll
+        for (int t = 0; t < NT8; t++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) d[t][e] = stk[0][4 * t + e];
+      }
+    }
     if (last) {
       /* d[t] = (row g, token 8 t + 2 q), (g, + 1), (g + 8, 8 t + 2 q), (g + 8, + 1) */
       const int row0 = 16 * (C * grp + warp);
@@ -274,7 +295,7 @@ dsp_status gs_map(CUtensorMap *tm, const void *p, int64_t rows, int64_t k, int64
 
 template <int NT8>
 dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                     int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
+                     int slices, int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
   const lw_dev &dv = lw_dev_once();
   if (!dv.ok) return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): not an sm_90 device with TMA");
   const gs_shape sh = gs_pick(dv, n, NT8, force_c, force_sb, force_stages);
@@ -283,8 +304,9 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   CUtensorMap tw, ta;
   DSP_TRY(gs_map(&tw, w, n, k, k, 16 * sh.c, sh.sb));
   DSP_TRY(gs_map(&ta, a, m, k, lda, 8 * NT8, sh.sb));
-  void (*kern)(const CUtensorMap, const CUtensorMap, void *, int, int, int, long long, int, int, int) =
-      sh.sb == 2 ? gs_kernel<NT8, 2> : gs_kernel<NT8, 4>;
+  void (*kern)(const CUtensorMap, const CUtensorMap, void *, int, int, int, int, unsigned long long, long long, int,
+               int, int) = slices > 1 ? (sh.sb == 2 ? gs_kernel<NT8, 2, true> : gs_kernel<NT8, 4, true>)
+                                      : (sh.sb == 2 ? gs_kernel<NT8, 2, false> : gs_kernel<NT8, 4, false>);
   /* per call: the opt-in is per device; the most any launch asks */
   DSP_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dv.optin));
   cudaLaunchConfig_t cfg = {};
@@ -292,33 +314,39 @@ dsp_status gs_launch(const void *a, int64_t lda, const void *w, void *out, int64
   cfg.dynamicSmemBytes = gs_smem(sh.c, NT8, sh.sb, sh.stages), cfg.stream = s;
   cudaLaunchAttribute at = dsp_pdl_attribute();
   cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
-  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, tw, ta, out, (int)m, (int)n, (int)(k / GS_BK), (long long)ldo,
-                                  (int)sh.groups, sh.stages, f32));
+  const int nkb = (int)(k / GS_BK);
+  DSP_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, tw, ta, out, (int)m, (int)n, nkb / slices, slices,
+                                  dsp_slice_merges(slices), (long long)ldo, (int)sh.groups, sh.stages, f32));
   DSP_CUDA_TRY_LAUNCH();
   return DSP_OK;
 }
 
 dsp_status gs_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n, int64_t k, int64_t ldo,
-                  int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
+                  int slices, int pdl, int force_c, int force_sb, int force_stages, int f32, cudaStream_t s) {
   if (m < 1) return DSP_OK;
+  if (slices != 1 && slices != 2 && slices != 4 && slices != 8)
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): %d K slices (1, 2, 4 or 8)", slices);
+  if (k % ((int64_t)slices * GS_BK))
+    return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): K %lld in %d slices of whole 64-column boxes",
+                    (long long)k, slices);
   if (m > DSP_GEMM_SMALL_MAX_M || k % GS_BK || k > INT32_MAX || n > INT32_MAX || lda % 8 || lda < k || ldo < n ||
       (uintptr_t)a % 16 || (uintptr_t)w % 16)
     return dsp_fail(DSP_ERR_UNSUPPORTED, "cuda gemm (mma.sync): M %lld, K %lld, lda %lld not supported", (long long)m,
                     (long long)k, (long long)lda);
   if (force_sb && force_sb != 2 && force_sb != 4)
     return dsp_fail(DSP_ERR_ARG, "cuda gemm (mma.sync): %d boxes a stage (2 or 4)", force_sb);
-  if (m <= 8) return gs_launch<1>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
-  if (m <= 16) return gs_launch<2>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
-  return gs_launch<4>(a, lda, w, out, m, n, k, ldo, pdl, force_c, force_sb, force_stages, f32, s);
+  if (m <= 8) return gs_launch<1>(a, lda, w, out, m, n, k, ldo, slices, pdl, force_c, force_sb, force_stages, f32, s);
+  if (m <= 16) return gs_launch<2>(a, lda, w, out, m, n, k, ldo, slices, pdl, force_c, force_sb, force_stages, f32, s);
+  return gs_launch<4>(a, lda, w, out, m, n, k, ldo, slices, pdl, force_c, force_sb, force_stages, f32, s);
 }
 
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                              int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape,
-                                              int f32, cudaStream_t s) {
+                                              int64_t k, int64_t ldo, int slices, int pdl,
+                                              const dsp_gemm_small_shape *shape, int f32, cudaStream_t s) {
   const dsp_gemm_small_shape pick = {0, 0, 0}, *sh = shape ? shape : &pick;
-  return gs_run(a, lda, w, out, m, n, k, ldo, pdl, sh->c, sh->sb, sh->stages, f32, s);
+  return gs_run(a, lda, w, out, m, n, k, ldo, slices, pdl, sh->c, sh->sb, sh->stages, f32, s);
 }
 extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ) {
   /* every token-tile count (1, 2, 4; 21 rows: the last tiles partial); a strip of 8 rows past N's last 16; groups
@@ -343,7 +371,7 @@ extern "C" dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, 
   for (int v = 0; v < 12 && st == DSP_OK; v++) {
     const int64_t m = ms[v & 3];
     st = dsp_cuda_gemm_wg_run(a, k, w, o1, m, N, k, N, 0, 0, 0, 0, s);
-    if (st == DSP_OK) st = gs_run(a, k, w, o2, m, N, k, N, 0, cs[v >> 2], 0, 0, 0, s);
+    if (st == DSP_OK) st = gs_run(a, k, w, o2, m, N, k, N, 1, 0, cs[v >> 2], 0, 0, 0, s);
     if (st == DSP_OK && (cudaMemcpyAsync(h, o1, (size_t)(m * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaMemcpyAsync(h + no, o2, (size_t)(m * N) * 2, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
                          cudaStreamSynchronize(s) != cudaSuccess))

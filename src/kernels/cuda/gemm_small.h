@@ -40,11 +40,14 @@ typedef struct {
 
 /* a: [m][lda] (lda % 8 == 0), w: [n][k] (row stride k, k % 64 == 0), out:
  * [m][ldo], bf16 or (f32) the unrounded fp32 sums; a and w 16-byte aligned;
- * 1 <= m <= DSP_GEMM_SMALL_MAX_M. Enqueued on s, capturable; pdl as
- * dsp_cuda_gemm_wg_run's; shape NULL: the kernel's pick. */
+ * 1 <= m <= DSP_GEMM_SMALL_MAX_M. slices: 1, or 2, 4 or 8 K slices of whole
+ * 64-column boxes (a row-parallel weight, kernels/cpu/slices.h's order: each
+ * slice's sum in the order above, the sums added by the halving tree, as
+ * dsp_cuda_gemm_wg_split_run with split = slices adds its parts). Enqueued on
+ * s, capturable; pdl as dsp_cuda_gemm_wg_run's; shape NULL: the kernel's pick. */
 dsp_status dsp_cuda_gemm_small_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
-                                   int64_t k, int64_t ldo, int pdl, const dsp_gemm_small_shape *shape, int f32,
-                                   cudaStream_t s);
+                                   int64_t k, int64_t ldo, int slices, int pdl, const dsp_gemm_small_shape *shape,
+                                   int f32, cudaStream_t s);
 /* Random products with inexact sums (M = 32, 21, 16 and 5, 520 rows of w, this K)
  * through this kernel and through the wgmma kernel, compared bit for bit. */
 dsp_status dsp_cuda_gemm_small_check(int64_t k, long long *compared, long long *differ);

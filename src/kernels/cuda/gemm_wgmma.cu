@@ -109,6 +109,15 @@ extern "C" int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k) {
   return pick;
 }
 
+extern "C" int dsp_cuda_gemm_wg_split_runs(int split) {
+  const lw_dev &dv = lw_dev_once();
+  if (!dv.ok) return 0;
+  return split == 2 ? lw_split_resident<112, 2>(dv) > 0
+         : split == 4 ? lw_split_resident<112, 4>(dv) > 0
+         : split == 8 ? lw_split_resident<112, 8>(dv) > 0
+                      : 0;
+}
+
 extern "C" dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m,
                                                  int64_t n, int64_t k, int64_t ldo, int split, int pdl, int f32,
                                                  cudaStream_t s) {

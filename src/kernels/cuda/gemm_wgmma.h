@@ -55,11 +55,15 @@ int dsp_cuda_gemm_wg_tile(int64_t m, int64_t n);
 /* The K split for a weight [n][k] on this device: 1 (none), 2, 4 or 8, the
  * fewest k blocks per SM with every cluster of the split resident, from n, k
  * and the device alone (never from M: batch invariance). Splitting changes an
- * element's order (partials added in fp32, in rank order), so a product whose
+ * element's order (partials added in fp32 by the halving tree), so a product whose
  * bits must not depend on n (a vocabulary shard) keeps 1. */
 int dsp_cuda_gemm_wg_split_choice(int64_t n, int64_t k);
+/* 1 when the split form runs `split` blocks a cluster on this device (some resident at once). */
+int dsp_cuda_gemm_wg_split_runs(int split);
 /* The product with K split over clusters of `split` blocks (2, 4 or 8, k / 64
- * at least split), token tile 112 for every M; otherwise as dsp_cuda_gemm_wg_run. */
+ * at least split), token tile 112 for every M; otherwise as dsp_cuda_gemm_wg_run.
+ * Where split divides k / 64, part r is K slice r of kernels/cpu/slices.h and
+ * the parts are added by its tree: a weight in that many slices. */
 dsp_status dsp_cuda_gemm_wg_split_run(const void *a, int64_t lda, const void *w, void *out, int64_t m, int64_t n,
                                       int64_t k, int64_t ldo, int split, int pdl, int f32, cudaStream_t s);
 /* Runs a random product (M = 224, 512 rows of w, this K, values with inexact

@@ -40,6 +40,7 @@
 #include "kernels/cuda/common/copy.cuh"
 #include "kernels/cuda/common/devmath.cuh"
 #include "kernels/cuda/common/launch.cuh"
+#include "kernels/cuda/common/slices.cuh"
 #include "kernels/cuda/common/sync.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
 #include "kernels/cuda/gemm_wgmma.h"
@@ -142,9 +143,11 @@ __device__ __forceinline__ void lw_tile(int t, int nmt, int nvt, uint32_t rank, 
  * SK > 1 (with CL == 1): K split over the SK blocks of a cluster. Every block
  * walks the same tiles; block r runs k blocks [r nkb / SK, (r + 1) nkb / SK)
  * onto +0, keeps its partial tile in shared memory, and the tile's element is
- * ((p_0 + p_1) + ...) + p_{SK-1} in fp32, then one rounding, whichever block
+ * the halving tree of p_0 .. p_{SK-1} in fp32 (kernels/cpu/slices.h's order,
+ * so a weight in SK K slices runs here), then one rounding, whichever block
  * adds it (block r adds the token columns 8 j.. with j % SK == r). SK comes
- * from the weight's shape alone (gemm.cu), so the order is batch-invariant.
+ * from the weight's shape or its slices alone (gemm.cu), so the order is
+ * batch-invariant.
  *
  * BM 64 (no split): the tile is 64 vocabulary rows; each consumer warpgroup multiplies them with its half of
  * the token tile. An element's k groups and instructions are those of BM 128 (m64 wgmma), only N is narrower. */
@@ -306,9 +309,14 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
           float4 x[SK];
 #pragma unroll
           for (int p = 0; p < SK; p++) x[p] = *dsp_cluster_peer(mine + j * 256 + ct, (uint32_t)p);
-          float v[4] = {x[0].x, x[0].y, x[0].z, x[0].w};
+          float v[4];
 #pragma unroll
-          for (int p = 1; p < SK; p++) v[0] += x[p].x, v[1] += x[p].y, v[2] += x[p].z, v[3] += x[p].w;
+          for (int e = 0; e < 4; e++) { /* the halving tree over the parts (slices.cuh) */
+            float xe[SK];
+#pragma unroll
+            for (int p = 0; p < SK; p++) xe[p] = e == 0 ? x[p].x : e == 1 ? x[p].y : e == 2 ? x[p].z : x[p].w;
+            v[e] = dsp_slice_tree<0, SK>(xe);
+          }
           const int col = m0 + 8 * j + 2 * q;
 #pragma unroll
           for (int e = 0; e < 4; e++) {
