@@ -696,14 +696,9 @@ if [ "$MODE" = slices ]; then
     stamp "memcheck: t_gemm_slices"
     timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_ops_cpu cuda "" t_gemm_slices \
       > "$OUT/memcheck.log" 2>&1; echo "memcheck rc $?: $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")"
-    export DSPARK=$PWD/build-gpu/dspark
-    for t in "test_qwen3.py --driver build-gpu/tests/target_driver" "test_dspark.py --driver build-gpu/tests/draft_driver" \
-             "test_speculative.py"; do
-      name=${t%%.py*}
-      stamp "$name (cuda)"
-      timeout 240 python3 tests/oracle/$t --backend cuda > "$OUT/$name.log" 2>&1; echo "rc=$?"
-      grep -E "FAIL|not run|passed|FAILED|TP-invariant|one sum" "$OUT/$name.log" | head -12
-    done
+    ORACLE_TIMEOUT=240 cuda_oracles "FAIL|not run|passed|FAILED|TP-invariant|one sum" \
+      "test_qwen3.py --driver build-gpu/tests/target_driver" "test_dspark.py --driver build-gpu/tests/draft_driver" \
+      "test_speculative.py"
     stamp "token parity (device_multi.sh parity)"
     PREBUILT=${PREBUILT:-0} LAYERS=${LAYERS:-8} timeout 200 scripts/device_multi.sh parity 2>&1 | tail -14
   else

@@ -20,6 +20,19 @@ export DSPARK_NCCL_ROOT
 export LD_LIBRARY_PATH=$DSPARK_NCCL_ROOT/lib:$LD_LIBRARY_PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# The CUDA model oracles "script.py args" in turn (ORACLE_TIMEOUT seconds each, default 300), each log in $OUT,
+# the lines matching $1 shown.
+cuda_oracles() {
+  local pat=$1 t name; shift
+  export DSPARK=$PWD/build-gpu/dspark
+  for t in "$@"; do
+    name=${t%%.py*}
+    stamp "$name (cuda)"
+    timeout ${ORACLE_TIMEOUT:-300} python3 tests/oracle/$t --backend cuda > "$OUT/$name.log" 2>&1; echo "rc=$?"
+    grep -E "$pat" "$OUT/$name.log" | head -20
+  done
+}
+
 # With PREBUILT=1, the sm_90a binaries built on the CPU machine and carried (build-cuda/pre.tgz: build-gpu/ and, for
 # an A/B, build-old/); fails (and leaves neither directory) when there are none or their libraries are missing.
 unpack_prebuilt() {

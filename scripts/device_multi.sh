@@ -32,15 +32,9 @@ if ! unpack_prebuilt; then
 fi
 
 if [ "$MODE" = test ]; then
-  export DSPARK=$PWD/build-gpu/dspark
-  for t in "test_qwen3.py --driver build-gpu/tests/target_driver --only tp --only tp_process" \
-           "test_dspark.py --driver build-gpu/tests/draft_driver --only tp" \
-           "test_speculative.py --only greedy"; do
-    name=${t%%.py*}
-    stamp "$name (cuda)"
-    timeout 400 python3 tests/oracle/$t --backend cuda > "$OUT/$name.log" 2>&1; echo "rc=$?"
-    grep -E "FAIL|not run|passed|FAILED|in one process|TP ?[0-9]" "$OUT/$name.log" | head -20
-  done
+  ORACLE_TIMEOUT=400 cuda_oracles "FAIL|not run|passed|FAILED|in one process|TP ?[0-9]" \
+    "test_qwen3.py --driver build-gpu/tests/target_driver --only tp --only tp_process --only tp_invariant" \
+    "test_dspark.py --driver build-gpu/tests/draft_driver --only tp" "test_speculative.py --only greedy"
   stamp "test_cuda_nccl"
   timeout 200 build-gpu/tests/test_cuda_nccl > "$OUT/nccl.log" 2>&1; echo "rc=$?"
   grep -E "^\[ *(FAILED|PASSED|ERROR) *\]" "$OUT/nccl.log" | head -6
