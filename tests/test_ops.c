@@ -359,11 +359,15 @@ static void t_gemm_slices(void **st) {
   (void)st;
   const uint64_t keep = g_rng;
   const int cuda = dsp_backend_kind_of(g_be) != DSP_BACKEND_CPU;
-  const int64_t shapes[][3] = {{256, 256, 4}, {96, 192, 3}, {520, 1024, 8}, {300, 512, 2}, {64, 1536, 8}};
+  /* on CUDA also slices of several 64-column boxes (the few-row kernel's full stages, and a full stage then a
+     short one per slice) */
+  const int64_t shapes[][3] = {{256, 256, 4}, {96, 192, 3}, {520, 1024, 8}, {300, 512, 2}, {64, 1536, 8},
+                               {256, 3072, 8}, {128, 4096, 4}};
+  const size_t nshapes = cuda ? 7 : 5;
   const int64_t ms[] = {1, 3, 5, 16, 33, 130}, M = 130;
   long compared = 0, other = 0, declined = 0, cpu_cross = 0;
   for (int strict = 0; strict <= cuda; strict++) {
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < nshapes; si++) {
       const int64_t N = shapes[si][0], K = shapes[si][1], S = shapes[si][2], ks = K / S;
       uint16_t *a = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
       float *got = malloc((size_t)(M * N) * 4), *one = malloc((size_t)(M * N) * 4), *want = malloc((size_t)(M * N) * 4);
@@ -419,7 +423,7 @@ static void t_gemm_slices(void **st) {
   }
   g_rng = keep;
   if (!other) fail_msg("gemm slices: no output differs from one sum over K (the test has no power)");
-  if (cuda && declined >= (long)(sizeof shapes / sizeof shapes[0] * sizeof ms / sizeof ms[0]))
+  if (cuda && declined >= (long)(nshapes * sizeof ms / sizeof ms[0]))
     fail_msg("gemm slices: CUDA's tensor-core kernels took no slices");
   print_message("gemm slices: %ld values compared with the tree of per-slice products and at 2-8 ranks (%ld differ "
                 "from one sum over K; %ld products declined the slices; %ld strict values equal the CPU's)\n",
