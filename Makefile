@@ -25,7 +25,7 @@ build-asan: setup
 
 build-fuzz: setup
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDSPARK_FUZZ=ON -DDSPARK_CUDA=off >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_tokenizer fuzz_hf_config
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_tokenizer fuzz_hf_config fuzz_hf_dir
 
 run: build
 	@scripts/demo.sh $(BUILD)
@@ -43,7 +43,8 @@ test-asan: build-asan
 # sanitizer report: UBSan halts on its first) ends the run, and its log is shown.
 FUZZ_TARGETS = safetensors:fuzz/seeds:-max_len=4096 \
                tokenizer:fuzz/seeds_tokenizer:-max_len=8192:-dict=tests/tokenizer/fuzz_tokenizer.dict \
-               hf_config:fuzz/seeds_hf_config:-max_len=4096
+               hf_config:fuzz/seeds_hf_config:-max_len=4096 \
+               hf_dir:fuzz/seeds_hf_dir:-max_len=4096
 fuzz: build-fuzz
 	@for t in $(FUZZ_TARGETS); do \
 	  n=$$(echo $$t | cut -d: -f1); seeds=$$(echo $$t | cut -d: -f2); opts=$$(echo $$t | cut -d: -f3- | tr : ' '); \
@@ -54,11 +55,13 @@ fuzz: build-fuzz
 	done
 
 fuzz-long: build-fuzz
-	@mkdir -p $(FUZZ_BUILD)/corpus_safetensors $(FUZZ_BUILD)/corpus_tokenizer $(FUZZ_BUILD)/corpus_hf_config
+	@mkdir -p $(FUZZ_BUILD)/corpus_safetensors $(FUZZ_BUILD)/corpus_tokenizer $(FUZZ_BUILD)/corpus_hf_config \
+	  $(FUZZ_BUILD)/corpus_hf_dir
 	$(FUZZ_BUILD)/fuzz_safetensors -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) $(FUZZ_BUILD)/corpus_safetensors fuzz/seeds
 	$(FUZZ_BUILD)/fuzz_tokenizer -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) \
 	  -dict=tests/tokenizer/fuzz_tokenizer.dict $(FUZZ_BUILD)/corpus_tokenizer fuzz/seeds_tokenizer
 	$(FUZZ_BUILD)/fuzz_hf_config -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) $(FUZZ_BUILD)/corpus_hf_config fuzz/seeds_hf_config
+	$(FUZZ_BUILD)/fuzz_hf_dir -max_total_time=3600 -max_len=65536 -jobs=$(JOBS) $(FUZZ_BUILD)/corpus_hf_dir fuzz/seeds_hf_dir
 
 test-unit: build
 	@echo "== release suite"
