@@ -1,6 +1,6 @@
 /* K slices of a row-parallel weight on the GPU (kernels/cpu/slices.h states the order): each slice's sum from
  * +0, the slices' sums added by the halving tree. A kernel walking the slices in order keeps a small stack of
- * finished subtrees in registers: after slice i it pushes that slice's sums and adds the top two entries (left
+ * finished subtrees: after slice i it pushes that slice's sums and adds the top two entries (left
  * first) once per tree node that closes at slice i. How many close there comes from the host as 4 bits per slice
  * (dsp_slice_merges), so one kernel runs any slice count up to 16. CUDA C++ only. */
 #ifndef DSP_CUDA_SLICES_CUH
@@ -26,8 +26,8 @@ static inline unsigned long long dsp_slice_merges(int slices) {
 }
 
 /* Slice i's sums d[0..NV) are done: onto the stack (depth sp, DEP entries), then `merges` additions of the top
- * entry into the one below; d starts again at +0. The entries are registers: every index is a constant after
- * unrolling, sp selects by predicate. */
+ * entry into the one below; d starts again at +0. Every index is a constant after unrolling and sp selects by
+ * predicate; ptxas keeps the entries in a small local frame, touched once a slice. */
 template <int NV, int DEP>
 __device__ __forceinline__ void dsp_slice_close(float *d, float (&stk)[DEP][NV], int &sp, int merges) {
 #pragma unroll
