@@ -691,6 +691,10 @@ if [ "$MODE" = slices ]; then
       > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
   fi
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  for v in 1 0; do # which order the models run, by the start-up line
+    echo "DSPARK_TP_INVARIANT=$v: $(DSPARK_TP_INVARIANT=$v build-gpu/dspark generate --model models/kjv-target \
+      --prompt-ids 1,2,3 --max-new 2 --backend cuda 2>&1 | grep -o "o and down in [^;)]*" | head -1)"
+  done
   if [ "${PART:-test}" = test ]; then
     stamp "products: t_gemm*"
     DSPARK_VERBOSE=1 timeout 200 build-gpu/tests/test_ops_cpu cuda "" "t_gemm*" > "$OUT/gemm.log" 2>&1
