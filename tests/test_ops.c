@@ -324,16 +324,20 @@ static float slice_tree(const float *p, int64_t ld, int lo, int hi) {
 }
 
 /* The F32 products of a's and w's columns [k0, k0 + kn) on be, the weight in `slices` K slices; returns whether
- * the weight took them (its description names them). */
+ * the weight took them (and then its description must name them). */
 static int slice_products(dsp_backend *be, const uint16_t *a, const uint16_t *w, int64_t m, int64_t N, int64_t K,
                           int64_t k0, int64_t kn, int slices, int strict, float *out) {
   dsp_tensor wv = dsp_tensor_2d((void *)(w + k0), DSP_BF16, N, kn);
   wv.stride[0] = K;
   dsp_weight *wt;
   assert_int_equal(dsp_op_weight_create(be, 0, &wv, strict, &wt), DSP_OK);
-  assert_int_equal(dsp_op_weight_slice(be, wt, slices), DSP_OK);
+  int32_t got = 0;
+  assert_int_equal(dsp_op_weight_slice(be, wt, slices, &got), DSP_OK);
   const char *how = dsp_op_weight_describe(be, wt);
-  const int taken = slices < 2 || (strstr(how, " K slices") && !strstr(how, "one sum over K"));
+  const int taken = got == slices;
+  if (got != slices && got != 1) fail_msg("gemm slices: %d slices asked, %d taken", slices, (int)got);
+  if (slices > 1 && taken != (strstr(how, " K slices") && !strstr(how, "one sum over K")))
+    fail_msg("gemm slices: %d of %d slices taken, yet the description says \"%s\"", (int)got, slices, how);
   uint16_t *ah = malloc((size_t)(m * kn) * 2);
   for (int64_t r = 0; r < m; r++) memcpy(ah + r * kn, a + r * K + k0, (size_t)kn * 2);
   void *da = dev_put(be, ah, (size_t)(m * kn) * 2), *df = dev_put(be, NULL, (size_t)(m * N) * 4);

@@ -116,7 +116,7 @@ typedef struct {
   /* Memory in use (ops.h; NULL: not known) */
   dsp_status (*memory_used)(dsp_backend *be, int dev, size_t *bytes);
   /* A row-parallel weight's K slices (ops.h; NULL: one sum over K) */
-  dsp_status (*weight_slice)(dsp_backend *be, dsp_weight *w, int32_t slices);
+  dsp_status (*weight_slice)(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken);
 } dsp_backend_ops;
 
 struct dsp_backend {

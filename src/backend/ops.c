@@ -48,9 +48,10 @@ dsp_status dsp_op_sync(dsp_backend *be, int dev) {
   return be->ops->sync(be, dev);
 }
 
-dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices) {
-  if (!be || !w || slices < 1) return dsp_fail(DSP_ERR_ARG, "op weight slice: bad arguments");
-  return be->ops->weight_slice && slices > 1 ? be->ops->weight_slice(be, w, slices) : DSP_OK;
+dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken) {
+  if (!be || !w || slices < 1 || !taken) return dsp_fail(DSP_ERR_ARG, "op weight slice: bad arguments");
+  *taken = 1;
+  return be->ops->weight_slice && slices > 1 ? be->ops->weight_slice(be, w, slices, taken) : DSP_OK;
 }
 
 dsp_status dsp_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out) {

@@ -40,8 +40,9 @@ void dsp_op_weight_free(dsp_backend *be, dsp_weight *w);
  * (docs/CONTRACTS.md). The CPU backend takes it (K a multiple of 32 x slices,
  * else DSP_ERR_SHAPE); CUDA takes what its kernels run (kernels/cuda/gemm.h:
  * dsp_cuda_gemm_slice) and otherwise keeps one sum over K, which the weight's
- * description then says. Before the weight's first product. */
-dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices);
+ * description then says. *taken: the slices the weight now runs (1: one sum
+ * over K). Before the weight's first product. */
+dsp_status dsp_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken);
 /* Which kernel the weight's products run (e.g. "avx512f panels", "own wgmma kernel, ..."). */
 const char *dsp_op_weight_describe(const dsp_backend *be, const dsp_weight *w);
 

@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/ops.h"
@@ -69,22 +68,19 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
  * head, so every TP size divides them) over the TP size. Where a slice would not be a multiple of 32 columns (or
  * there would be more than 16), the model keeps one sum over K, and TP sizes may then differ in the last bits (so
  * too where a backend's kernels do not run that many slices: CUDA's tensor cores take 2, 4 or 8, kernels/cuda/gemm.h). */
-static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model) {
+static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model,
+                             int32_t *taken) {
   const int64_t S = s->kv_heads;
+  *taken = 1;
   if (!dsp_env_get()->tp_invariant || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
   /* CUDA's sliced kernels have not yet run on a GPU: they come with its TP > 1, which has not either */
   if (dsp_backend_kind_of(be) == DSP_BACKEND_CUDA && !dsp_env_get()->cuda_tp_unverified) return DSP_OK;
-  return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp));
+  return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp), taken);
 }
 
-void dsp_dec_slices_note(const dsp_backend *be, const dsp_dec_layer *L, char *buf, size_t n) {
-  /* the backends end a sliced weight's description with ", N K slices" */
-  const char *d = dsp_op_weight_describe(be, L->down), *k = strstr(d, " K slices");
-  const char *o = dsp_op_weight_describe(be, L->o);
-  const char *c = k ? strrchr(d, ',') : NULL;
-  const int S = c && c < k ? atoi(c + 1) : 0;
-  if (S > 1 && !strstr(d, "one sum over K") && strstr(o, " K slices") && !strstr(o, "one sum over K"))
-    snprintf(buf, n, "o and down in %d K slices a rank (TP-invariant order)", S);
+void dsp_dec_slices_note(const dsp_dec_layer *L, char *buf, size_t n) {
+  if (L->o_slices > 1 && L->down_slices == L->o_slices)
+    snprintf(buf, n, "o and down in %d K slices a rank (TP-invariant order)", (int)L->o_slices);
   else
     snprintf(buf, n, "o and down in one sum over K");
 }
@@ -115,10 +111,10 @@ dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, c
   /* o and down: this rank's input columns (row-parallel) */
   dsp_tensor oc = dsp_tensor_cols(&o, r * s->hq * D, (r + 1) * s->hq * D);
   DSP_TRY(dsp_op_weight_create(be, dev, &oc, -1, &L->o));
-  DSP_TRY(row_slices(be, L->o, s, s->heads * D));
+  DSP_TRY(row_slices(be, L->o, s, s->heads * D, &L->o_slices));
   dsp_tensor dc = dsp_tensor_cols(&dn, r * s->inter, (r + 1) * s->inter);
   DSP_TRY(dsp_op_weight_create(be, dev, &dc, -1, &L->down));
-  DSP_TRY(row_slices(be, L->down, s, I));
+  DSP_TRY(row_slices(be, L->down, s, I, &L->down_slices));
   void *m; /* the vectors are freed through their views' data */
   TENSOR("input_layernorm.weight", H, 0, &nm);
   DSP_TRY(dsp_dec_vector(be, dev, &nm, &L->in_norm, &m));

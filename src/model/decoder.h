@@ -20,6 +20,7 @@ typedef struct {
 typedef struct {
   dsp_weight *qkv, *o, *gate_up, *down;
   dsp_tensor in_norm, post_norm, q_norm, k_norm; /* device vectors (their data is freed with the layer) */
+  int32_t o_slices, down_slices; /* the K slices o and down run (1: one sum over K) */
 } dsp_dec_layer;
 
 /* The activations of a forward, views of as many rows as it may run. */
@@ -62,7 +63,7 @@ dsp_status dsp_dec_layer_load(dsp_backend *be, int dev, const dsp_hf_dir *dir, c
 void dsp_dec_layer_free(dsp_backend *be, int dev, dsp_dec_layer *L);
 /* How a layer's o and down products sum over K, for a start-up line: "o and down in N K slices a rank
  * (TP-invariant order)" or "o and down in one sum over K". */
-void dsp_dec_slices_note(const dsp_backend *be, const dsp_dec_layer *L, char *buf, size_t n);
+void dsp_dec_slices_note(const dsp_dec_layer *L, char *buf, size_t n);
 /* Activations for rows rows (device memory, tracked in mem[*nmem]). */
 dsp_status dsp_dec_act_alloc(dsp_backend *be, int dev, const dsp_dec_shape *s, int64_t rows, dsp_dec_act *a,
                              void **mem, int *nmem);

@@ -326,7 +326,7 @@ dsp_status dsp_draft_load(dsp_backend *be, const char *dir, const dsp_target *ta
     return dsp_fail(s, "%s", msg);
   }
   char sl[96];
-  dsp_dec_slices_note(be, &dr->d[0].layer[0], sl, sizeof sl);
+  dsp_dec_slices_note(&dr->d[0].layer[0], sl, sizeof sl);
   snprintf(dr->report, sizeof dr->report,
            "dspark: draft Qwen3DSparkModel (%s): %lld layers, block %lld (gamma %lld%s), %d taps from layer %d, "
            "Markov rank %lld, %s%s; the target's embedding and LM head%s; context %d slots x %d positions\n%s",

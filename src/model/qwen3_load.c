@@ -239,7 +239,7 @@ size_t qw_meta_layout(void *base, int64_t T, qw_meta *m) {
 static void make_report(dsp_target *t) {
   const dsp_hf_config *c = &t->cfg;
   char sl[96];
-  dsp_dec_slices_note(t->be, &t->d[0].layer[0].w, sl, sizeof sl);
+  dsp_dec_slices_note(&t->d[0].layer[0].w, sl, sizeof sl);
   snprintf(t->report, sizeof t->report,
            "dspark: target %s (%s): %lld layers, hidden %lld, %lld/%lld heads of %lld, vocabulary %lld%s; TP%d "
            "(heads and MLP columns split, LM head by vocabulary rows; %s); cache %d slots x %d positions",

@@ -96,9 +96,10 @@ dsp_status dsp_cpu_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *
   return DSP_OK;
 }
 
-dsp_status dsp_cpu_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices) {
+dsp_status dsp_cpu_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken) {
   (void)be;
   DSP_TRY(w->amx ? dsp_cpu_amx_slice(w->amx, slices) : dsp_cpu_packed_slice(w->p, slices));
+  *taken = slices;
   const size_t n = strlen(w->desc);
   if (slices > 1 && !strstr(w->desc, " slices"))
     snprintf(w->desc + n, sizeof w->desc - n, ", %d K slices", (int)slices);

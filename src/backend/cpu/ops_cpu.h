@@ -18,7 +18,7 @@ dsp_status dsp_cpu_op_sync(dsp_backend *be, int dev);
 dsp_status dsp_cpu_op_memory_used(dsp_backend *be, int dev, size_t *bytes);
 dsp_status dsp_cpu_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
 void dsp_cpu_op_weight_free(dsp_backend *be, dsp_weight *w);
-dsp_status dsp_cpu_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices);
+dsp_status dsp_cpu_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken);
 const char *dsp_cpu_op_weight_describe(const dsp_weight *w);
 dsp_status dsp_cpu_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
 dsp_status dsp_cpu_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a);

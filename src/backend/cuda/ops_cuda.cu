@@ -117,11 +117,13 @@ extern "C" void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w) {
 
 extern "C" const char *dsp_cuda_op_weight_describe(const dsp_weight *w) { return dsp_cuda_gemm_describe(w->g); }
 
-extern "C" dsp_status dsp_cuda_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices) {
+extern "C" dsp_status dsp_cuda_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken) {
   (void)be;
-  int taken = 0;
+  int ok = 0;
   DSP_CUDA_TRY(cudaSetDevice(w->device));
-  return dsp_cuda_gemm_slice(w->g, (int)slices, &taken);
+  DSP_TRY(dsp_cuda_gemm_slice(w->g, (int)slices, &ok));
+  *taken = ok ? slices : 1;
+  return DSP_OK;
 }
 
 extern "C" dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w,

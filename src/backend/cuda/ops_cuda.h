@@ -16,7 +16,7 @@ dsp_status dsp_cuda_op_sync(dsp_backend *be, int dev);
 dsp_status dsp_cuda_op_weight_create(dsp_backend *be, int dev, const dsp_tensor *host, int strict, dsp_weight **out);
 void dsp_cuda_op_weight_free(dsp_backend *be, dsp_weight *w);
 const char *dsp_cuda_op_weight_describe(const dsp_weight *w);
-dsp_status dsp_cuda_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices);
+dsp_status dsp_cuda_op_weight_slice(dsp_backend *be, dsp_weight *w, int32_t slices, int32_t *taken);
 dsp_status dsp_cuda_op_gemm(dsp_backend *be, int dev, const dsp_tensor *a, const dsp_weight *w, dsp_tensor *c);
 dsp_status dsp_cuda_op_markov_step(dsp_backend *be, int dev, const dsp_op_markov_args *a);
 dsp_status dsp_cuda_op_embed(dsp_backend *be, int dev, const dsp_tensor *table, const int32_t *ids, int64_t t,
