@@ -84,8 +84,8 @@
 #                                   product tests (t_gemm*, t_gemm_slices under memcheck), the CUDA model oracles, the
 #                                   token parity of device_multi.sh on this machine's GPUs; PART=bench: their cost,
 #                                   bench_target and bench_spec on a random Qwen3-8B pair with DSPARK_TP_INVARIANT 0 / 1
-#                                   alternated (ROUNDS, default 2). PREBUILT=1 as h200's. Both with
-#                                   DSPARK_CUDA_TP_UNVERIFIED=1, without which the models keep one sum over K
+#                                   alternated (ROUNDS, default 2). PREBUILT=1 as h200's. The tests run with
+#                                   DSPARK_TP_INVARIANT=1, without which CUDA's models keep one sum over K
 #   scripts/device_check.sh noise   one call for the sampled Markov tail's noise buffer (DSPARK_CUDA_NOISE): build,
 #                                   test_cuda_head (its sampling case runs both forms) and its sampling case under
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
@@ -678,7 +678,7 @@ if [ "$MODE" = prefill ]; then  # one attention launch of a 1024-row context for
 fi
 if [ "$MODE" = slices ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
-  export DSPARK_CUDA_TP_UNVERIFIED=1 # the models take CUDA's slices only with it (decoder.c)
+  export DSPARK_TP_INVARIANT=1 # CUDA's default (auto) is one sum over K; the bench sets it per run
   if [ "${PART:-test}" = bench ]; then
     rm -f /tmp/made
     ( { python3 bench/hf_peer_target.py --make /tmp/t8 --shape qwen3-8b &&

@@ -12,7 +12,8 @@
 #                                   layers, default 8; its DSpark draft) and the shipped pair, a batch of prompts
 #                                   of different lengths, speculative greedy against plain (--compare) at TP 1 and
 #                                   at every TP size the GPUs allow, one process and under mpirun (the two must
-#                                   give the same tokens); where a TP size's tokens part from TP 1's is reported
+#                                   give the same tokens; DSPARK_TP_INVARIANT=1 unless set); where a TP size's tokens
+#                                   part from TP 1's is reported
 # Logs go to $OUT; the summary is printed. PREBUILT=1 runs the binaries built on the CPU machine instead of a build
 # (`NEW_TARGETS="dspark_tool target_driver draft_driver test_cuda_nccl bench_spec" scripts/prebuild.sh DIR` with
 # DIR configured -DDSPARK_CUDA=on -DDSPARK_SHARED=ON; carry build-cuda/pre.tgz).
@@ -20,6 +21,8 @@ set -u
 MODE=${1:-test}
 source scripts/device_env.sh
 export DSPARK_CUDA_TP_UNVERIFIED=1
+# parity needs the TP-invariant order (CUDA's default keeps one sum over K); the oracles set their own
+[ "$MODE" = parity ] && export DSPARK_TP_INVARIANT=${DSPARK_TP_INVARIANT:-1}
 NGPU=$(nvidia-smi -L | grep -c '^GPU ')
 { nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/topo.txt" 2>&1
 stamp "$NGPU GPUs"; sed -n '/GPU0/,/^$/p' "$OUT/topo.txt" | head -12

@@ -94,7 +94,7 @@ static void env_read(void) {
   g_env.cuda_pdl = env_choice("DSPARK_CUDA_PDL", g_bool, 1, "0 or 1");
   g_env.cuda_noise = env_choice("DSPARK_CUDA_NOISE", g_bool, 0, "0 or 1");
   g_env.row_parallel = env_choice("DSPARK_ROW_PARALLEL", g_bool, 0, "0 or 1");
-  g_env.tp_invariant = env_choice("DSPARK_TP_INVARIANT", g_bool, 1, "0 or 1");
+  g_env.tp_invariant = env_choice("DSPARK_TP_INVARIANT", g_short, 0, "auto, 0 or 1") - 1; /* auto: -1 */
   g_env.cuda_tp_unverified = env_choice("DSPARK_CUDA_TP_UNVERIFIED", g_bool, 0, "0 or 1");
   g_env.cuda_tail =
       (dsp_tail_kernel)env_choice("DSPARK_CUDA_TAIL", g_tail_names, 0, "auto, register, ring or ring-wgmma");

@@ -40,7 +40,8 @@ typedef struct {
   int cuda_pdl;           /* DSPARK_CUDA_PDL=1 (the default): captured products launch programmatically (PDL) */
   int cuda_noise;         /* DSPARK_CUDA_NOISE=1: a sampled Markov tail reads Gumbel noise drawn before it (opt-in until timed) */
   int cuda_tp_unverified; /* DSPARK_CUDA_TP_UNVERIFIED=1: the CUDA target runs TP > 1, a path no machine has run yet */
-  int tp_invariant;       /* DSPARK_TP_INVARIANT (default 1): o and down in K slices (CONTRACTS.md), the same bits at TP 1, 2, 4, 8 */
+  int tp_invariant;       /* DSPARK_TP_INVARIANT: 1 o and down in K slices (CONTRACTS.md), the same bits at TP 1, 2, 4, 8;
+                             0 one sum over K; -1 (auto) the backend's default: CPU 1, CUDA 0 */
   int row_parallel;       /* DSPARK_ROW_PARALLEL=1: o and down as at TP > 1 even at TP 1 (fp32 partials, all-reduce, one rounding) */
   const char *error;      /* NULL, or why a variable was refused */
 } dsp_env;

@@ -71,10 +71,11 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
 static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model,
                              int32_t *taken) {
   const int64_t S = s->kv_heads;
+  /* auto: CUDA keeps one sum, its slices past 32 rows run on the K split (prefill +38%: bench/RESULTS.md) */
+  const int on = dsp_env_get()->tp_invariant >= 0 ? dsp_env_get()->tp_invariant
+                                                 : dsp_backend_kind_of(be) != DSP_BACKEND_CUDA;
   *taken = 1;
-  if (!dsp_env_get()->tp_invariant || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
-  /* CUDA's sliced kernels have not yet run on a GPU: they come with its TP > 1, which has not either */
-  if (dsp_backend_kind_of(be) == DSP_BACKEND_CUDA && !dsp_env_get()->cuda_tp_unverified) return DSP_OK;
+  if (!on || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
   return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp), taken);
 }
 

@@ -281,7 +281,7 @@ def case_tp(c):
 
 
 def case_tp_invariant(c):
-    """CONTRACTS.md: by default (DSPARK_TP_INVARIANT=1) o and down are weights in one K slice per KV head (here 8 heads
+    """CONTRACTS.md: with DSPARK_TP_INVARIANT=1 (the CPU's default) o and down are weights in one K slice per KV head (here 8 heads
     of 32 over 4 KV heads: slices of 64 columns; the MLP's 1024 columns: 256), the slices and the ranks' partials
     added by the halving tree, so TP 2 and 4, under mpirun and in one process, give TP 1's bits. Values of mixed
     magnitudes over K up to 1024, where one sum over K rounds otherwise: with DSPARK_TP_INVARIANT=0 TP 2 must differ
@@ -294,6 +294,8 @@ def case_tp_invariant(c):
     mask = valid_mask()
     sizes, env = harness.tp_sizes(c.backend, (2, 4))
     off = dict(env or {}, DSPARK_TP_INVARIANT="0")
+    env = dict(env or {}, DSPARK_TP_INVARIANT="1")  # CUDA's default is one sum over K
+    auto = c.ok_run("TP1, the backend's default", d, inputs(toks, taps=taps))
     if 2 in sizes:
         base1 = c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
         base2 = c.ok_run("TP2, one sum over K", d, inputs(toks, taps=taps), np_=2, env=off)
@@ -302,9 +304,13 @@ def case_tp_invariant(c):
             print("one sum over K: TP2 logits bit-equal to TP1's at %.4f" % eq)
             if eq == 1.0:
                 c.tally.fail("TP-invariant case: one sum over K gives TP 1's bits at TP 2, so the case has no power")
-    one = c.ok_run("TP1, TP-invariant", d, inputs(toks, taps=taps), env=env)  # the default: DSPARK_TP_INVARIANT=1
+    one = c.ok_run("TP1, TP-invariant", d, inputs(toks, taps=taps), env=env)
     if one is None:
         return
+    if auto is not None:  # auto is the slices on the CPU, one sum over K on CUDA
+        ref = one if c.backend != "cuda" else c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
+        same(c, "TP1 by default against TP1 %s" % ("TP-invariant" if c.backend != "cuda" else "in one sum"), auto,
+             ref, rows=mask)
     check_reference(c, "TP1, TP-invariant", m, toks, one, taps=taps)
     for tp in sizes:
         o = c.ok_run("TP%d, TP-invariant" % tp, d, inputs(toks, taps=taps), np_=tp, env=env)
