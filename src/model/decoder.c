@@ -71,7 +71,7 @@ static dsp_status weight_rows(dsp_backend *be, int dev, dsp_bf16 *host, int64_t 
 static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape *s, int64_t k_model,
                              int32_t *taken) {
   const int64_t S = s->kv_heads;
-  /* auto: CUDA keeps one sum, its slices past 32 rows run on the K split (prefill +38%: bench/RESULTS.md) */
+  /* auto: CUDA keeps one sum, its slices past 32 rows run on the K split (prefill +37%: bench/RESULTS.md) */
   const int on = dsp_env_get()->tp_invariant >= 0 ? dsp_env_get()->tp_invariant
                                                  : dsp_backend_kind_of(be) != DSP_BACKEND_CUDA;
   *taken = 1;
