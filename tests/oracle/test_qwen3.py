@@ -294,8 +294,10 @@ def case_tp_invariant(c):
     mask = valid_mask()
     sizes, env = harness.tp_sizes(c.backend, (2, 4))
     off = dict(env or {}, DSPARK_TP_INVARIANT="0")
-    env = dict(env or {}, DSPARK_TP_INVARIANT="1")  # CUDA's default is one sum over K
-    auto = c.ok_run("TP1, the backend's default", d, inputs(toks, taps=taps))
+    base = dict(env or {})
+    env = dict(base, DSPARK_TP_INVARIANT="1")  # CUDA's default is one sum over K
+    # named, since the caller's environment may set it (device_check.sh slices does)
+    auto = c.ok_run("TP1, the backend's default", d, inputs(toks, taps=taps), env=dict(base, DSPARK_TP_INVARIANT="auto"))
     if 2 in sizes:
         base1 = c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
         base2 = c.ok_run("TP2, one sum over K", d, inputs(toks, taps=taps), np_=2, env=off)
