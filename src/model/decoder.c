@@ -72,8 +72,7 @@ static dsp_status row_slices(dsp_backend *be, dsp_weight *w, const dsp_dec_shape
                              int32_t *taken) {
   const int64_t S = s->kv_heads;
   /* auto: CUDA keeps one sum, its slices past 32 rows run on the K split (prefill +37%: bench/RESULTS.md) */
-  const int on = dsp_env_get()->tp_invariant >= 0 ? dsp_env_get()->tp_invariant
-                                                 : dsp_backend_kind_of(be) != DSP_BACKEND_CUDA;
+  const int want = dsp_env_get()->tp_invariant, on = want >= 0 ? want : dsp_backend_kind_of(be) != DSP_BACKEND_CUDA;
   *taken = 1;
   if (!on || S < 2 || S > 16 || k_model % (S * 32) || S % s->tp) return DSP_OK;
   return dsp_op_weight_slice(be, w, (int32_t)(S / s->tp), taken);

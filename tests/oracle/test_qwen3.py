@@ -298,8 +298,8 @@ def case_tp_invariant(c):
     env = dict(base, DSPARK_TP_INVARIANT="1")  # CUDA's default is one sum over K
     # named, since the caller's environment may set it (device_check.sh slices does)
     auto = c.ok_run("TP1, the backend's default", d, inputs(toks, taps=taps), env=dict(base, DSPARK_TP_INVARIANT="auto"))
+    base1 = c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
     if 2 in sizes:
-        base1 = c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
         base2 = c.ok_run("TP2, one sum over K", d, inputs(toks, taps=taps), np_=2, env=off)
         if base1 is not None and base2 is not None:
             eq = (base1["logits"][mask] == base2["logits"][mask]).mean()
@@ -310,7 +310,7 @@ def case_tp_invariant(c):
     if one is None:
         return
     if auto is not None:  # auto is the slices on the CPU, one sum over K on CUDA
-        ref = one if c.backend != "cuda" else c.ok_run("TP1, one sum over K", d, inputs(toks, taps=taps), env=off)
+        ref = one if c.backend != "cuda" else base1
         same(c, "TP1 by default against TP1 %s" % ("TP-invariant" if c.backend != "cuda" else "in one sum"), auto,
              ref, rows=mask)
     check_reference(c, "TP1, TP-invariant", m, toks, one, taps=taps)
