@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "kernels/cuda/common/check.h"
+#include "kernels/cuda/common/sync.cuh"
 #include "support/chain_time.h"
 
 namespace {
@@ -40,9 +41,9 @@ __global__ void __launch_bounds__(CT_THREADS) k_persistent(float *b0, float *b1,
     if (!barrier) continue;
     if (threadIdx.x == 0) {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-      unsigned v;
-      do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-      while (v < (unsigned)(p + 1) * nb);
+      const unsigned long long t0 = dsp_dev_now_ns();
+      while (dsp_dev_ld_acquire(ctr) < (unsigned)(p + 1) * nb)
+        if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap(); /* a broken barrier fails loudly, never hangs */
     }
     __syncthreads();
   }
