@@ -122,8 +122,9 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gc_kernel(const __
     }
     /* this block's part of product j is stored once all C consumer warps are past their stores */
     dsp_named_sync(32u * (uint32_t)C);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) { /* the stores are generic and the readers' copies async: a proxy fence on both sides */
       __threadfence();
+      asm volatile("fence.proxy.async.global;" ::: "memory");
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.ctr) : "memory");
     }
   }
