@@ -12,7 +12,9 @@
  * shapes (each product's output the next one's tokens; distinct weights, so nothing stays in L2), as a graph of
  * the library's few-row kernels launched programmatically, and as one persistent kernel whose producers stream
  * the next product's weights while the grid barrier is open (support/gemm_chain.h); every output compared bit
- * for bit, times against the weights' bytes over the copy rate measured now.
+ * for bit, times against the weights' bytes over the copy rate measured now. Last, a layer's work outside its
+ * attention through the backend's ops as the model's graph runs it, with and without the small kernels between the
+ * products (support/layer_time.h): what those kernels cost in a replay.
  * usage: bench_chain [--phases 324] [--blocks SMs] [--floats 32] [--reps 20] [--per-layer 9] [--layers 36]
  *                    [--products 0|1] */
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include "bench_cuda_util.h"
 #include "support/chain_time.h"
 #include "support/gemm_chain.h"
+#include "support/layer_time.h"
 #include "support/rates.h"
 
 /* The product chains' table; 1 when some output differs. */
@@ -53,6 +56,16 @@ static int product_chains(int reps) {
              t.compared);
       bad |= t.differ != 0;
     }
+  printf("\na layer outside its attention, 8 layers of distinct weights, graph replay (us a layer)\n");
+  printf("| M | floor | o, add+norm, gate/up, silu, down, add+norm, qkv | the four products alone | the small kernels |\n"
+         "|---|---|---|---|---|\n");
+  for (int64_t m = 1; m <= 8; m += 7) {
+    dsp_bench_layer_times lt;
+    CKD(dsp_bench_layer_parts(be, m, 8, reps, &lt));
+    const double floor_us = lt.bytes / (gbps * 1e9) * 1e6;
+    printf("| %lld | %.1f | %.1f (%.2fx) | %.1f (%.2fx) | %.1f |\n", (long long)m, floor_us, lt.full_us,
+           lt.full_us / floor_us, lt.products_us, lt.products_us / floor_us, lt.full_us - lt.products_us);
+  }
   dsp_backend_free(be);
   return bad;
 }

@@ -86,7 +86,10 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
     }
     return;
   }
-  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15 (gs_stage_mma runs a stage) */
+  /* consumers: warp w's strip in the box is rows 16 w .. 16 w + 15. A full stage's SB boxes run unrolled in pairs
+     on two fragment sets, so a box costs its loads, its products and a few address adds: the form with one set
+     copied into the other after each box, and a branch per box, spent about 75 instructions a box on moves and
+     bookkeeping at 5 cycles each, which (not the bytes) bounded the products of 2-3 strips per SM */
   asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous kernel may still read out */
   const int g = lane >> 2, q4 = lane & 3;
   const gs_offs<NT8> off = gs_offsets<NT8>(lane);
@@ -115,7 +118,31 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
     if (s1 == stages) s1 = 0, ph1 ^= 1;
     const uint32_t st1 = sbase + (uint32_t)s1 * stage;
     const bool more = u + 1 < units;
-    gs_stage_mma<NT8, SB>(d, f0, f1, st, st1, nb, more, full0 + 8 * s1, ph1, wrow, wbox, wbytes, tbox, off);
+    if (nb == SB) {
+#pragma unroll
+      for (int j = 0; j < SB; j += 2) {
+        gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
+        gs_mma<NT8>(d, f0);
+        if (j + 2 < SB) {
+          gs_load<NT8>(f0, st + (uint32_t)(j + 2) * wbox + wrow, st + wbytes + (uint32_t)(j + 2) * tbox, off);
+        } else if (more) { /* the next stage's first box */
+          dsp_bar_wait(full0 + 8 * s1, ph1);
+          gs_load<NT8>(f0, st1 + wrow, st1 + wbytes, off);
+        }
+        gs_mma<NT8>(d, f1);
+      }
+    } else { /* a group's short last stage (K not a multiple of SB boxes): box by box, nothing past K */
+      for (int j = 0; j < nb; j++) {
+        if (j + 1 < nb) {
+          gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
+        } else if (more) {
+          dsp_bar_wait(full0 + 8 * s1, ph1);
+          gs_load<NT8>(f1, st1 + wrow, st1 + wbytes, off);
+        }
+        gs_mma<NT8>(d, f0);
+        f0 = f1;
+      }
+    }
     /* the stage's fragments are in registers (the products above read them): the producer may land it again */
     __syncwarp();
     if (lane == 0) dsp_bar_arrive(empty0 + 8 * s);
@@ -130,7 +157,17 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gs_kernel(const __
       }
     }
     if (last) {
-      gs_store<NT8>(d, out, 16 * (C * grp + warp), g, q4, n, m, ldo, f32);
+      /* d[t] = (row g, token 8 t + 2 q), (g, + 1), (g + 8, 8 t + 2 q), (g + 8, + 1) */
+      const int row0 = 16 * (C * grp + warp);
+#pragma unroll
+      for (int t = 0; t < NT8; t++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
+          if (row < n && tok < m) dsp_dev_store_sum(out, (size_t)tok * (size_t)ldo + row, d[t][e], f32);
+          d[t][e] = 0.0f;
+        }
+      }
       grp += (int)gridDim.x;
     }
     q = last ? 0 : q + 1;

@@ -82,60 +82,6 @@ __device__ __forceinline__ void gs_mma(float (&d)[NT8][4], const gs_frag<NT8> &f
       dsp_mma16816(d[t], f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], f.b[i][2 * t], f.b[i][2 * t + 1]);
 }
 
-/* One stage of a consumer warp: its nb boxes' products into d. On entry f0 holds the stage's first box (at st); on
- * exit, when `more`, it holds the next stage's first box (at st1, read once that stage's full barrier bar1 completes
- * phase ph1). A full stage runs its boxes in pairs on two fragment sets, so a box costs its loads, its products
- * and a few address adds: the form with one set copied into the other after each box, and a branch per box, spent
- * about 75 instructions a box on moves and bookkeeping at 5 cycles each, which (not the bytes) bounded the products
- * of 2-3 strips per SM. */
-template <int NT8, int SB>
-__device__ __forceinline__ void gs_stage_mma(float (&d)[NT8][4], gs_frag<NT8> &f0, gs_frag<NT8> &f1, uint32_t st,
-                                             uint32_t st1, int nb, bool more, uint32_t bar1, uint32_t ph1,
-                                             uint32_t wrow, uint32_t wbox, uint32_t wbytes, uint32_t tbox,
-                                             const gs_offs<NT8> &off) {
-  if (nb == SB) {
-#pragma unroll
-    for (int j = 0; j < SB; j += 2) {
-      gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
-      gs_mma<NT8>(d, f0);
-      if (j + 2 < SB) {
-        gs_load<NT8>(f0, st + (uint32_t)(j + 2) * wbox + wrow, st + wbytes + (uint32_t)(j + 2) * tbox, off);
-      } else if (more) { /* the next stage's first box */
-        dsp_bar_wait(bar1, ph1);
-        gs_load<NT8>(f0, st1 + wrow, st1 + wbytes, off);
-      }
-      gs_mma<NT8>(d, f1);
-    }
-  } else { /* a group's short last stage (K not a multiple of SB boxes): box by box, nothing past K */
-    for (int j = 0; j < nb; j++) {
-      if (j + 1 < nb) {
-        gs_load<NT8>(f1, st + (uint32_t)(j + 1) * wbox + wrow, st + wbytes + (uint32_t)(j + 1) * tbox, off);
-      } else if (more) {
-        dsp_bar_wait(bar1, ph1);
-        gs_load<NT8>(f1, st1 + wrow, st1 + wbytes, off);
-      }
-      gs_mma<NT8>(d, f0);
-      f0 = f1;
-    }
-  }
-}
-
-/* A strip's results (rows row0 + g, + 8; tokens 8 t + 2 q4, + 1 of each token tile) stored, bf16 with one
- * rounding or fp32, and its accumulators zeroed for the next strip. */
-template <int NT8>
-__device__ __forceinline__ void gs_store(float (&d)[NT8][4], void *out, int row0, int g, int q4, int n, int m,
-                                         long long ldo, int f32) {
-#pragma unroll
-  for (int t = 0; t < NT8; t++) {
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int row = row0 + g + 8 * (e >> 1), tok = 8 * t + 2 * q4 + (e & 1);
-      if (row < n && tok < m) dsp_dev_store_sum(out, (size_t)tok * (size_t)ldo + row, d[t][e], f32);
-      d[t][e] = 0.0f;
-    }
-  }
-}
-
 /* The launch shape: C strips per group where the groups spread most evenly over the SMs (one block each; ties
  * to the larger C: more chains in flight per SM), 4 boxes a stage up to 4 strips and 2 past them (8 to 32 KB
  * of weights a stage), and up to GS_MAXS stages that fit one block's shared memory. */
