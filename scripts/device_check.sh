@@ -91,6 +91,11 @@
 #                                   memcheck, the draft and speculative oracles with the buffer on, then bench_spec at
 #                                   T 0.8 (TEMP) with DSPARK_CUDA_NOISE 1 and 0, greedy gamma 3 with the draft's
 #                                   full block and blocks of 3 rows, then greedy
+#   scripts/device_check.sh chain   the kernel boundary's price (bench_chain: dependent steps alone, then chains of eight
+#                                   few-row products as a graph of kernels and as one persistent kernel, bits compared);
+#                                   the few-row products' bits (t_gemm_rows, t_gemm_slices) and, where build-old/ holds
+#                                   an earlier tree, bench_gemm_small old / new alternated (ROUNDS, default 2);
+#                                   test_cuda_nccl (P = 1 on one GPU). PREBUILT=1 as h200's
 # Logs go to $OUT (at most 8 files); the summary is printed last.
 # env: SAN=0 skips compute-sanitizer (run: also ctest's racecheck cases), rows: ROUNDS of tables (2), LONG=0 / NCU=0 skip tc-long's table / the ncu launch, BENCH=0 the benchmarks, PERF=0 the op perf table, SHIP=0 run's shipped-pair
 # figures (CUDA, batch 1 and 16)
@@ -676,6 +681,34 @@ if [ "$MODE" = prefill ]; then  # one attention launch of a 1024-row context for
   rm -rf /tmp/t2
   stamp "done"; exit 0
 fi
+if [ "$MODE" = chain ]; then
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
+  if ! unpack_prebuilt; then
+    stamp "configure + build"
+    { cmake -S . -B build-gpu -DDSPARK_CUDA=on -DCMAKE_BUILD_TYPE=Release &&
+      cmake --build build-gpu -j16 --target bench_chain test_ops_cpu bench_gemm_small test_cuda_nccl; } \
+      > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+  fi
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  stamp "bench_chain"
+  timeout 300 build-gpu/bench/bench_chain; echo "bench_chain: rc $?"
+  for t in t_gemm_rows t_gemm_slices; do
+    DSPARK_GEMM_SMALL=1 timeout 150 build-gpu/tests/test_ops_cpu cuda "" $t > "$OUT/$t.log" 2>&1
+    echo "$t: rc $?"; grep -E "gemm rows|gemm slices|FAILED|PASSED" "$OUT/$t.log" | head -4
+  done
+  if [ -x build-old/bench/bench_gemm_small ]; then
+    for r in $(seq ${ROUNDS:-2}); do
+      for b in old gpu; do
+        stamp "bench_gemm_small ($b)"
+        timeout 120 build-$b/bench/bench_gemm_small --m 1,8,16 --shapes 0:0:0,sl | grep "^|" | grep -v "^|---"
+      done
+    done
+  fi
+  stamp "test_cuda_nccl"
+  timeout 150 build-gpu/tests/test_cuda_nccl > "$OUT/nccl.log" 2>&1; echo "test_cuda_nccl: rc $?"; tail -6 "$OUT/nccl.log"
+  stamp "done"; exit 0
+fi
+
 if [ "$MODE" = slices ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/lib
   export DSPARK_TP_INVARIANT=1 # CUDA's default (auto) is one sum over K; the bench sets it per run
