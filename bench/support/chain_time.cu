@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "kernels/cuda/common/sync.cuh"
+#include "support/median_time.cuh"
 #include "support/chain_time.h"
 
 namespace {
@@ -96,25 +97,6 @@ dsp_status reset(Chain &c, size_t n) {
   return DSP_OK;
 }
 
-/* Median microseconds of run() over reps calls after three warm-ups; pre() runs before each, outside the timing. */
-template <class Pre, class Run>
-dsp_status time_it(Chain &c, int reps, Pre pre, Run run, double *us) {
-  std::vector<float> t;
-  for (int i = 0; i < reps + 3; i++) {
-    DSP_TRY(pre());
-    DSP_CUDA_TRY(cudaEventRecord(c.a, c.s));
-    DSP_TRY(run());
-    DSP_CUDA_TRY(cudaEventRecord(c.b, c.s));
-    DSP_CUDA_TRY(cudaEventSynchronize(c.b));
-    float ms = 0;
-    DSP_CUDA_TRY(cudaEventElapsedTime(&ms, c.a, c.b));
-    if (i >= 3) t.push_back(ms * 1e3f);
-  }
-  std::sort(t.begin(), t.end());
-  *us = t[t.size() / 2];
-  return DSP_OK;
-}
-
 }  // namespace
 
 extern "C" dsp_status dsp_bench_chain(int phases, int blocks, int fl, int reps, dsp_bench_chain_times *t) {
@@ -164,9 +146,9 @@ extern "C" dsp_status dsp_bench_chain(int phases, int blocks, int fl, int reps, 
     DSP_CUDA_TRY(cudaMemsetAsync(c.ctr, 0, sizeof(unsigned), c.s));
     return DSP_OK;
   };
-  DSP_TRY(time_it(c, reps, none, [&] { return graph(c.plain); }, &t->plain_us));
-  DSP_TRY(time_it(c, reps, none, [&] { return graph(c.pdl); }, &t->pdl_us));
-  DSP_TRY(time_it(c, reps, zero, [&] { return persistent(1); }, &t->barrier_us));
-  DSP_TRY(time_it(c, reps, none, [&] { return persistent(0); }, &t->free_us));
+  DSP_TRY(dsp_bench_median_us(c.s, c.a, c.b, 3, reps, none, [&] { return graph(c.plain); }, &t->plain_us));
+  DSP_TRY(dsp_bench_median_us(c.s, c.a, c.b, 3, reps, none, [&] { return graph(c.pdl); }, &t->pdl_us));
+  DSP_TRY(dsp_bench_median_us(c.s, c.a, c.b, 3, reps, zero, [&] { return persistent(1); }, &t->barrier_us));
+  DSP_TRY(dsp_bench_median_us(c.s, c.a, c.b, 3, reps, none, [&] { return persistent(0); }, &t->free_us));
   return DSP_OK;
 }

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/common/check.h"
 #include "support/collectives_time.h"
+#include "support/median_time.cuh"
 
 namespace {
 
@@ -19,24 +20,6 @@ struct Buffers {
   }
 };
 
-/* Median of `iters` timed calls of op (one warm-up round first). */
-template <class Op>
-dsp_status time_op(Buffers &m, int iters, Op op, float *us) {
-  std::vector<float> t;
-  for (int i = 0; i < iters + 5; i++) {
-    DSP_CUDA_TRY(cudaEventRecord(m.a, m.stream));
-    DSP_TRY(op());
-    DSP_CUDA_TRY(cudaEventRecord(m.b, m.stream));
-    DSP_CUDA_TRY(cudaEventSynchronize(m.b));
-    float ms = 0;
-    DSP_CUDA_TRY(cudaEventElapsedTime(&ms, m.a, m.b));
-    if (i >= 5) t.push_back(ms * 1e3f);
-  }
-  std::sort(t.begin(), t.end());
-  *us = t[t.size() / 2];
-  return DSP_OK;
-}
-
 }  // namespace
 
 extern "C" dsp_status dsp_cuda_time_collectives(dsp_comm *nccl, size_t gather_bytes, size_t bcast_bytes, int iters,
@@ -52,7 +35,12 @@ extern "C" dsp_status dsp_cuda_time_collectives(dsp_comm *nccl, size_t gather_by
   DSP_CUDA_TRY(cudaMalloc(&m.recv, gather_bytes * P));
   DSP_CUDA_TRY(cudaMemset(m.send, 1, std::max(gather_bytes, bcast_bytes)));
   DSP_TRY(dsp_comm_set_stream(nccl, m.stream));
-  DSP_TRY(time_op(m, iters, [&] { return dsp_comm_allgather(nccl, m.send, m.recv, gather_bytes); }, allgather_us));
-  DSP_TRY(time_op(m, iters, [&] { return dsp_comm_bcast(nccl, m.send, bcast_bytes, 0); }, bcast_us));
+  auto none = [] { return DSP_OK; };
+  double ag = 0, bc = 0;
+  DSP_TRY(dsp_bench_median_us(m.stream, m.a, m.b, 5, iters, none,
+                              [&] { return dsp_comm_allgather(nccl, m.send, m.recv, gather_bytes); }, &ag));
+  DSP_TRY(dsp_bench_median_us(m.stream, m.a, m.b, 5, iters, none,
+                              [&] { return dsp_comm_bcast(nccl, m.send, bcast_bytes, 0); }, &bc));
+  *allgather_us = (float)ag, *bcast_us = (float)bc;
   return DSP_OK;
 }

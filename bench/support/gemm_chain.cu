@@ -5,6 +5,7 @@
 #include "kernels/cuda/gemm_small.h"
 #include "kernels/cuda/gemm_small_dev.cuh"
 #include "support/gemm_chain.h"
+#include "support/median_time.cuh"
 
 namespace {
 
@@ -221,23 +222,6 @@ dsp_status capture(Bufs &B, Rec rec, cudaGraphExec_t *exec) {
   return DSP_OK;
 }
 
-/* Median microseconds of reps replays after three. */
-dsp_status replay_us(Bufs &B, cudaGraphExec_t g, int reps, double *us) {
-  std::vector<float> t;
-  for (int i = 0; i < reps + 3; i++) {
-    DSP_CUDA_TRY(cudaEventRecord(B.e0, B.s));
-    DSP_CUDA_TRY(cudaGraphLaunch(g, B.s));
-    DSP_CUDA_TRY(cudaEventRecord(B.e1, B.s));
-    DSP_CUDA_TRY(cudaEventSynchronize(B.e1));
-    float ms = 0;
-    DSP_CUDA_TRY(cudaEventElapsedTime(&ms, B.e0, B.e1));
-    if (i >= 3) t.push_back(ms * 1e3f);
-  }
-  std::sort(t.begin(), t.end());
-  *us = t[t.size() / 2];
-  return DSP_OK;
-}
-
 template <int NT8, int SB>
 dsp_status gc_launch(const gc_args &a, int c, int grid, size_t smem, cudaStream_t s) {
   DSP_CUDA_TRY(cudaFuncSetAttribute(gc_kernel<NT8, SB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -326,10 +310,14 @@ extern "C" dsp_status dsp_bench_gemm_chain(int np, const int64_t *n, int64_t k0,
   /* alternated, so that a drift of the clocks falls on all three */
   double sp[3] = {0, 0, 0};
   std::vector<double> r[3];
+  auto none = [] { return DSP_OK; };
+  const cudaGraphExec_t gs[3] = {gp, gf, gc};
   for (int rnd = 0; rnd < 3; rnd++) {
-    DSP_TRY(replay_us(B, gp, reps, &sp[0]));
-    DSP_TRY(replay_us(B, gf, reps, &sp[1]));
-    DSP_TRY(replay_us(B, gc, reps, &sp[2]));
+    for (int v = 0; v < 3; v++)
+      DSP_TRY(dsp_bench_median_us(B.s, B.e0, B.e1, 3, reps, none, [&] {
+        DSP_CUDA_TRY(cudaGraphLaunch(gs[v], B.s));
+        return DSP_OK;
+      }, &sp[v]));
     for (int v = 0; v < 3; v++) r[v].push_back(sp[v]);
   }
   for (int v = 0; v < 3; v++) std::sort(r[v].begin(), r[v].end());
