@@ -2,7 +2,8 @@
 #include <vector>
 
 #include "kernels/cuda/common/check.h"
-#include "kernels/cuda/common/sync.cuh"
+#include "kernels/cuda/common/launch.cuh"
+#include "support/grid_count.cuh"
 #include "support/median_time.cuh"
 #include "support/chain_time.h"
 
@@ -22,12 +23,12 @@ __device__ void ct_work(const float *in, float *out, int n, int fl, float *red) 
   __syncthreads(); /* red is read before the next phase writes it */
 }
 
-/* One phase as a kernel. Launched programmatically, it lets the next phase's blocks start at once and waits for the
- * phase before before it reads; launched plainly both instructions return at once. */
+/* One phase as a kernel. Launched programmatically it lets the next phase's blocks start at once and waits for the
+ * previous phase before it reads; launched plainly both calls return at once. */
 __global__ void __launch_bounds__(CT_THREADS) k_phase(const float *in, float *out, int fl) {
   __shared__ float red[CT_THREADS / 32];
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  dsp_dev_launch_dependents();
+  dsp_dev_grid_wait();
   ct_work(in, out, (int)gridDim.x * fl, fl, red);
 }
 
@@ -41,10 +42,8 @@ __global__ void __launch_bounds__(CT_THREADS) k_persistent(float *b0, float *b1,
     ct_work(p & 1 ? b1 : b0, p & 1 ? b0 : b1, (int)nb * fl, fl, red);
     if (!barrier) continue;
     if (threadIdx.x == 0) {
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-      const unsigned long long t0 = dsp_dev_now_ns();
-      while (dsp_dev_ld_acquire(ctr) < (unsigned)(p + 1) * nb)
-        if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap(); /* a broken barrier fails loudly, never hangs */
+      dsp_bench_count_arrive(ctr);
+      dsp_bench_count_wait(ctr, (unsigned)(p + 1) * nb);
     }
     __syncthreads();
   }
@@ -74,9 +73,7 @@ dsp_status capture(Chain &c, int phases, int blocks, int fl, int programmatic, c
   for (int p = 0; p < phases; p++) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks), cfg.blockDim = dim3(CT_THREADS), cfg.stream = c.s;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at = dsp_pdl_attribute();
     cfg.attrs = &at, cfg.numAttrs = programmatic && p > 0;
     cudaLaunchKernelEx(&cfg, k_phase, (const float *)(p & 1 ? c.b1 : c.b0), p & 1 ? c.b0 : c.b1, fl);
   }
@@ -119,7 +116,7 @@ extern "C" dsp_status dsp_bench_chain(int phases, int blocks, int fl, int reps, 
   const dim3 grid((unsigned)blocks), blk(CT_THREADS);
   auto persistent = [&](int barrier) {
     k_persistent<<<grid, blk, 0, c.s>>>(c.b0, c.b1, c.ctr, phases, fl, barrier);
-    DSP_CUDA_TRY(cudaGetLastError());
+    DSP_CUDA_TRY_LAUNCH();
     return DSP_OK;
   };
   auto graph = [&](cudaGraphExec_t g) {

@@ -5,6 +5,7 @@
 #include "kernels/cuda/gemm_small.h"
 #include "kernels/cuda/gemm_small_dev.cuh"
 #include "support/gemm_chain.h"
+#include "support/grid_count.cuh"
 #include "support/median_time.cuh"
 
 namespace {
@@ -131,9 +132,7 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gc_kernel(const __
       const int n0 = units < stages ? units : stages;
       for (int i = 0; i < n0; i++) claim(i), weights(i);
       if (j > 0) { /* the tokens are product j - 1's output: wait for every block's part, then read it by TMA */
-        const unsigned long long t0 = dsp_dev_now_ns();
-        while (dsp_dev_ld_acquire(a.ctr) < (unsigned)(j * G))
-          if (dsp_dev_now_ns() - t0 > 5000000000ull) __trap(); /* a broken barrier fails loudly, never hangs */
+        dsp_bench_count_wait(a.ctr, (unsigned)(j * G));
         asm volatile("fence.proxy.async.global;" ::: "memory");
       }
       for (int i = 0; i < n0; i++) tokens(i);
@@ -180,9 +179,8 @@ __global__ void __launch_bounds__(32 * (gs_maxc(NT8) + 1), 1) gc_kernel(const __
     /* this block's part of product j is stored once all C consumer warps are past their stores */
     dsp_named_sync(32u * (uint32_t)C);
     if (threadIdx.x == 0) { /* the stores are generic and the readers' copies async: a proxy fence on both sides */
-      __threadfence();
       asm volatile("fence.proxy.async.global;" ::: "memory");
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.ctr) : "memory");
+      dsp_bench_count_arrive(a.ctr);
     }
   }
 }
